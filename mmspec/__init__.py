@@ -1,0 +1,10 @@
+"""mmspec: lossless speculative decoding on stock Hugging Face models."""
+
+from .cache import SpecKVCache
+from .generator import GenerationOutput, GenerationStats, SpeculativeGenerator
+from .tree import DEFAULT_TREE, DraftTree, TreeTemplate
+
+__version__ = "0.1.0"
+
+__all__ = ["SpeculativeGenerator", "GenerationOutput", "GenerationStats", "SpecKVCache", "DraftTree",
+           "TreeTemplate", "DEFAULT_TREE", "__version__"]

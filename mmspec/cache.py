@@ -1,0 +1,209 @@
+"""The KV cache manager shared by every target and drafter.
+
+``SpecKVCache`` subclasses transformers' ``Cache`` so stock models read and write it through
+``past_key_values=``. Memory is preallocated per layer as ``[B, H_kv, max_len + 1, D]`` (the extra
+slot is scratch for padded compaction writes).
+
+Layout of row ``b``:
+
+* slots ``[0, lengths[b])`` are *committed*; the first ``starts[b]`` of them are left padding and are
+  never attended to;
+* ``write_base = max(lengths)`` is where a forward appends *pending* nodes (tree nodes, or a ragged
+  chunk of new tokens), common to all rows. Slots between ``lengths[b]`` and ``write_base`` are stale
+  for row ``b`` and masked out;
+* ``commit(paths)`` moves each row's chosen pending nodes to ``lengths[b], lengths[b] + 1, ...`` with
+  one gather per layer, then drops all pending nodes.
+
+The manager also builds the 4-D boolean attention mask for the nodes it is about to append: the row's
+committed prefix, plus ancestors among pending nodes, plus an optional sliding window (by position).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+from .kernels.kv_compaction import compact_kv_
+from .tree import ancestor_mask
+
+
+class _PreallocatedLayer(CacheLayerMixin):
+    """One layer's K/V buffers; writes go where the owning cache says."""
+
+    def __init__(self, owner: "SpecKVCache"):
+        super().__init__()
+        self._owner = owner
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        B, H, _, D = key_states.shape
+        size = self._owner.max_len + 1
+        self.keys = key_states.new_zeros(B, H, size, D)
+        self.values = value_states.new_zeros(B, H, size, value_states.shape[-1])
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.is_initialized = True
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        start = self._owner._write_offset
+        end = start + key_states.shape[2]
+        if end > self._owner.max_len:
+            raise ValueError(
+                f"sequence longer than the cache: needs {end} slots but the cache holds {self._owner.max_len}"
+            )
+        self.keys[:, :, start:end] = key_states
+        self.values[:, :, start:end] = value_states
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self._owner._write_offset + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self._owner._write_offset
+
+    def get_max_length(self) -> int:
+        return self._owner.max_len
+
+
+class SpecKVCache(Cache):
+    """Preallocated, per-row-length KV cache with tree append / commit / rollback."""
+
+    def __init__(self, num_layers: int, batch_size: int, max_len: int, device: torch.device | str = "cpu",
+                 sliding_window: int | None = None):
+        self.max_len = int(max_len)
+        self.batch_size_ = batch_size
+        self.sliding_window = sliding_window
+        super().__init__(layers=[_PreallocatedLayer(self) for _ in range(num_layers)])
+        self.device = torch.device(device)
+        self.lengths = torch.zeros(batch_size, dtype=torch.long, device=self.device)
+        self.starts = torch.zeros(batch_size, dtype=torch.long, device=self.device)
+        self._base = 0  # write base for the current pending block
+        self._pending_parents = torch.zeros(batch_size, 0, dtype=torch.long, device=self.device)
+        self._pending_valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)
+        self._pending_pos = torch.zeros(batch_size, 0, dtype=torch.long, device=self.device)
+        self._write_offset = 0
+
+    @classmethod
+    def for_model(cls, model, batch_size: int, max_len: int) -> "SpecKVCache":
+        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        window = getattr(cfg, "sliding_window", None)
+        if window is not None and getattr(cfg, "use_sliding_window", True) is False:
+            window = None
+        layer_types = getattr(cfg, "layer_types", None)
+        if window is not None and layer_types is not None and set(layer_types) != {"sliding_attention"}:
+            if "sliding_attention" in layer_types:
+                raise ValueError("models mixing sliding-window and full-attention layers are not supported yet")
+            window = None
+        return cls(cfg.num_hidden_layers, batch_size, max_len, device=model.device, sliding_window=window)
+
+    # ------------------------------------------------------------------ views
+    @property
+    def num_pending(self) -> int:
+        return self._pending_parents.shape[1]
+
+    @property
+    def write_base(self) -> int:
+        return self._base if self.num_pending else int(self.lengths.max())
+
+    @property
+    def seen_tokens(self) -> torch.LongTensor:
+        """Real (non-padding) committed tokens per row: the position id of the next token."""
+        return self.lengths - self.starts
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.write_base + self.num_pending
+
+    def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
+        return self.get_seq_length() + query_length, 0
+
+    # ------------------------------------------------------------------ appending
+    def prepare_append(self, parents: torch.LongTensor, valid: torch.BoolTensor, dtype=torch.float32):
+        """Register ``T`` new pending nodes and return ``(position_ids [B, T], mask [B, 1, T, S])``.
+
+        ``parents[b, t]`` indexes the pending nodes *including* the new ones (-1 = hangs directly off
+        the committed prefix). Invalid nodes are padding: only they attend to themselves and nobody
+        attends to them. Call the model right after, with this cache as ``past_key_values``.
+        """
+        B, T = parents.shape
+        old = self.num_pending
+        if old == 0:
+            self._base = int(self.lengths.max())
+        base = self._base
+        if base + old + T > self.max_len:
+            raise ValueError(
+                f"sequence longer than the cache: {base + old + T} slots needed, cache holds {self.max_len} "
+                "(raise max_cache_len or lower max_new_tokens)"
+            )
+        all_parents = torch.cat([self._pending_parents, parents], dim=1)
+        all_valid = torch.cat([self._pending_valid, valid], dim=1)
+        anc = ancestor_mask(all_parents)  # [B, old+T, old+T]
+        new_anc = anc[:, old:, :] & all_valid[:, None, :]
+        depth = new_anc.sum(-1) - 1
+        positions = self.seen_tokens[:, None] + depth
+        positions = torch.where(valid, positions, torch.zeros_like(positions))
+
+        slot = torch.arange(base, device=self.device)
+        prefix = (slot[None, :] >= self.starts[:, None]) & (slot[None, :] < self.lengths[:, None])  # [B, base]
+        mask = torch.cat([prefix[:, None, :].expand(B, T, base), new_anc], dim=2)  # [B, T, base+old+T]
+        if self.sliding_window is not None:
+            key_pos = torch.cat([slot[None, :] - self.starts[:, None], self._pending_pos,
+                                 positions], dim=1)
+            mask &= key_pos[:, None, :] > positions[:, :, None] - self.sliding_window
+        # padding nodes see themselves so no attention row is empty (their outputs are ignored)
+        self_col = base + old + torch.arange(T, device=self.device)
+        pad_rows = ~valid
+        if pad_rows.any():
+            eye = torch.zeros_like(mask)
+            eye[:, torch.arange(T, device=self.device), self_col] = True
+            mask = mask | (eye & pad_rows[:, :, None])
+
+        self._pending_parents = all_parents
+        self._pending_valid = all_valid
+        self._pending_pos = torch.cat([self._pending_pos, positions], dim=1)
+        self._write_offset = base + old
+        return positions, mask[:, None, :, :]
+
+    # ------------------------------------------------------------------ commit / rollback
+    def commit(self, paths: torch.LongTensor, path_lengths: torch.LongTensor) -> None:
+        """Keep, for row b, the pending nodes ``paths[b, :path_lengths[b]]`` (in that order) and drop
+        the rest. ``paths`` index pending nodes; the kept entries land right after the committed prefix.
+        """
+        if self.num_pending == 0:
+            if int(path_lengths.max()) > 0:
+                raise ValueError("commit called with no pending nodes")
+            return
+        B, L = paths.shape
+        j = torch.arange(L, device=self.device)[None, :]
+        real = j < path_lengths[:, None]
+        scratch = self.max_len
+        src = torch.where(real, self._base + paths, scratch)
+        dst = torch.where(real, self.lengths[:, None] + j, scratch)
+        if int(dst.max()) > self.max_len:
+            raise ValueError("sequence longer than the cache while committing accepted tokens")
+        if (src != dst).any():
+            for layer in self.layers:
+                if layer.is_initialized:
+                    compact_kv_(layer.keys, layer.values, src, dst)
+        self.lengths = self.lengths + path_lengths
+        self.discard_pending()
+
+    def discard_pending(self) -> None:
+        self._pending_parents = self._pending_parents[:, :0]
+        self._pending_valid = self._pending_valid[:, :0]
+        self._pending_pos = self._pending_pos[:, :0]
+
+    def rollback(self, lengths: torch.LongTensor) -> None:
+        """Forget committed tokens beyond ``lengths[b]`` (slots are simply overwritten later)."""
+        self.discard_pending()
+        self.lengths = torch.minimum(self.lengths, lengths.to(self.lengths))
+
+    # ------------------------------------------------------------------ inspection
+    def committed_kv(self, layer_idx: int, row: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """K, V of the real committed tokens of one row: [H, n, D] each."""
+        layer = self.layers[layer_idx]
+        s, e = int(self.starts[row]), int(self.lengths[row])
+        return layer.keys[row, :, s:e], layer.values[row, :, s:e]
+
+    @property
+    def batch_size(self) -> int:
+        return self.batch_size_

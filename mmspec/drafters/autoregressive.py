@@ -1,0 +1,226 @@
+"""A small causal LM as drafter: a chain of k tokens, a static tree, or an EAGLE-2 dynamic tree.
+
+The drafter keeps its own ``SpecKVCache``: each step it first catches up on the tokens it has not seen
+(the verifier's bonus token, plus accepted leaves it never fed), then expands the tree level by level,
+feeding only the nodes that get children. After verification it commits the accepted nodes it already
+holds K/V for and forgets the rest (rollback is just dropping pending nodes).
+
+Tree modes:
+* chain (``tree=None``): depth ``num_tokens``, greedy argmax, or a draw from the drafter's warped
+  distribution when sampling (rule: min(1, p/q));
+* static (``tree=TreeTemplate``): children are the drafter's top-ranked tokens; when sampling they
+  are drawn *without replacement* (Gumbel top-k) so the verifier's multi-draft rule stays lossless;
+* dynamic (``tree="dynamic"``, EAGLE-2, Li et al. 2024 Sec. 4): expand the ``top_k`` best frontier nodes
+  by cumulative log-probability, ``top_k`` children each, then keep the ``num_nodes`` best nodes overall.
+  Children are deterministic (point-mass proposals) under sampling.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..cache import SpecKVCache
+from ..state import DecodeState
+from ..tree import DraftTree, TreeTemplate, select_best_nodes, subtree
+from ..verifiers.acceptance import AcceptResult
+from ..verifiers.tree_forward import chain_parents, prefill_parents, tree_forward
+from .base import Drafter
+
+
+def text_config(model):
+    cfg = model.config
+    return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+
+
+class AutoregressiveDrafter(Drafter):
+    def __init__(self, model, num_tokens: int = 4, tree: TreeTemplate | str | None = None, top_k: int = 4,
+                 num_nodes: int | None = None):
+        if num_tokens < 1:
+            raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
+        if isinstance(tree, str) and tree != "dynamic":
+            raise ValueError(f"tree must be None, a TreeTemplate or 'dynamic', got {tree!r}")
+        self.model = model.eval()
+        self.num_tokens = num_tokens
+        self.tree = tree
+        self.top_k = top_k
+        self.num_nodes = num_nodes if num_nodes is not None else min(num_tokens * top_k, 60)
+        self.vocab_size = text_config(model).vocab_size
+        self.cache: SpecKVCache | None = None
+        self._node_to_pending: torch.LongTensor | None = None
+
+    @property
+    def depth(self) -> int:
+        return self.tree.depth if isinstance(self.tree, TreeTemplate) else self.num_tokens
+
+    @property
+    def max_nodes(self) -> int:
+        if isinstance(self.tree, TreeTemplate):
+            return self.tree.num_nodes
+        if self.tree == "dynamic":
+            return self.num_nodes + 1
+        return self.num_tokens + 1
+
+    # ------------------------------------------------------------------ lifecycle
+    def begin(self, state: DecodeState, max_length: int) -> None:
+        B, P = state.batch_size, state.prompt_length
+        self.cache = SpecKVCache.for_model(self.model, B, max_length + 2 * self.max_nodes + 2)
+        dev = self.model.device
+        prompt = state.tokens[:, :P].to(dev)
+        valid = torch.arange(P, device=dev)[None, :] >= state.starts[:, None].to(dev)
+        with torch.no_grad():
+            tree_forward(self.model, self.cache, prompt, prefill_parents(valid.long()), valid)
+        self.cache.commit(torch.arange(P, device=dev).expand(B, P), torch.full((B,), P, device=dev))
+        self.cache.starts = state.starts.to(dev).clone()
+
+    @torch.no_grad()
+    def propose(self, state: DecodeState) -> DraftTree:
+        cache, dev = self.cache, self.model.device
+        B = state.batch_size
+        rows = torch.arange(B, device=dev)
+        # 1. catch up on tokens the drafter has not seen (at least the root)
+        need = state.lengths.to(dev) - cache.lengths
+        m = int(need.max())
+        j = torch.arange(m, device=dev)[None, :]
+        valid = j < need[:, None]
+        idx = (cache.lengths[:, None] + j).clamp(max=state.tokens.shape[1] - 1)
+        chunk = state.tokens.to(dev).gather(1, idx)
+        out = tree_forward(self.model, cache, chunk, chain_parents(valid), valid)
+        root_logits = out.logits[rows, need - 1].float()
+        cache.commit(j.expand(B, m), need)
+
+        sampling = state.sampling
+        roots = state.roots.to(dev)
+        if self.tree is None:
+            return self._chain(roots, root_logits, sampling, state.generator)
+        return self._tree(roots, root_logits, sampling, state.generator)
+
+    def observe(self, state: DecodeState, tree: DraftTree, result: AcceptResult) -> None:
+        """Commit the accepted nodes the drafter already fed; the rest is re-fed next step."""
+        dev = self.model.device
+        path = result.paths[:, 1:].to(dev)
+        n_acc = result.num_accepted.to(dev)
+        pending = self._node_to_pending.gather(1, path) if path.shape[1] else path
+        j = torch.arange(path.shape[1], device=dev)[None, :]
+        fed = (pending >= 0) & (j < n_acc[:, None])
+        count = fed.long().cumprod(1).sum(1) if path.shape[1] else n_acc * 0
+        count = count * state.active.to(dev)
+        self.cache.commit(pending.clamp(min=0), count)
+
+    # ------------------------------------------------------------------ drafting
+    def _feed(self, tokens: torch.LongTensor, pending_parents: torch.LongTensor) -> torch.Tensor:
+        valid = torch.ones_like(tokens, dtype=torch.bool)
+        out = tree_forward(self.model, self.cache, tokens, pending_parents, valid)
+        return out.logits.float()
+
+    def _chain(self, roots, logits, sampling, generator) -> DraftTree:
+        B, dev = roots.shape[0], roots.device
+        drafts, qs = [], []
+        for d in range(self.num_tokens):
+            if sampling.do_sample:
+                q = sampling.probs(logits)
+                tok = torch.multinomial(q, 1, generator=generator).squeeze(1)
+                qs.append(q)
+            else:
+                tok = logits.argmax(-1)
+            drafts.append(tok)
+            if d + 1 < self.num_tokens:
+                parent = torch.full((B, 1), d - 1 if d > 0 else -1, dtype=torch.long, device=dev)
+                logits = self._feed(tok[:, None], parent)[:, 0]
+        k = self.num_tokens
+        self._node_to_pending = torch.cat(
+            [torch.full((B, 1), -1, device=dev, dtype=torch.long),
+             torch.arange(k, device=dev).expand(B, k).clone()], dim=1)
+        self._node_to_pending[:, k] = -1  # the last draft was never fed
+        q = torch.stack(qs, 1) if qs else None
+        return DraftTree.chain(roots, torch.stack(drafts, 1), q=q)
+
+    def _tree(self, roots, root_logits, sampling, generator) -> DraftTree:
+        """Level-by-level expansion shared by static templates and dynamic trees."""
+        B, dev = roots.shape[0], roots.device
+        dynamic = self.tree == "dynamic"
+        template = None if dynamic else self.tree
+        stochastic = sampling.do_sample and not dynamic
+        tokens = [roots[:, None]]
+        parents = [torch.full((B, 1), -1, dtype=torch.long, device=dev)]
+        scores = [torch.zeros(B, 1, device=dev)]
+        qs = [torch.zeros(B, 1, root_logits.shape[-1], device=dev)] if stochastic else None
+        node_to_pending = [torch.full((B, 1), -1, dtype=torch.long, device=dev)]
+        # frontier: global node ids [B, F] whose next-token logits are [B, F, V]
+        frontier = torch.zeros(B, 1, dtype=torch.long, device=dev)
+        frontier_logits = root_logits[:, None]
+        n_nodes, n_pending = 1, 0
+        for d in range(1, self.depth + 1):
+            logp = torch.log_softmax(frontier_logits, -1)
+            F = frontier.shape[1]
+            if dynamic:
+                top_lp, top_tok = logp.topk(self.top_k, dim=-1)  # [B, F, k]
+                par_scores = torch.cat(scores, 1).gather(1, frontier)
+                child_tok = top_tok.reshape(B, -1)
+                child_par = frontier[:, :, None].expand(B, F, self.top_k).reshape(B, -1)
+                child_score = (par_scores[:, :, None] + top_lp).reshape(B, -1)
+                child_q = None
+            else:
+                level = template.level(d)
+                t_par = template.parents
+                local = [frontier_slot[t_par[i]] for i in level] if d > 1 else [0] * len(level)
+                ranks = torch.tensor([template.ranks[i] for i in level], device=dev)
+                local = torch.tensor(local, device=dev)
+                need_k = int(ranks.max()) + 1
+                if stochastic:
+                    q = sampling.probs(frontier_logits)  # [B, F, V]
+                    u = torch.rand(q.shape, generator=generator, device=dev).clamp_(1e-20, 1.0)
+                    keys = torch.log(q) - torch.log(-torch.log(u))
+                    ranked = keys.topk(need_k, dim=-1).indices
+                    child_q = q[:, local]
+                else:
+                    ranked = frontier_logits.topk(need_k, dim=-1).indices
+                    child_q = None
+                child_tok = ranked[:, local, ranks]
+                child_par = frontier[:, local]
+                child_score = torch.cat(scores, 1).gather(1, child_par) + logp[:, local].gather(
+                    2, child_tok[..., None]).squeeze(-1)
+            n_new = child_tok.shape[1]
+            new_ids = n_nodes + torch.arange(n_new, device=dev)
+            tokens.append(child_tok)
+            parents.append(child_par)
+            scores.append(child_score)
+            if qs is not None:
+                qs.append(child_q)
+            node_to_pending.append(torch.full((B, n_new), -1, dtype=torch.long, device=dev))
+            n_nodes += n_new
+            if d == self.depth:
+                break
+            # choose the nodes to expand next and feed them to the drafter
+            if dynamic:
+                pick = child_score.topk(min(self.top_k, n_new), dim=-1).indices  # [B, F']
+                frontier = new_ids[pick]
+            else:
+                next_level = template.level(d + 1)
+                expand = sorted({t_par[i] for i in next_level})
+                frontier_slot = {node: s for s, node in enumerate(expand)}
+                frontier = torch.tensor(expand, device=dev).expand(B, -1)
+            all_par = torch.cat(parents, 1)
+            all_n2p = torch.cat(node_to_pending, 1)
+            feed_tok = torch.cat(tokens, 1).gather(1, frontier)
+            feed_par = all_n2p.gather(1, all_par.gather(1, frontier))  # -1 when the parent is the root
+            frontier_logits = self._feed(feed_tok, feed_par)
+            F2 = frontier.shape[1]
+            all_n2p.scatter_(1, frontier, n_pending + torch.arange(F2, device=dev).expand(B, F2))
+            node_to_pending = [all_n2p]
+            n_pending += F2
+
+        tok = torch.cat(tokens, 1)
+        par = torch.cat(parents, 1)
+        n2p = torch.cat(node_to_pending, 1)
+        if dynamic:
+            depth = torch.cat([torch.full_like(t, i) for i, t in enumerate(tokens)], 1)
+            keep = select_best_nodes(torch.cat(scores, 1), par, depth, torch.ones_like(par, dtype=torch.bool),
+                                     self.num_nodes + 1)
+            tok, par, _, _ = subtree(tok, par, keep)
+            n2p = n2p.gather(1, keep)
+            self._node_to_pending = n2p
+            return DraftTree(tok, par)
+        self._node_to_pending = n2p
+        if stochastic:
+            return DraftTree(tok, par, q=torch.cat(qs, 1), sibling_rule="without_replacement")
+        return DraftTree(tok, par)

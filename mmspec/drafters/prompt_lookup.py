@@ -1,0 +1,52 @@
+"""Prompt lookup decoding (Saxena 2023): training-free n-gram drafting from the context itself.
+
+For each row, find the most recent earlier occurrence of the context's last n tokens (n from
+``max_ngram`` down to ``min_ngram``) and propose the ``num_tokens`` tokens that followed it. Drafts are
+deterministic, so the sampling verifier uses point-mass proposals and stays lossless.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..state import DecodeState
+from ..tree import DraftTree
+from .base import Drafter
+
+
+def lookup_continuation(context: torch.LongTensor, num_tokens: int, max_ngram: int, min_ngram: int) -> torch.LongTensor:
+    """The continuation after the most recent earlier match of the context's suffix (may be empty)."""
+    L = context.shape[0]
+    for n in range(min(max_ngram, L - 1), min_ngram - 1, -1):
+        windows = context.unfold(0, n, 1)[:-1]  # every n-gram except the suffix itself
+        hits = torch.nonzero((windows == context[-n:]).all(1)).flatten()
+        if hits.numel():
+            start = int(hits[-1]) + n
+            return context[start: start + num_tokens]
+    return context[:0]
+
+
+class PromptLookupDrafter(Drafter):
+    vocab_size = None
+
+    def __init__(self, num_tokens: int = 10, max_ngram: int = 3, min_ngram: int = 1):
+        if num_tokens < 1 or min_ngram < 1 or max_ngram < min_ngram:
+            raise ValueError("PromptLookupDrafter needs num_tokens >= 1 and 1 <= min_ngram <= max_ngram")
+        self.num_tokens, self.max_ngram, self.min_ngram = num_tokens, max_ngram, min_ngram
+
+    @property
+    def max_nodes(self) -> int:
+        return self.num_tokens + 1
+
+    def propose(self, state: DecodeState) -> DraftTree:
+        B = state.batch_size
+        drafts = torch.zeros(B, self.num_tokens, dtype=torch.long, device=state.tokens.device)
+        lengths = torch.zeros(B, dtype=torch.long, device=state.tokens.device)
+        for b in range(B):
+            if not bool(state.active[b]):
+                continue
+            cont = lookup_continuation(state.row(b), self.num_tokens, self.max_ngram, self.min_ngram)
+            drafts[b, : cont.numel()] = cont
+            lengths[b] = cont.numel()
+        width = max(int(lengths.max()), 0)
+        return DraftTree.chain(state.roots, drafts[:, :width], lengths=lengths)

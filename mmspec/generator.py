@@ -1,0 +1,224 @@
+"""The one decoding loop: prefill -> repeat {propose -> verify -> commit -> observe}.
+
+``SpeculativeGenerator(target, drafter).generate(...)`` returns the same sequences as
+``target.generate(...)`` under greedy decoding (bit-exact) and the same distribution under sampling,
+with left padding, per-row acceptance and EOS handling laid out like HF ``generate``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .cache import SpecKVCache
+from .drafters.base import Drafter
+from .state import DecodeState
+from .verifiers.logits import SamplingConfig
+from .verifiers.tree_forward import prefill_parents, tree_forward
+from .verifiers.tree_verifier import TreeVerifier
+
+
+@dataclass
+class GenerationStats:
+    new_tokens: int = 0  # generated tokens summed over rows
+    target_forwards: int = 0  # target forward calls, prefill included
+    row_forwards: int = 0  # (row, forward) pairs while the row was still generating
+    accept_lengths: list[list[int]] = field(default_factory=list)  # [row][step]: tokens emitted per step
+    draft_time: float = 0.0
+    verify_time: float = 0.0
+    total_time: float = 0.0
+
+    @property
+    def mean_accepted_tokens(self) -> float:
+        """tau: new tokens per target forward per row (plain decoding = 1.0; bonus token included)."""
+        return self.new_tokens / max(self.row_forwards, 1)
+
+    def as_dict(self) -> dict:
+        return {
+            "new_tokens": self.new_tokens,
+            "target_forwards": self.target_forwards,
+            "mean_accepted_tokens": self.mean_accepted_tokens,
+            "draft_time": self.draft_time,
+            "verify_time": self.verify_time,
+            "total_time": self.total_time,
+        }
+
+
+@dataclass
+class GenerationOutput:
+    sequences: torch.LongTensor  # [B, prompt_len + new], left padding kept, finished rows padded
+    stats: GenerationStats
+
+
+def _text_config(model):
+    cfg = model.config
+    return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+
+
+def _as_id_list(ids) -> list[int]:
+    if ids is None:
+        return []
+    if isinstance(ids, torch.Tensor):
+        return [int(i) for i in ids.flatten().tolist()]
+    if isinstance(ids, int):
+        return [ids]
+    return [int(i) for i in ids]
+
+
+class SpeculativeGenerator:
+    """Speculative decoding with any drafter on a stock HF causal LM target."""
+
+    def __init__(self, target_model, drafter: Drafter, max_cache_len: int | None = None):
+        self.target = target_model.eval()
+        self.drafter = drafter
+        self.max_cache_len = max_cache_len
+        self.vocab_size = _text_config(target_model).vocab_size
+        if drafter.vocab_size is not None and drafter.vocab_size != self.vocab_size:
+            raise ValueError(
+                f"drafter vocabulary ({drafter.vocab_size} tokens) does not match the target's "
+                f"({self.vocab_size} tokens): the drafter must share the target's tokenizer"
+            )
+
+    # ------------------------------------------------------------------ validation
+    def _check_inputs(self, input_ids, attention_mask, max_new_tokens):
+        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+            raise ValueError("input_ids must be a LongTensor of shape [batch, prompt_len]")
+        if input_ids.shape[0] == 0 or input_ids.shape[1] == 0:
+            raise ValueError("empty prompt: input_ids has no tokens")
+        if max_new_tokens is None or max_new_tokens <= 0:
+            raise ValueError(f"max_new_tokens must be > 0, got {max_new_tokens}")
+        if (input_ids < 0).any() or (input_ids >= self.vocab_size).any():
+            raise ValueError(f"input_ids contain ids outside the target vocabulary [0, {self.vocab_size})")
+        if attention_mask is None:
+            return torch.ones_like(input_ids)
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(
+                f"attention_mask shape {tuple(attention_mask.shape)} does not match input_ids "
+                f"shape {tuple(input_ids.shape)}"
+            )
+        if not ((attention_mask == 0) | (attention_mask == 1)).all():
+            raise ValueError("attention_mask must contain only 0 and 1")
+        mask = attention_mask.long()
+        if (mask.sum(1) == 0).any():
+            raise ValueError("empty prompt: a row of attention_mask has no real token")
+        if (mask[:, 1:] < mask[:, :-1]).any():
+            raise ValueError(
+                "attention_mask must be left-padded (0s then 1s) like HF generate for decoder-only models; "
+                "right padding or holes are not supported"
+            )
+        return mask
+
+    def _cache_len(self, prompt_len: int, max_new_tokens: int) -> int:
+        need = prompt_len + max_new_tokens + self.drafter.max_nodes + 1
+        max_pos = getattr(_text_config(self.target), "max_position_embeddings", None)
+        if max_pos is not None and prompt_len + max_new_tokens > max_pos:
+            raise ValueError(
+                f"request longer than the model supports: prompt {prompt_len} + max_new_tokens "
+                f"{max_new_tokens} > max_position_embeddings {max_pos}"
+            )
+        if self.max_cache_len is not None:
+            if need > self.max_cache_len:
+                raise ValueError(
+                    f"request longer than the cache: prompt {prompt_len} + max_new_tokens {max_new_tokens} "
+                    f"+ draft tree {self.drafter.max_nodes} needs {need} slots, max_cache_len is {self.max_cache_len}"
+                )
+            return self.max_cache_len
+        return need
+
+    # ------------------------------------------------------------------ the loop
+    @torch.no_grad()
+    def generate(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
+                 max_new_tokens: int = 64, do_sample: bool = False, temperature: float = 1.0,
+                 top_k: int | None = None, top_p: float | None = None, eos_token_id=None,
+                 generator: torch.Generator | None = None, pad_token_id: int | None = None) -> GenerationOutput:
+        t_start = time.perf_counter()
+        dev = self.target.device
+        input_ids = input_ids.to(dev)
+        mask = self._check_inputs(input_ids, attention_mask.to(dev) if attention_mask is not None else None,
+                                  max_new_tokens)
+        sampling = SamplingConfig(do_sample, temperature, top_k, top_p)
+        gen_cfg = getattr(self.target, "generation_config", None)
+        eos = _as_id_list(eos_token_id if eos_token_id is not None else getattr(gen_cfg, "eos_token_id", None))
+        if pad_token_id is None:
+            pad_token_id = getattr(gen_cfg, "pad_token_id", None)
+        if pad_token_id is None:
+            pad_token_id = eos[0] if eos else 0
+        eos_t = torch.tensor(eos, dtype=torch.long, device=dev)
+
+        B, P = input_ids.shape
+        cache_len = self._cache_len(P, max_new_tokens)
+        cache = SpecKVCache.for_model(self.target, B, cache_len)
+        stats = GenerationStats(accept_lengths=[[] for _ in range(B)])
+        verifier = TreeVerifier(sampling)
+
+        # prefill: the whole prompt, then the first token (which becomes the first tree root)
+        t0 = time.perf_counter()
+        out = tree_forward(self.target, cache, input_ids, prefill_parents(mask), mask.bool())
+        cache.commit(torch.arange(P, device=dev).expand(B, P), torch.full((B,), P, device=dev))
+        cache.starts = (P - mask.sum(1)).to(dev)
+        first = sampling.pick(out.logits[:, -1].float(), generator)
+        stats.verify_time += time.perf_counter() - t0
+        stats.target_forwards += 1
+        stats.row_forwards += B
+
+        capacity = P + max_new_tokens + self.drafter.max_nodes + 2
+        tokens = torch.full((B, capacity), pad_token_id, dtype=torch.long, device=dev)
+        tokens[:, :P] = input_ids
+        tokens[:, P] = first
+        state = DecodeState(tokens, torch.full((B,), P + 1, device=dev), cache.starts.clone(), P,
+                            torch.ones(B, dtype=torch.bool, device=dev), sampling, generator)
+        generated = torch.ones(B, dtype=torch.long, device=dev)
+        if eos:
+            state.active &= ~torch.isin(first, eos_t)
+        state.active &= generated < max_new_tokens
+        for b in range(B):
+            stats.accept_lengths[b].append(1)
+
+        if state.active.any():
+            t0 = time.perf_counter()
+            self.drafter.begin(state, capacity)
+            stats.draft_time += time.perf_counter() - t0
+
+        while state.active.any():
+            t0 = time.perf_counter()
+            tree = self.drafter.propose(state)
+            t1 = time.perf_counter()
+            check = verifier.verify(self.target, cache, tree, generator)
+            result = check.result
+            verifier.commit(cache, result, state.active)
+            t2 = time.perf_counter()
+            stats.draft_time += t1 - t0
+            stats.verify_time += t2 - t1
+            stats.target_forwards += 1
+            stats.row_forwards += int(state.active.sum())
+
+            new, counts = result.emitted_tokens(tree)
+            counts = torch.where(state.active, torch.minimum(counts, max_new_tokens - generated), 0)
+            if eos:
+                j = torch.arange(new.shape[1], device=dev)[None, :]
+                hit = torch.isin(new, eos_t) & (j < counts[:, None])
+                first_eos = torch.where(hit, j, new.shape[1]).min(1).values
+                counts = torch.where(hit.any(1), first_eos + 1, counts)
+                finished = hit.any(1)
+            else:
+                finished = torch.zeros_like(state.active)
+            for b in torch.nonzero(state.active).flatten().tolist():
+                stats.accept_lengths[b].append(int(counts[b]))
+            state.append(new, counts)
+            generated += counts
+            state.active &= ~finished & (generated < max_new_tokens)
+
+            t0 = time.perf_counter()
+            if state.active.any():
+                self.drafter.observe(state, tree, result)
+            stats.draft_time += time.perf_counter() - t0
+
+        stats.new_tokens = int(generated.sum())
+        width = P + int(generated.max())
+        sequences = state.tokens[:, :width].clone()
+        j = torch.arange(width, device=dev)[None, :]
+        sequences[j >= state.lengths[:, None]] = pad_token_id
+        stats.total_time = time.perf_counter() - t_start
+        return GenerationOutput(sequences, stats)

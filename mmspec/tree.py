@@ -1,0 +1,253 @@
+"""DraftTree: the one structure every drafter hands to the verifier.
+
+A tree is batched: row ``b`` holds ``N`` node slots. Node 0 is the *root*: the last committed token,
+which the target has not seen yet. Every other node is a draft token whose parent index is smaller
+than its own (topological order), so a chain is simply ``parents = [-1, 0, 1, 2, ...]``. Rows may
+use fewer than ``N`` nodes; unused slots have ``valid = False``.
+
+``q[b, n]`` is the distribution node ``n`` was drawn from (the drafter's distribution at its parent).
+``q is None`` means every child was chosen deterministically (point-mass proposals), which the
+sampling verifier handles exactly (DESIGN.md, "Tree verifier").
+
+Derived views (ancestor mask, depth, ``position_ids``, root-to-leaf paths) follow EAGLE's tree
+buffers idea, computed with tensor ops rather than per-node Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Sequence
+
+import torch
+
+SiblingRule = Literal["deterministic", "iid", "without_replacement"]
+
+
+@dataclass
+class DraftTree:
+    tokens: torch.LongTensor  # [B, N]; column 0 is the root
+    parents: torch.LongTensor  # [B, N]; -1 for the root, parents[b, n] < n otherwise
+    valid: torch.BoolTensor | None = None  # [B, N]; None = all nodes exist
+    q: torch.Tensor | None = None  # [B, N, V] proposal each node was drawn from; None = deterministic
+    sibling_rule: SiblingRule = "deterministic"
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.tokens.dim() != 2 or self.tokens.shape != self.parents.shape:
+            raise ValueError(
+                f"DraftTree tokens and parents must both be [batch, nodes]; got {tuple(self.tokens.shape)} "
+                f"and {tuple(self.parents.shape)}"
+            )
+        if self.valid is None:
+            self.valid = torch.ones_like(self.tokens, dtype=torch.bool)
+        n = torch.arange(self.num_nodes, device=self.tokens.device)
+        bad_order = (self.parents >= n) & self.valid
+        if bad_order.any() or (self.parents[:, 0] != -1).any() or ((self.parents[:, 1:] < 0) & self.valid[:, 1:]).any():
+            raise ValueError("DraftTree parents must satisfy parents[:, 0] == -1 and 0 <= parents[:, n] < n")
+        if self.q is None and self.sibling_rule != "deterministic":
+            raise ValueError(f"sibling_rule={self.sibling_rule!r} needs the draft distributions q")
+
+    # ------------------------------------------------------------------ construction helpers
+    @classmethod
+    def chain(cls, root: torch.LongTensor, drafts: torch.LongTensor, q: torch.Tensor | None = None,
+              lengths: torch.LongTensor | None = None) -> "DraftTree":
+        """A chain root -> d1 -> ... -> dk. ``lengths[b]`` drafts are real in row b (the rest padding).
+
+        ``q`` (optional, [B, k, V]) is the proposal distribution of each draft.
+        """
+        B, k = drafts.shape
+        tokens = torch.cat([root.view(B, 1), drafts], dim=1)
+        parents = (torch.arange(k + 1, device=root.device) - 1).expand(B, k + 1).clone()
+        valid = None
+        if lengths is not None:
+            valid = torch.arange(k + 1, device=root.device)[None, :] <= lengths.view(B, 1)
+        full_q = None
+        if q is not None:
+            full_q = torch.cat([torch.zeros_like(q[:, :1]), q], dim=1)
+        return cls(tokens, parents, valid, full_q, "iid" if q is not None else "deterministic")
+
+    @classmethod
+    def root_only(cls, root: torch.LongTensor) -> "DraftTree":
+        return cls(root.view(-1, 1), torch.full_like(root.view(-1, 1), -1))
+
+    # ------------------------------------------------------------------ derived views
+    @property
+    def batch_size(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def num_nodes(self) -> int:
+        return self.tokens.shape[1]
+
+    @property
+    def ancestor_mask(self) -> torch.BoolTensor:
+        """[B, N, N]: ``mask[b, i, j]`` is True iff node j is node i or one of its ancestors."""
+        if "anc" not in self._cache:
+            self._cache["anc"] = ancestor_mask(self.parents)
+        return self._cache["anc"]
+
+    @property
+    def depth(self) -> torch.LongTensor:
+        """[B, N]: distance from the root (root = 0)."""
+        return self.ancestor_mask.sum(-1) - 1
+
+    @property
+    def max_depth(self) -> int:
+        return int((self.depth * self.valid).max())
+
+    def position_ids(self, committed: torch.LongTensor) -> torch.LongTensor:
+        """Positions of the nodes for a target whose row ``b`` has ``committed[b]`` tokens in its cache."""
+        return committed.view(-1, 1) + self.depth
+
+    @property
+    def is_leaf(self) -> torch.BoolTensor:
+        B, N = self.tokens.shape
+        has_child = torch.zeros(B, N + 1, dtype=torch.bool, device=self.tokens.device)
+        idx = torch.where(self.valid, self.parents, N).clamp(min=0)
+        idx[:, 0] = N
+        has_child.scatter_(1, idx, True)
+        return self.valid & ~has_child[:, :N]
+
+    def paths(self, row: int = 0) -> list[list[int]]:
+        """Root-to-leaf node-index paths of one row (for inspection and tests)."""
+        anc = self.ancestor_mask[row]
+        leaves = torch.nonzero(self.is_leaf[row]).flatten().tolist()
+        return [torch.nonzero(anc[leaf]).flatten().tolist() for leaf in leaves]
+
+    def retrieve_indices(self) -> torch.LongTensor:
+        """[B, L, D+1] EAGLE-style retrieve buffer: each leaf's path, padded with -1."""
+        B = self.batch_size
+        rows = [self.paths(b) for b in range(B)]
+        n_leaves = max(len(r) for r in rows)
+        depth = max(len(p) for r in rows for p in r)
+        out = torch.full((B, n_leaves, depth), -1, dtype=torch.long)
+        for b, r in enumerate(rows):
+            for i, p in enumerate(r):
+                out[b, i, : len(p)] = torch.tensor(p)
+        return out.to(self.tokens.device)
+
+
+def ancestor_mask(parents: torch.LongTensor) -> torch.BoolTensor:
+    """Ancestor-or-self mask from parent indices (-1 = no parent), by pointer doubling over depth."""
+    B, N = parents.shape
+    eye = torch.eye(N, dtype=torch.bool, device=parents.device).expand(B, N, N)
+    mask = eye.clone()
+    cur = parents.clone()
+    batch = torch.arange(B, device=parents.device)[:, None]
+    node = torch.arange(N, device=parents.device)[None, :]
+    while True:
+        has = cur >= 0
+        if not has.any():
+            return mask
+        mask[batch.expand(B, N)[has], node.expand(B, N)[has], cur[has]] = True
+        cur = torch.where(has, parents.gather(1, cur.clamp(min=0)), cur)
+
+
+# ---------------------------------------------------------------------- static templates
+@dataclass(frozen=True)
+class TreeTemplate:
+    """A static tree shape: each node is the path of child *ranks* from the root.
+
+    ``[(0,), (1,), (0, 0)]`` = the root's top-1 and top-2 children, and the top-1 child of the top-1
+    child. Nodes are stored in breadth-first order so parents precede children.
+    """
+
+    rank_paths: tuple[tuple[int, ...], ...]
+
+    def __post_init__(self):
+        paths = set(self.rank_paths)
+        for p in self.rank_paths:
+            if len(p) == 0:
+                raise ValueError("template paths must be non-empty (the root is implicit)")
+            if len(p) > 1 and p[:-1] not in paths:
+                raise ValueError(f"template path {p} has no parent {p[:-1]} in the template")
+        ordered = tuple(sorted(paths, key=lambda p: (len(p), p)))
+        object.__setattr__(self, "rank_paths", ordered)
+
+    @classmethod
+    def chain(cls, depth: int) -> "TreeTemplate":
+        return cls(tuple((0,) * d for d in range(1, depth + 1)))
+
+    @classmethod
+    def full(cls, branching: Sequence[int]) -> "TreeTemplate":
+        """Every node at depth d gets ``branching[d]`` children (e.g. (3, 2, 1, 1, 1))."""
+        level: list[tuple[int, ...]] = [()]
+        out: list[tuple[int, ...]] = []
+        for k in branching:
+            level = [p + (r,) for p in level for r in range(k)]
+            out.extend(level)
+        return cls(tuple(out))
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes including the root."""
+        return len(self.rank_paths) + 1
+
+    @property
+    def depth(self) -> int:
+        return max(len(p) for p in self.rank_paths)
+
+    @property
+    def parents(self) -> list[int]:
+        index = {(): 0}
+        for i, p in enumerate(self.rank_paths, start=1):
+            index[p] = i
+        return [-1] + [index[p[:-1]] for p in self.rank_paths]
+
+    @property
+    def ranks(self) -> list[int]:
+        return [0] + [p[-1] for p in self.rank_paths]
+
+    def level(self, d: int) -> list[int]:
+        """Node indices (1-based, root = 0) at depth ``d``."""
+        return [i for i, p in enumerate(self.rank_paths, start=1) if len(p) == d]
+
+    def max_children(self) -> int:
+        counts: dict[tuple[int, ...], int] = {}
+        for p in self.rank_paths:
+            counts[p[:-1]] = counts.get(p[:-1], 0) + 1
+        return max(counts.values())
+
+
+# A LANTERN++/EAGLE-like depth-5 shape: wide near the root, thin deeper down.
+DEFAULT_TREE = TreeTemplate.full((3, 2, 1, 1, 1))
+
+
+def select_best_nodes(scores: torch.Tensor, parents: torch.LongTensor, depth: torch.LongTensor,
+                      valid: torch.BoolTensor, keep: int) -> torch.LongTensor:
+    """EAGLE-2 re-ranking: keep the ``keep`` nodes with the highest cumulative log-probability.
+
+    Returns node indices [B, keep] sorted so that parents precede children (root first). A child's
+    cumulative score never exceeds its parent's, so the kept set is closed under ancestors; ties are
+    broken toward shallower nodes to keep that true.
+    """
+    B, N = scores.shape
+    keep = min(keep, N)
+    key = torch.where(valid, scores, torch.full_like(scores, float("-inf")))
+    key[:, 0] = float("inf")  # the root is always kept
+    order = _lexsort_desc(key, depth)
+    chosen = order[:, :keep]
+    # Restore topological order: sort by node index (parents always have smaller indices).
+    return torch.sort(chosen, dim=1).values
+
+
+def _lexsort_desc(key: torch.Tensor, depth: torch.LongTensor) -> torch.LongTensor:
+    """Sort by key descending, then depth ascending (stable)."""
+    by_depth = torch.argsort(depth, dim=1, stable=True)
+    key_sorted = key.gather(1, by_depth)
+    by_key = torch.argsort(key_sorted, dim=1, descending=True, stable=True)
+    return by_depth.gather(1, by_key)
+
+
+def subtree(tree_tokens: torch.LongTensor, parents: torch.LongTensor, keep_idx: torch.LongTensor,
+            q: torch.Tensor | None = None, valid: torch.BoolTensor | None = None):
+    """Restrict a tree to nodes ``keep_idx`` ([B, K], ancestor-closed, ascending) and re-index parents."""
+    B, N = parents.shape
+    remap = torch.full((B, N), -1, dtype=torch.long, device=parents.device)
+    remap.scatter_(1, keep_idx, torch.arange(keep_idx.shape[1], device=parents.device).expand(B, -1).contiguous())
+    old_par = parents.gather(1, keep_idx)
+    new_par = torch.where(old_par >= 0, remap.gather(1, old_par.clamp(min=0)), old_par)
+    tokens = tree_tokens.gather(1, keep_idx)
+    new_q = None if q is None else q.gather(1, keep_idx[..., None].expand(-1, -1, q.shape[-1]))
+    new_valid = None if valid is None else valid.gather(1, keep_idx)
+    return tokens, new_par, new_q, new_valid

@@ -1,0 +1,68 @@
+"""One forward of a stock HF model over a block of tree nodes, through the public doors only.
+
+Positions go in as ``position_ids`` (committed length + depth), the tree structure as a 4-D mask
+(boolean for SDPA, additive float for eager attention), and K/V through ``SpecKVCache``. No modeling
+file is copied or patched.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..cache import SpecKVCache
+
+
+def attn_implementation(model) -> str:
+    cfg = model.config
+    impl = getattr(cfg, "_attn_implementation", None) or "sdpa"
+    return impl
+
+
+def to_model_mask(mask: torch.BoolTensor, model, dtype: torch.dtype) -> torch.Tensor:
+    """SDPA (and flex-free paths) take the bool mask as is; eager attention adds the mask to scores."""
+    if attn_implementation(model) == "sdpa":
+        return mask
+    additive = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    return additive.masked_fill(~mask, torch.finfo(dtype).min)
+
+
+def model_dtype(model) -> torch.dtype:
+    return next(model.parameters()).dtype
+
+
+def tree_forward(model, cache: SpecKVCache, input_ids: torch.LongTensor | None, parents: torch.LongTensor,
+                 valid: torch.BoolTensor, inputs_embeds: torch.Tensor | None = None,
+                 output_hidden_states: bool = False, **model_kwargs):
+    """Append the nodes ``input_ids`` ([B, T]) as pending entries of ``cache`` and return the model output.
+
+    ``parents`` index pending nodes (-1 = attached to the committed prefix). The caller commits or
+    discards the pending nodes afterwards.
+    """
+    positions, mask = cache.prepare_append(parents, valid)
+    mask = to_model_mask(mask, model, model_dtype(model))
+    return model(
+        input_ids=input_ids,
+        inputs_embeds=inputs_embeds,
+        attention_mask=mask,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+        output_hidden_states=output_hidden_states,
+        **model_kwargs,
+    )
+
+
+def chain_parents(valid: torch.BoolTensor) -> torch.LongTensor:
+    """Parents for a left-aligned ragged chain: node t hangs off node t-1 (node 0 off the prefix)."""
+    B, T = valid.shape
+    return (torch.arange(T, device=valid.device) - 1).expand(B, T).contiguous()
+
+
+def prefill_parents(attention_mask: torch.LongTensor) -> torch.LongTensor:
+    """Parents for a left-padded prompt: padding and the first real token hang off the (empty) prefix."""
+    B, T = attention_mask.shape
+    parents = (torch.arange(T, device=attention_mask.device) - 1).expand(B, T).clone()
+    first_real = (attention_mask == 0).sum(1)
+    col = torch.arange(T, device=attention_mask.device)[None, :]
+    parents[col <= first_real[:, None]] = -1
+    return parents

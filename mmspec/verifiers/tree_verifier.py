@@ -1,0 +1,48 @@
+"""The tree verifier: one target forward over all tree nodes, then an acceptance rule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..cache import SpecKVCache
+from ..tree import DraftTree
+from .acceptance import AcceptResult, greedy_accept, sampling_accept
+from .logits import SamplingConfig
+from .tree_forward import tree_forward
+
+
+@dataclass
+class Verification:
+    result: AcceptResult
+    logits: torch.Tensor  # [B, N, V]
+    hidden_states: tuple | None  # per-layer hidden states at the tree nodes, when requested
+
+
+class TreeVerifier:
+    """Runs the target over a DraftTree appended to its cache and decides what to keep.
+
+    The cache is left with the tree as pending nodes; ``commit`` keeps the accepted path.
+    """
+
+    def __init__(self, sampling: SamplingConfig):
+        self.sampling = sampling
+
+    def verify(self, model, cache: SpecKVCache, tree: DraftTree, generator: torch.Generator | None = None,
+               output_hidden_states: bool = False) -> Verification:
+        out = tree_forward(model, cache, tree.tokens, tree.parents, tree.valid,
+                           output_hidden_states=output_hidden_states)
+        logits = out.logits
+        result = self.accept(tree, logits, generator)
+        return Verification(result, logits, out.hidden_states if output_hidden_states else None)
+
+    def accept(self, tree: DraftTree, logits: torch.Tensor, generator: torch.Generator | None = None) -> AcceptResult:
+        if not self.sampling.do_sample:
+            return greedy_accept(tree, logits)
+        return sampling_accept(tree, self.sampling.probs(logits), generator)
+
+    @staticmethod
+    def commit(cache: SpecKVCache, result: AcceptResult, active: torch.BoolTensor) -> None:
+        """Keep root + accepted drafts of each active row in the target cache."""
+        cache.commit(result.paths, torch.where(active, result.path_lengths, 0))
