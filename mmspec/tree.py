@@ -128,19 +128,22 @@ class DraftTree:
 
 
 def ancestor_mask(parents: torch.LongTensor) -> torch.BoolTensor:
-    """Ancestor-or-self mask from parent indices (-1 = no parent), by pointer doubling over depth."""
+    """Ancestor-or-self mask from parent indices (-1 = no parent).
+
+    Pointer doubling: after step k each row holds all ancestors closer than 2^k, so a depth-D tree
+    takes ceil(log2(D + 1)) batched gathers instead of D Python iterations.
+    """
     B, N = parents.shape
-    eye = torch.eye(N, dtype=torch.bool, device=parents.device).expand(B, N, N)
-    mask = eye.clone()
-    cur = parents.clone()
-    batch = torch.arange(B, device=parents.device)[:, None]
-    node = torch.arange(N, device=parents.device)[None, :]
+    mask = torch.eye(N, dtype=torch.bool, device=parents.device).expand(B, N, N).clone()
+    jump = parents
     while True:
-        has = cur >= 0
+        has = jump >= 0
         if not has.any():
             return mask
-        mask[batch.expand(B, N)[has], node.expand(B, N)[has], cur[has]] = True
-        cur = torch.where(has, parents.gather(1, cur.clamp(min=0)), cur)
+        target = jump.clamp(min=0)
+        reached = mask.gather(1, target[:, :, None].expand(B, N, N))
+        mask |= reached & has[:, :, None]
+        jump = torch.where(has, jump.gather(1, target), jump)
 
 
 # ---------------------------------------------------------------------- static templates

@@ -1,0 +1,217 @@
+"""`mmspec bench`: every method side by side, same prompts, same process, after warm-up.
+
+Reports tau (mean accepted tokens = new tokens / target forwards, mmspec methods), speedup vs plain
+HF decoding, and exactness (share of prompts whose greedy output equals plain decoding's). Peers a
+user would otherwise pick run through HF ``generate``: assisted generation with the same draft model
+and prompt lookup.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from .. import DEFAULT_TREE, SpeculativeGenerator
+from ..drafters import AutoregressiveDrafter, PromptLookupDrafter
+from ..tiny import ARCHITECTURES, tiny_model
+
+ALL_METHODS = ["plain", "hf-assisted", "hf-prompt-lookup", "mmspec-chain", "mmspec-tree", "mmspec-dynamic",
+               "mmspec-prompt-lookup"]
+
+
+@dataclass
+class MethodResult:
+    method: str
+    seconds: float
+    new_tokens: int
+    tau: float | None
+    speedup: float | None = None
+    exact: float | None = None
+    accept_lengths: list[int] = field(default_factory=list)
+
+
+def load_model(spec: str, seed: int = 0, layers: int | None = None):
+    """``tiny:<arch>`` (random stock model) or a local checkpoint directory."""
+    if spec.startswith("tiny:"):
+        arch = spec.split(":", 1)[1]
+        if arch not in ARCHITECTURES:
+            raise ValueError(f"unknown tiny architecture {arch!r}; choose from {sorted(ARCHITECTURES)}")
+        kw = dict(vocab_size=512, hidden_size=128, num_layers=layers or 4, num_heads=4, num_kv_heads=2,
+                  max_positions=2048)
+        return tiny_model(arch, seed=seed, **kw), None
+    path = Path(spec)
+    if not path.is_dir():
+        raise ValueError(f"model {spec!r} is neither 'tiny:<arch>' nor a local checkpoint directory")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True).eval()
+    try:
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError):
+        tok = None
+    return model, tok
+
+
+DEFAULT_TEXT_PROMPTS = [
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "The quick brown fox jumps over the lazy dog. The quick brown fox",
+    "import os\nimport sys\n\n\ndef main():\n",
+    "Speculative decoding makes large language models faster because",
+]
+
+
+def make_prompts(tokenizer, vocab_size: int, n: int, length: int, seed: int) -> list[torch.LongTensor]:
+    if tokenizer is not None:
+        texts = (DEFAULT_TEXT_PROMPTS * (n // len(DEFAULT_TEXT_PROMPTS) + 1))[:n]
+        return [tokenizer(t, return_tensors="pt").input_ids for t in texts]
+    g = torch.Generator().manual_seed(seed)
+    prompts = []
+    for _ in range(n):
+        # random tokens with a repeated motif: the kind of context prompt lookup can exploit
+        motif = torch.randint(3, vocab_size, (max(length // 4, 2),), generator=g)
+        head = torch.randint(3, vocab_size, (length - 2 * motif.numel(),), generator=g)
+        prompts.append(torch.cat([motif, head, motif])[None])
+    return prompts
+
+
+def _hf_generate(target, ids, max_new_tokens, **kw):
+    """HF generate for exactly ``max_new_tokens`` (EOS disabled, as for the mmspec runs)."""
+    config = copy.deepcopy(target.generation_config)
+    assistant = kw.pop("assistant_model", None)
+    kw.setdefault("do_sample", False)
+    config.update(eos_token_id=None, max_new_tokens=max_new_tokens, **kw)
+    extra = {"assistant_model": assistant} if assistant is not None else {}
+    return target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, **extra)
+
+
+def build_runner(method: str, target, draft, num_tokens: int, max_new_tokens: int, sampling: dict):
+    """A callable prompt -> (sequence, stats or None) for one method."""
+    pad = target.generation_config.pad_token_id
+    hf_kw = dict(pad_token_id=pad if pad is not None else 0)
+    if sampling.get("do_sample"):
+        hf_kw.update(do_sample=True, temperature=sampling["temperature"], top_k=None, top_p=None)
+    if method == "plain":
+        return lambda ids: (_hf_generate(target, ids, max_new_tokens, **hf_kw), None)
+    if method == "hf-assisted":
+        if draft is None:
+            return None
+        return lambda ids: (_hf_generate(target, ids, max_new_tokens, assistant_model=draft, **hf_kw), None)
+    if method == "hf-prompt-lookup":
+        return lambda ids: (_hf_generate(target, ids, max_new_tokens, prompt_lookup_num_tokens=num_tokens,
+                                         **hf_kw), None)
+    drafter = {
+        "mmspec-chain": lambda: AutoregressiveDrafter(draft, num_tokens=num_tokens) if draft is not None else None,
+        "mmspec-tree": lambda: AutoregressiveDrafter(draft, tree=DEFAULT_TREE) if draft is not None else None,
+        "mmspec-dynamic": lambda: AutoregressiveDrafter(draft, num_tokens=num_tokens, tree="dynamic", top_k=4,
+                                                        num_nodes=16) if draft is not None else None,
+        "mmspec-prompt-lookup": lambda: PromptLookupDrafter(num_tokens=num_tokens),
+    }[method]()
+    if drafter is None:
+        return None
+    gen = SpeculativeGenerator(target, drafter)
+    gen_kw = dict(do_sample=bool(sampling.get("do_sample")), temperature=sampling.get("temperature", 1.0))
+
+    def run(ids):
+        g = torch.Generator().manual_seed(0)
+        out = gen.generate(ids, max_new_tokens=max_new_tokens, eos_token_id=[], generator=g, **gen_kw)
+        return out.sequences, out.stats
+
+    return run
+
+
+def run_bench(model: str = "tiny:llama", draft: str | None = "tiny:llama", methods: list[str] | None = None,
+              num_prompts: int = 4, prompt_length: int = 48, max_new_tokens: int = 64, num_tokens: int = 4,
+              do_sample: bool = False, temperature: float = 1.0, repeats: int = 1, seed: int = 0,
+              draft_layers: int = 1, progress: bool = True) -> dict:
+    torch.manual_seed(seed)
+    target, tokenizer = load_model(model, seed=seed)
+    draft_model = None
+    if draft == "self":
+        draft_model = target
+    elif draft is not None:
+        draft_model, _ = load_model(draft, seed=seed + 1, layers=draft_layers)
+    vocab = target.config.get_text_config().vocab_size
+    prompts = make_prompts(tokenizer, vocab, num_prompts, prompt_length, seed)
+    methods = methods or ALL_METHODS
+    unknown = set(methods) - set(ALL_METHODS)
+    if unknown:
+        raise ValueError(f"unknown methods {sorted(unknown)}; choose from {ALL_METHODS}")
+    if "plain" not in methods:
+        methods = ["plain"] + list(methods)
+    sampling = dict(do_sample=do_sample, temperature=temperature)
+
+    runners = {m: build_runner(m, target, draft_model, num_tokens, max_new_tokens, sampling) for m in methods}
+    runners = {m: r for m, r in runners.items() if r is not None}
+    results: dict[str, MethodResult] = {}
+    outputs: dict[str, list[torch.Tensor]] = {}
+    total = len(runners) * (1 + repeats * len(prompts))
+    with torch.inference_mode(), tqdm(total=total, desc="bench", disable=not progress) as bar:
+        for method, runner in runners.items():
+            runner(prompts[0])  # warm-up
+            bar.update(1)
+            times, new, forwards, rows, lens, seqs = [], 0, 0, 0, [], []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                for ids in prompts:
+                    seq, stats = runner(ids)
+                    seqs.append(seq)
+                    if stats is not None:
+                        new += stats.new_tokens
+                        rows += stats.row_forwards
+                        lens.extend(stats.accept_lengths[0])
+                    bar.update(1)
+                times.append(time.perf_counter() - t0)
+            outputs[method] = seqs[: len(prompts)]
+            results[method] = MethodResult(method, statistics.median(times), len(prompts) * max_new_tokens,
+                                           new / rows if rows else None, accept_lengths=lens)
+
+    base = results["plain"]
+    for r in results.values():
+        r.speedup = base.seconds / r.seconds
+        if not do_sample:
+            same = [torch.equal(a, b) for a, b in zip(outputs[r.method], outputs["plain"])]
+            r.exact = sum(same) / len(same)
+        if r.method == "plain":
+            r.tau = 1.0
+    return {
+        "config": dict(model=model, draft=draft, num_prompts=num_prompts, prompt_length=prompt_length,
+                       max_new_tokens=max_new_tokens, num_tokens=num_tokens, do_sample=do_sample,
+                       temperature=temperature, repeats=repeats, seed=seed,
+                       torch=torch.__version__, threads=torch.get_num_threads()),
+        "results": [asdict(r) for r in results.values()],
+    }
+
+
+def to_markdown(report: dict) -> str:
+    cfg = report["config"]
+    lines = [
+        f"# mmspec bench — target `{cfg['model']}`, draft `{cfg['draft']}`",
+        "",
+        f"{cfg['num_prompts']} prompts × {cfg['max_new_tokens']} new tokens, k = {cfg['num_tokens']}, "
+        f"{'sampling T=' + str(cfg['temperature']) if cfg['do_sample'] else 'greedy'}, torch {cfg['torch']}, "
+        f"{cfg['threads']} threads. Speedup = plain HF decoding time / method time, same process, after warm-up.",
+        "",
+        "| method | τ (mean accepted) | speedup vs plain | exact | time (s) |",
+        "|---|---|---|---|---|",
+    ]
+    for r in report["results"]:
+        tau = f"{r['tau']:.2f}" if r["tau"] is not None else "n/a"
+        exact = f"{100 * r['exact']:.0f}%" if r["exact"] is not None else "n/a"
+        lines.append(f"| {r['method']} | {tau} | {r['speedup']:.2f}× | {exact} | {r['seconds']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(report: dict, out_dir: str | Path) -> tuple[Path, Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    js, md = out / "bench.json", out / "bench.md"
+    js.write_text(json.dumps(report, indent=2))
+    md.write_text(to_markdown(report))
+    return js, md

@@ -1,0 +1,64 @@
+import pytest
+import torch
+
+from mmspec import DEFAULT_TREE, DraftTree, TreeTemplate
+from mmspec.tree import select_best_nodes, subtree
+
+
+def test_derived_views():
+    tree = DraftTree(torch.tensor([[9, 1, 2, 3, 4]]), torch.tensor([[-1, 0, 0, 1, 3]]))
+    anc = tree.ancestor_mask[0].int().tolist()
+    assert anc == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 0, 1, 0, 0], [1, 1, 0, 1, 0], [1, 1, 0, 1, 1]]
+    assert tree.depth.tolist() == [[0, 1, 1, 2, 3]]
+    assert tree.position_ids(torch.tensor([7])).tolist() == [[7, 8, 8, 9, 10]]
+    assert sorted(tree.paths(0)) == [[0, 1, 3, 4], [0, 2]]
+    assert tree.max_depth == 3
+    assert tree.retrieve_indices().shape == (1, 2, 4)
+
+
+def test_chain_is_a_tree_with_one_child_per_node():
+    tree = DraftTree.chain(torch.tensor([5, 6]), torch.tensor([[1, 2, 3], [4, 5, 6]]), lengths=torch.tensor([3, 1]))
+    assert tree.parents.tolist() == [[-1, 0, 1, 2]] * 2
+    assert tree.valid.tolist() == [[True] * 4, [True, True, False, False]]
+    assert tree.paths(0) == [[0, 1, 2, 3]]
+
+
+def test_bad_parents_rejected():
+    with pytest.raises(ValueError):
+        DraftTree(torch.tensor([[1, 2]]), torch.tensor([[-1, 1]]))
+    with pytest.raises(ValueError):
+        DraftTree(torch.tensor([[1, 2]]), torch.tensor([[0, -1]]))
+
+
+def test_templates():
+    t = TreeTemplate.full((3, 2, 1))
+    assert t.num_nodes == 1 + 3 + 6 + 6
+    assert t.depth == 3
+    parents = t.parents
+    assert all(p < i for i, p in enumerate(parents) if i > 0)
+    assert TreeTemplate.chain(4).parents == [-1, 0, 1, 2, 3]
+    assert DEFAULT_TREE.depth == 5
+    with pytest.raises(ValueError):
+        TreeTemplate(((0, 0),))
+
+
+def test_best_nodes_are_ancestor_closed():
+    torch.manual_seed(0)
+    B, N = 4, 30
+    parents = torch.cat([torch.full((B, 1), -1), torch.stack([torch.randint(0, n, (B,)) for n in range(1, N)], 1)], 1)
+    logp = -torch.rand(B, N)
+    logp[:, 0] = 0
+    tree = DraftTree(torch.zeros(B, N, dtype=torch.long), parents)
+    anc = tree.ancestor_mask.float()
+    scores = (anc * logp[:, None, :]).sum(-1)  # cumulative log-prob along the path
+    keep = select_best_nodes(scores, parents, tree.depth, tree.valid, 10)
+    for b in range(B):
+        kept = set(keep[b].tolist())
+        assert 0 in kept and len(kept) == 10
+        for n in kept:
+            assert n == 0 or int(parents[b, n]) in kept
+        # they are the 10 best by score
+        others = [n for n in range(N) if n not in kept]
+        assert min(scores[b, list(kept)]) >= max(scores[b, others]) - 1e-6
+    tok, par, _, _ = subtree(torch.arange(N).expand(B, N), parents, keep)
+    DraftTree(tok, par)  # re-indexed parents are valid
