@@ -187,7 +187,6 @@ class SpeculativeGenerator:
             t1 = time.perf_counter()
             check = verifier.verify(self.target, cache, tree, generator)
             result = check.result
-            verifier.commit(cache, result, state.active)
             t2 = time.perf_counter()
             stats.draft_time += t1 - t0
             stats.verify_time += t2 - t1
@@ -204,6 +203,8 @@ class SpeculativeGenerator:
                 finished = hit.any(1)
             else:
                 finished = torch.zeros_like(state.active)
+            # keep in the target cache only what is emitted (root + accepted drafts, cut at EOS/budget)
+            cache.commit(result.paths, torch.minimum(result.path_lengths, counts))
             for b in torch.nonzero(state.active).flatten().tolist():
                 stats.accept_lengths[b].append(int(counts[b]))
             state.append(new, counts)

@@ -103,9 +103,13 @@ def sampling_accept(tree: DraftTree, target_probs: torch.Tensor,
                 if without_replacement:
                     q = q.masked_fill(drawn, 0.0)
                     q = q / q.sum(-1, keepdim=True).clamp_min(1e-300)
+                # A child its own proposal gives no mass (e.g. more siblings than the draft support)
+                # was chosen deterministically given the earlier draws: verify it as a point mass.
+                point = q[rows, x] <= 0
+                if point.any():
+                    q = torch.where(point[:, None], torch.nn.functional.one_hot(x, V).double(), q)
             p_x = residual[rows, x]
-            q_x = q[rows, x]
-            ratio = torch.where(q_x > 0, p_x / q_x.clamp_min(1e-300), torch.ones_like(p_x))
+            ratio = p_x / q[rows, x]
             u = torch.rand(B, generator=generator, device=dev, dtype=torch.float64)
             accept = trying & (u < ratio.clamp(max=1.0))
             reject = trying & ~accept

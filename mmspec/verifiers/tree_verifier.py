@@ -23,7 +23,7 @@ class Verification:
 class TreeVerifier:
     """Runs the target over a DraftTree appended to its cache and decides what to keep.
 
-    The cache is left with the tree as pending nodes; ``commit`` keeps the accepted path.
+    The cache is left with the tree as pending nodes; the caller commits the accepted path.
     """
 
     def __init__(self, sampling: SamplingConfig):
@@ -41,8 +41,3 @@ class TreeVerifier:
         if not self.sampling.do_sample:
             return greedy_accept(tree, logits)
         return sampling_accept(tree, self.sampling.probs(logits), generator)
-
-    @staticmethod
-    def commit(cache: SpecKVCache, result: AcceptResult, active: torch.BoolTensor) -> None:
-        """Keep root + accepted drafts of each active row in the target cache."""
-        cache.commit(result.paths, torch.where(active, result.path_lengths, 0))
