@@ -117,12 +117,15 @@ class SpecKVCache(Cache):
         return self.get_seq_length() + query_length, 0
 
     # ------------------------------------------------------------------ appending
-    def prepare_append(self, parents: torch.LongTensor, valid: torch.BoolTensor, dtype=torch.float32):
+    def prepare_append(self, parents: torch.LongTensor, valid: torch.BoolTensor,
+                       ancestors: torch.BoolTensor | None = None):
         """Register ``T`` new pending nodes and return ``(position_ids [B, T], mask [B, 1, T, S])``.
 
         ``parents[b, t]`` indexes the pending nodes *including* the new ones (-1 = hangs directly off
         the committed prefix). Invalid nodes are padding: only they attend to themselves and nobody
         attends to them. Call the model right after, with this cache as ``past_key_values``.
+        ``ancestors`` ([B, T, T], optional) is the new nodes' ancestor mask when already known
+        (a DraftTree's), used when no nodes are pending.
         """
         B, T = parents.shape
         old = self.num_pending
@@ -136,7 +139,7 @@ class SpecKVCache(Cache):
             )
         all_parents = torch.cat([self._pending_parents, parents], dim=1)
         all_valid = torch.cat([self._pending_valid, valid], dim=1)
-        anc = ancestor_mask(all_parents)  # [B, old+T, old+T]
+        anc = ancestors if (ancestors is not None and old == 0) else ancestor_mask(all_parents)  # [B, old+T, old+T]
         new_anc = anc[:, old:, :] & all_valid[:, None, :]
         depth = new_anc.sum(-1) - 1
         positions = self.seen_tokens[:, None] + depth

@@ -89,11 +89,15 @@ class DraftTree:
     @property
     def depth(self) -> torch.LongTensor:
         """[B, N]: distance from the root (root = 0)."""
-        return self.ancestor_mask.sum(-1) - 1
+        if "depth" not in self._cache:
+            self._cache["depth"] = self.ancestor_mask.sum(-1) - 1
+        return self._cache["depth"]
 
     @property
     def max_depth(self) -> int:
-        return int((self.depth * self.valid).max())
+        if "max_depth" not in self._cache:
+            self._cache["max_depth"] = int((self.depth * self.valid).max())
+        return self._cache["max_depth"]
 
     def position_ids(self, committed: torch.LongTensor) -> torch.LongTensor:
         """Positions of the nodes for a target whose row ``b`` has ``committed[b]`` tokens in its cache."""

@@ -62,3 +62,14 @@ def test_best_nodes_are_ancestor_closed():
         assert min(scores[b, list(kept)]) >= max(scores[b, others]) - 1e-6
     tok, par, _, _ = subtree(torch.arange(N).expand(B, N), parents, keep)
     DraftTree(tok, par)  # re-indexed parents are valid
+
+
+def test_prompt_lookup_prefers_a_full_continuation():
+    from mmspec.drafters.prompt_lookup import lookup_continuation
+
+    ctx = torch.tensor([7, 8, 1, 2, 3, 4, 9, 7, 8, 5, 7, 8])
+    # "7 8" occurs at 0 (followed by 1 2 3) and at 7 (followed by 5 7 8): both give 3 tokens -> most recent
+    assert lookup_continuation(ctx, 3, 2, 1).tolist() == [5, 7, 8]
+    # with k = 5 the earlier match has the longer continuation
+    assert lookup_continuation(ctx, 5, 2, 1).tolist() == [1, 2, 3, 4, 9]
+    assert lookup_continuation(torch.tensor([1, 2, 3]), 4, 2, 1).numel() == 0

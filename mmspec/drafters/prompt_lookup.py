@@ -1,7 +1,7 @@
 """Prompt lookup decoding (Saxena 2023): training-free n-gram drafting from the context itself.
 
-For each row, find the most recent earlier occurrence of the context's last n tokens (n from
-``max_ngram`` down to ``min_ngram``) and propose the ``num_tokens`` tokens that followed it. Drafts are
+For each row, find an earlier occurrence of the context's last n tokens (n from ``max_ngram`` down
+to ``min_ngram``) and propose the ``num_tokens`` tokens that followed it. Drafts are
 deterministic, so the sampling verifier uses point-mass proposals and stays lossless.
 """
 
@@ -15,14 +15,20 @@ from .base import Drafter
 
 
 def lookup_continuation(context: torch.LongTensor, num_tokens: int, max_ngram: int, min_ngram: int) -> torch.LongTensor:
-    """The continuation after the most recent earlier match of the context's suffix (may be empty)."""
+    """The continuation after an earlier match of the context's suffix (may be empty).
+
+    Among matches of the longest n-gram that matches at all, take the one with the longest available
+    continuation (up to ``num_tokens``), the most recent among equals: a match right before the end
+    of the context has little to offer, which HF's first-match and a plain most-recent rule ignore.
+    """
     L = context.shape[0]
     for n in range(min(max_ngram, L - 1), min_ngram - 1, -1):
         windows = context.unfold(0, n, 1)[:-1]  # every n-gram except the suffix itself
         hits = torch.nonzero((windows == context[-n:]).all(1)).flatten()
         if hits.numel():
-            start = int(hits[-1]) + n
-            return context[start: start + num_tokens]
+            available = (L - (hits + n)).clamp(max=num_tokens)
+            best = int(hits[(available * (L + 1) + hits).argmax()])
+            return context[best + n: best + n + num_tokens]
     return context[:0]
 
 

@@ -32,7 +32,7 @@ class TreeVerifier:
     def verify(self, model, cache: SpecKVCache, tree: DraftTree, generator: torch.Generator | None = None,
                output_hidden_states: bool = False) -> Verification:
         out = tree_forward(model, cache, tree.tokens, tree.parents, tree.valid,
-                           output_hidden_states=output_hidden_states)
+                           output_hidden_states=output_hidden_states, ancestors=tree.ancestor_mask)
         logits = out.logits
         result = self.accept(tree, logits, generator)
         return Verification(result, logits, out.hidden_states if output_hidden_states else None)
