@@ -64,13 +64,26 @@ class DraftTree:
         full_q = None
         if q is not None:
             full_q = torch.cat([torch.zeros_like(q[:, :1]), q], dim=1)
-        return cls(tokens, parents, valid, full_q, "iid" if q is not None else "deterministic")
+        tree = cls(tokens, parents, valid, full_q, "iid" if q is not None else "deterministic")
+        # a chain's ancestor mask is lower-triangular: skip the general computation
+        tree._cache["anc"] = torch.tril(torch.ones(k + 1, k + 1, dtype=torch.bool, device=root.device)).expand(
+            B, k + 1, k + 1)
+        tree._cache["chain"] = True
+        return tree
 
     @classmethod
     def root_only(cls, root: torch.LongTensor) -> "DraftTree":
         return cls(root.view(-1, 1), torch.full_like(root.view(-1, 1), -1))
 
     # ------------------------------------------------------------------ derived views
+    @property
+    def is_chain(self) -> bool:
+        """True when every node's parent is the node before it."""
+        if "chain" not in self._cache:
+            expected = torch.arange(-1, self.num_nodes - 1, device=self.parents.device)
+            self._cache["chain"] = bool(((self.parents == expected) | ~self.valid).all())
+        return self._cache["chain"]
+
     @property
     def batch_size(self) -> int:
         return self.tokens.shape[0]

@@ -40,6 +40,7 @@ def drafters(target, weak):
     return {
         "chain-self": AutoregressiveDrafter(target, num_tokens=4),
         "chain-weak": AutoregressiveDrafter(weak, num_tokens=3),
+        "chain-weak-fixed-length": AutoregressiveDrafter(weak, num_tokens=3, adaptive=False),
         "static-tree-self": AutoregressiveDrafter(target, tree=DEFAULT_TREE),
         "static-tree-weak": AutoregressiveDrafter(weak, tree=TreeTemplate.full((2, 2, 1))),
         "dynamic-tree-self": AutoregressiveDrafter(target, num_tokens=4, tree="dynamic", top_k=3, num_nodes=12),

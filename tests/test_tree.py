@@ -73,3 +73,24 @@ def test_prompt_lookup_prefers_a_full_continuation():
     # with k = 5 the earlier match has the longer continuation
     assert lookup_continuation(ctx, 5, 2, 1).tolist() == [1, 2, 3, 4, 9]
     assert lookup_continuation(torch.tensor([1, 2, 3]), 4, 2, 1).numel() == 0
+
+
+def test_greedy_chain_fast_path_equals_general_rule():
+    from mmspec.verifiers.acceptance import greedy_accept
+
+    g = torch.Generator().manual_seed(0)
+    B, k, V = 64, 5, 4  # tiny vocabulary: many accepted prefixes of every length
+    logits = torch.randn(B, k + 1, V, generator=g)
+    drafts = torch.randint(0, V, (B, k), generator=g)
+    lengths = torch.randint(0, k + 1, (B,), generator=g)
+    fast = greedy_accept(DraftTree.chain(torch.zeros(B, dtype=torch.long), drafts, lengths=lengths), logits)
+    general_tree = DraftTree.chain(torch.zeros(B, dtype=torch.long), drafts, lengths=lengths)
+    general_tree._cache.clear()
+    general_tree._cache["chain"] = False
+    general = greedy_accept(general_tree, logits)
+    assert torch.equal(fast.path_lengths, general.path_lengths)
+    assert torch.equal(fast.bonus, general.bonus)
+    assert len(set(fast.path_lengths.tolist())) > 3
+    for b in range(B):
+        n = int(fast.path_lengths[b])
+        assert torch.equal(fast.paths[b, :n], general.paths[b, :n])

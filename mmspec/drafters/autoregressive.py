@@ -6,8 +6,9 @@ feeding only the nodes that get children. After verification it commits the acce
 holds K/V for and forgets the rest (rollback is just dropping pending nodes).
 
 Tree modes:
-* chain (``tree=None``): depth ``num_tokens``, greedy argmax, or a draw from the drafter's warped
-  distribution when sampling (rule: min(1, p/q));
+* chain (``tree=None``): up to ``num_tokens`` drafts, greedy argmax, or a draw from the drafter's
+  warped distribution when sampling (rule: min(1, p/q)). With ``adaptive=True`` the length follows
+  HF's heuristic schedule (+2 after a fully accepted chain, -1 otherwise);
 * static (``tree=TreeTemplate``): children are the drafter's top-ranked tokens; when sampling they
   are drawn *without replacement* (Gumbel top-k) so the verifier's multi-draft rule stays lossless;
 * dynamic (``tree="dynamic"``, EAGLE-2, Li et al. 2024 Sec. 4): expand the ``top_k`` best frontier nodes
@@ -34,7 +35,7 @@ def text_config(model):
 
 class AutoregressiveDrafter(Drafter):
     def __init__(self, model, num_tokens: int = 4, tree: TreeTemplate | str | None = None, top_k: int = 4,
-                 num_nodes: int | None = None):
+                 num_nodes: int | None = None, adaptive: bool = True):
         if num_tokens < 1:
             raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
         if isinstance(tree, str) and tree != "dynamic":
@@ -44,6 +45,8 @@ class AutoregressiveDrafter(Drafter):
         self.tree = tree
         self.top_k = top_k
         self.num_nodes = num_nodes if num_nodes is not None else min(num_tokens * top_k, 60)
+        self.adaptive = adaptive and tree is None
+        self.draft_length = num_tokens
         self.vocab_size = text_config(model).vocab_size
         self.cache: SpecKVCache | None = None
         self._node_to_pending: torch.LongTensor | None = None
@@ -71,6 +74,7 @@ class AutoregressiveDrafter(Drafter):
             tree_forward(self.model, self.cache, prompt, prefill_parents(valid.long()), valid)
         self.cache.commit(torch.arange(P, device=dev).expand(B, P), torch.full((B,), P, device=dev))
         self.cache.starts = state.starts.to(dev).clone()
+        self.draft_length = self.num_tokens
 
     @torch.no_grad()
     def propose(self, state: DecodeState) -> DraftTree:
@@ -105,6 +109,11 @@ class AutoregressiveDrafter(Drafter):
         count = fed.long().cumprod(1).sum(1) if path.shape[1] else n_acc * 0
         count = count * state.active.to(dev)
         self.cache.commit(pending.clamp(min=0), count)
+        if self.adaptive:
+            # HF's "heuristic" schedule: lengthen after a fully accepted chain, shorten otherwise,
+            # so a drafter that the target disagrees with stops wasting forwards.
+            full = bool((n_acc[state.active.to(dev)] >= self.draft_length).any()) if state.active.any() else False
+            self.draft_length = min(self.draft_length + 2, self.num_tokens) if full else max(self.draft_length - 1, 1)
 
     # ------------------------------------------------------------------ drafting
     def _feed(self, tokens: torch.LongTensor, pending_parents: torch.LongTensor) -> torch.Tensor:
@@ -115,7 +124,8 @@ class AutoregressiveDrafter(Drafter):
     def _chain(self, roots, logits, sampling, generator) -> DraftTree:
         B, dev = roots.shape[0], roots.device
         drafts, qs = [], []
-        for d in range(self.num_tokens):
+        k = self.draft_length
+        for d in range(k):
             if sampling.do_sample:
                 q = sampling.probs(logits)
                 tok = torch.multinomial(q, 1, generator=generator).squeeze(1)
@@ -123,10 +133,9 @@ class AutoregressiveDrafter(Drafter):
             else:
                 tok = logits.argmax(-1)
             drafts.append(tok)
-            if d + 1 < self.num_tokens:
+            if d + 1 < k:
                 parent = torch.full((B, 1), d - 1 if d > 0 else -1, dtype=torch.long, device=dev)
                 logits = self._feed(tok[:, None], parent)[:, 0]
-        k = self.num_tokens
         self._node_to_pending = torch.cat(
             [torch.full((B, 1), -1, device=dev, dtype=torch.long),
              torch.arange(k, device=dev).expand(B, k).clone()], dim=1)

@@ -152,25 +152,35 @@ def run_bench(model: str = "tiny:llama", draft: str | None = "tiny:llama", metho
     results: dict[str, MethodResult] = {}
     outputs: dict[str, list[torch.Tensor]] = {}
     total = len(runners) * (1 + repeats * len(prompts))
+    # Methods are interleaved round by round, so slow drifts of the machine hit all of them alike;
+    # each method's time is the median over rounds of its time for the whole prompt set.
+    times = {m: [] for m in runners}
+    new = {m: 0 for m in runners}
+    rows = {m: 0 for m in runners}
+    lens = {m: [] for m in runners}
     with torch.inference_mode(), tqdm(total=total, desc="bench", disable=not progress) as bar:
         for method, runner in runners.items():
             runner(prompts[0])  # warm-up
             bar.update(1)
-            times, new, forwards, rows, lens, seqs = [], 0, 0, 0, [], []
-            for _ in range(repeats):
+        for round_ in range(repeats):
+            for method, runner in runners.items():
                 t0 = time.perf_counter()
+                seqs = []
                 for ids in prompts:
                     seq, stats = runner(ids)
                     seqs.append(seq)
-                    if stats is not None:
-                        new += stats.new_tokens
-                        rows += stats.row_forwards
-                        lens.extend(stats.accept_lengths[0])
+                    if stats is not None and round_ == 0:
+                        new[method] += stats.new_tokens
+                        rows[method] += stats.row_forwards
+                        lens[method].extend(stats.accept_lengths[0])
                     bar.update(1)
-                times.append(time.perf_counter() - t0)
-            outputs[method] = seqs[: len(prompts)]
-            results[method] = MethodResult(method, statistics.median(times), len(prompts) * max_new_tokens,
-                                           new / rows if rows else None, accept_lengths=lens)
+                times[method].append(time.perf_counter() - t0)
+                if round_ == 0:
+                    outputs[method] = seqs
+    for method in runners:
+        results[method] = MethodResult(method, statistics.median(times[method]), len(prompts) * max_new_tokens,
+                                       new[method] / rows[method] if rows[method] else None,
+                                       accept_lengths=lens[method])
 
     base = results["plain"]
     for r in results.values():

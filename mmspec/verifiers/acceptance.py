@@ -56,6 +56,14 @@ def _path_to(tree: DraftTree, node: torch.LongTensor) -> tuple[torch.LongTensor,
 def greedy_accept(tree: DraftTree, logits: torch.Tensor) -> AcceptResult:
     """logits: [B, N, V] target logits at every node."""
     argmax = logits.argmax(-1)  # [B, N]
+    if tree.is_chain:
+        # chain fast path: the accepted prefix is the run of drafts equal to the previous node's argmax
+        B, N = argmax.shape
+        match = (tree.tokens[:, 1:] == argmax[:, :-1]) & tree.valid[:, 1:]
+        n_acc = match.long().cumprod(1).sum(1)
+        paths = torch.arange(N, device=argmax.device).expand(B, N)
+        bonus = argmax.gather(1, n_acc[:, None]).squeeze(1)
+        return AcceptResult(paths, n_acc + 1, bonus)
     parents = tree.parents.clamp(min=0)
     match = (tree.tokens == argmax.gather(1, parents)) & tree.valid
     match[:, 0] = True
