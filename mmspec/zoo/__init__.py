@@ -1,0 +1,83 @@
+"""The tiny model zoo: small, genuinely trained models built offline from data every machine has.
+
+``mmspec.zoo.load(name)`` returns a ready ``ZooEntry``; ``mmspec zoo build`` rebuilds the zoo.
+Each family module (``code``, ``vlm``, ``image``) exposes ``NAMES``, ``build(home, micro, progress)``
+and ``load(name, path)``. Models live in ``<zoo home>/<name>/`` with their weights (safetensors),
+configs, tokenizer/processor, ``metrics.json`` and ``zoo.json`` (build facts, logits checksum).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .common import read_json, zoo_home
+
+FAMILIES = ("code", "vlm", "image")
+
+
+@dataclass
+class ZooEntry:
+    name: str
+    model: Any
+    tokenizer: Any = None  # tokenizer, processor or VQ model, depending on the family
+    config: dict = field(default_factory=dict)  # zoo.json: family, sizes, build facts
+    path: Path | None = None
+    extras: dict = field(default_factory=dict)
+
+
+def family_module(family: str):
+    if family not in FAMILIES:
+        raise ValueError(f"unknown zoo family {family!r}; choose from {FAMILIES}")
+    return importlib.import_module(f"{__name__}.{family}")
+
+
+def family_of(name: str) -> str:
+    for fam in FAMILIES:
+        try:
+            mod = family_module(fam)
+        except ImportError:
+            continue
+        if name in mod.NAMES:
+            return fam
+    raise ValueError(f"unknown zoo model {name!r}; available: {available()}")
+
+
+def available() -> list[str]:
+    names = []
+    for fam in FAMILIES:
+        try:
+            names.extend(family_module(fam).NAMES)
+        except ImportError:
+            pass
+    return names
+
+
+def load(name: str, home: str | Path | None = None) -> ZooEntry:
+    """Load a zoo model by name from ``home`` (default: ``$MMSPEC_HOME`` or the checkout's ``zoo/``)."""
+    root = Path(home) if home is not None else zoo_home()
+    path = root / name
+    if not (path / "zoo.json").exists():
+        raise ValueError(f"zoo model {name!r} is not built in {root}; run `mmspec zoo build` (or set MMSPEC_HOME)")
+    return family_module(family_of(name)).load(name, path)
+
+
+def metrics(name: str, home: str | Path | None = None) -> dict:
+    root = Path(home) if home is not None else zoo_home()
+    return read_json(root / name / "metrics.json")
+
+
+def build(family: str = "all", micro: bool = False, home: str | Path | None = None, progress: bool = True) -> dict:
+    """Build one family or all of them; returns {model name: metrics}."""
+    root = Path(home) if home is not None else zoo_home()
+    root.mkdir(parents=True, exist_ok=True)
+    families = FAMILIES if family == "all" else (family,)
+    out = {}
+    for fam in families:
+        out.update(family_module(fam).build(root, micro=micro, progress=progress))
+    return out
+
+
+__all__ = ["ZooEntry", "load", "build", "metrics", "available", "zoo_home", "FAMILIES"]

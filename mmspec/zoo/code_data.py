@@ -1,0 +1,137 @@
+"""Code corpus of the zoo: the running interpreter's standard library, split by module, a byte-level
+BPE tokenizer trained on the training split, and HumanEval-style completion prompts from held-out
+modules (signature + docstring -> body)."""
+
+from __future__ import annotations
+
+import ast
+import sysconfig
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+from .common import stable_bucket
+
+SPECIAL_TOKENS = ["<pad>", "<eos>", "<mask>", "<image>"]
+PAD, EOS, MASK, IMAGE = SPECIAL_TOKENS
+
+
+def stdlib_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def _is_test_path(rel: str) -> bool:
+    parts = rel.split("/")
+    return any(p in ("test", "tests", "idle_test") or p.startswith("test_") for p in parts)
+
+
+def list_modules(root: Path | None = None) -> list[str]:
+    """Relative paths of the stdlib's .py files (tests and site-packages excluded), sorted."""
+    root = root or stdlib_root()
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("site-packages/") or "/site-packages/" in rel or _is_test_path(rel):
+            continue
+        out.append(rel)
+    return out
+
+
+def split_of(rel: str) -> str:
+    """train / val / test by a stable hash of the module path (held-out modules never seen in training)."""
+    b = stable_bucket(rel)
+    return "train" if b < 90 else ("val" if b < 95 else "test")
+
+
+@dataclass
+class CodeCorpus:
+    root: Path
+    files: dict[str, list[str]]  # split -> relative paths
+
+    def texts(self, split: str, limit: int | None = None) -> list[str]:
+        out = []
+        for rel in self.files[split][:limit]:
+            try:
+                out.append((self.root / rel).read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, OSError):
+                continue
+        return out
+
+
+def load_corpus(micro: bool = False, root: Path | None = None) -> CodeCorpus:
+    root = root or stdlib_root()
+    files: dict[str, list[str]] = {"train": [], "val": [], "test": []}
+    for rel in list_modules(root):
+        files[split_of(rel)].append(rel)
+    if micro:
+        files = {k: v[: {"train": 40, "val": 6, "test": 12}[k]] for k, v in files.items()}
+    return CodeCorpus(root, files)
+
+
+def train_tokenizer(texts: list[str], vocab_size: int):
+    """Byte-level BPE with the zoo's special tokens at ids 0..3, wrapped as a HF fast tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, mask_token=MASK,
+                                   additional_special_tokens=[IMAGE])
+
+
+@dataclass
+class CompletionPrompt:
+    module: str
+    name: str
+    prompt: str  # signature + docstring
+    reference: str  # the original body
+
+
+def completion_prompts(corpus: CodeCorpus, split: str = "test", limit: int | None = None,
+                       min_body_lines: int = 3, max_body_lines: int = 30) -> list[CompletionPrompt]:
+    """Top-level functions with a docstring from held-out modules, cut after the docstring."""
+    out = []
+    for rel in corpus.files[split]:
+        try:
+            src = (corpus.root / rel).read_text(encoding="utf-8")
+            tree = ast.parse(src)
+        except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
+            continue
+        lines = src.splitlines()
+        for node in tree.body:
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not node.body:
+                continue
+            doc = node.body[0]
+            if not (isinstance(doc, ast.Expr) and isinstance(getattr(doc, "value", None), ast.Constant)
+                    and isinstance(doc.value.value, str)) or len(node.body) < 2:
+                continue
+            start = (node.decorator_list[0].lineno if node.decorator_list else node.lineno) - 1
+            body_lines = lines[doc.end_lineno: node.end_lineno]
+            if not min_body_lines <= len(body_lines) <= max_body_lines:
+                continue
+            prompt = "\n".join(lines[start: doc.end_lineno]) + "\n"
+            out.append(CompletionPrompt(rel, node.name, textwrap.dedent(prompt), "\n".join(body_lines) + "\n"))
+            if limit is not None and len(out) >= limit:
+                return out
+    return out
+
+
+TOKENIZER_DIR = "code-tokenizer"
+
+
+def ensure_tokenizer(home: Path, micro: bool = False):
+    """The zoo's shared tokenizer (code LM, VLM language model): loaded from ``<home>/code-tokenizer``,
+    trained and saved there first if missing (vocab 4096; 512 for micro builds)."""
+    from transformers import PreTrainedTokenizerFast
+
+    path = Path(home) / TOKENIZER_DIR
+    if (path / "tokenizer.json").exists():
+        return PreTrainedTokenizerFast.from_pretrained(path)
+    corpus = load_corpus(micro=micro)
+    tok = train_tokenizer(corpus.texts("train"), 512 if micro else 4096)
+    tok.save_pretrained(path)
+    return tok

@@ -1,0 +1,122 @@
+"""Shared plumbing of the model zoo: where it lives, seeding, a budgeted training loop with early
+stopping on validation loss, and writing weights + metrics."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+from tqdm.auto import tqdm
+
+
+def zoo_home() -> Path:
+    """``$MMSPEC_HOME`` if set, else the ``zoo/`` folder of the repository checkout."""
+    env = os.environ.get("MMSPEC_HOME")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "zoo"
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def stable_bucket(key: str, buckets: int = 100) -> int:
+    """Deterministic hash bucket (Python's hash() is salted per process)."""
+    return int(hashlib.sha256(key.encode()).hexdigest(), 16) % buckets
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    seconds: float
+    best_val_loss: float
+    val_history: list[tuple[int, float]]
+    stopped: str  # "early-stop" | "budget" | "max-steps"
+
+
+def train_loop(model: torch.nn.Module, next_batch: Callable[[int], dict], val_loss: Callable[[], float],
+               loss_fn: Callable[[torch.nn.Module, dict], torch.Tensor], *, max_steps: int, budget_s: float,
+               lr: float = 1e-3, warmup: int = 50, eval_every: int = 100, patience: int = 3,
+               weight_decay: float = 0.01, desc: str = "train", progress: bool = True) -> TrainResult:
+    """AdamW + warmup/cosine; evaluates every ``eval_every`` steps, keeps the best weights and stops
+    when validation has not improved ``patience`` times in a row, or the time budget runs out."""
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay,
+                            betas=(0.9, 0.95))
+
+    def lr_at(step: int) -> float:
+        if step < warmup:
+            return lr * (step + 1) / warmup
+        frac = min(1.0, (step - warmup) / max(1, max_steps - warmup))
+        return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+    best, best_state, bad, history = float("inf"), None, 0, []
+    start = time.perf_counter()
+    stopped = "max-steps"
+    bar = tqdm(range(max_steps), desc=desc, disable=not progress)
+    step = 0
+    for step in bar:
+        model.train()
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step)
+        loss = loss_fn(model, next_batch(step))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        last = step + 1 == max_steps
+        out_of_time = time.perf_counter() - start > budget_s
+        if (step + 1) % eval_every == 0 or last or out_of_time:
+            model.eval()
+            with torch.no_grad():
+                v = float(val_loss())
+            history.append((step + 1, v))
+            bar.set_postfix(loss=f"{loss.item():.3f}", val=f"{v:.3f}")
+            if v < best - 1e-4:
+                best, bad = v, 0
+                best_state = {k: t.detach().clone() for k, t in model.state_dict().items()}
+            else:
+                bad += 1
+                if bad >= patience:
+                    stopped = "early-stop"
+                    break
+        if out_of_time:
+            stopped = "budget"
+            break
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    model.eval()
+    return TrainResult(step + 1, time.perf_counter() - start, best, history, stopped)
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def logits_checksum(logits: torch.Tensor) -> dict:
+    """A compact fingerprint of a forward pass, recorded at build time and checked by the tests."""
+    x = logits.detach().double()
+    return {"sum": float(x.sum()), "abs_sum": float(x.abs().sum()), "first": [float(v) for v in x.flatten()[:8]]}
+
+
+def batches(data: torch.Tensor, batch_size: int, seq_len: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """Endless random windows of ``seq_len + 1`` tokens from a 1-D token stream."""
+    n = data.numel() - seq_len - 1
+    while True:
+        idx = torch.randint(0, n, (batch_size,), generator=generator)
+        yield torch.stack([data[i: i + seq_len + 1] for i in idx.tolist()])
