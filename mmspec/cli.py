@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -42,25 +43,36 @@ def cmd_bench(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    """A small end-to-end run on tiny stock models, entirely offline."""
-    from .eval import run_bench, write_report
+    """The main job: the zoo's families, best method vs plain decoding, offline."""
+    from .demo import run_demo
+
+    return run_demo(args.out, num_prompts=args.prompts, max_new_tokens=args.max_new_tokens)
+
+
+def cmd_zoo(args) -> int:
+    from . import zoo
 
     console = Console()
-    console.print(
-        "[bold]mmspec demo[/bold]: lossless speculative decoding on a tiny random Llama (stock HF class), "
-        "offline.\nThe 'self' drafter is the target drafting for itself: it shows the engine's upper bound on "
-        "τ (every draft accepted) but no speedup; prompt lookup is training-free and gains wherever the "
-        "context repeats. Trained models arrive with the model zoo."
-    )
-    report = run_bench(model="tiny:llama", draft="self", num_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
-                       num_tokens=4, seed=0)
-    _print_report(report, console, "demo: greedy, exactness vs plain HF decoding")
-    js, md = write_report(report, args.out)
-    console.print(f"wrote {js} and {md}")
-    bad = [r["method"] for r in report["results"] if r["exact"] is not None and r["exact"] < 1.0]
-    if bad:
-        console.print(f"[red]not exact: {bad}[/red]")
-        return 1
+    if args.zoo_command == "list":
+        home = args.home or zoo.zoo_home()
+        table = Table(title=f"mmspec zoo ({home})")
+        for col in ("model", "built", "key metrics"):
+            table.add_column(col)
+        for name in zoo.available():
+            path = Path(home) / name
+            if (path / "metrics.json").exists():
+                m = zoo.metrics(name, home)
+                keys = [k for k in m if isinstance(m[k], (int, float)) and not isinstance(m[k], bool)][:4]
+                table.add_row(name, "yes", ", ".join(f"{k}={m[k]:.4g}" for k in keys))
+            else:
+                table.add_row(name, "no", "")
+        console.print(table)
+        return 0
+    results = zoo.build(args.family, micro=args.micro, home=args.home)
+    for name, m in results.items():
+        console.print(f"[bold]{name}[/bold]: " + ", ".join(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in m.items()
+            if isinstance(v, (int, float, str)) and not isinstance(v, bool)))
     return 0
 
 
@@ -69,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="small end-to-end run on the tiny offline models (the main job)")
-    demo.add_argument("--prompts", type=int, default=4)
+    demo.add_argument("--prompts", type=int, default=8)
     demo.add_argument("--max-new-tokens", type=int, default=64)
     demo.add_argument("--out", default="runs/demo")
     demo.set_defaults(func=cmd_demo)
@@ -91,6 +103,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--out", default="runs/bench")
     bench.set_defaults(func=cmd_bench)
+
+    zoo_p = sub.add_parser("zoo", help="the tiny model zoo: build or list")
+    zoo_sub = zoo_p.add_subparsers(dest="zoo_command", required=True)
+    zb = zoo_sub.add_parser("build", help="train the zoo models (deterministic seeds)")
+    zb.add_argument("--family", default="all", choices=["all", "code", "vlm", "image"])
+    zb.add_argument("--micro", action="store_true", help="seconds-sized versions (for tests)")
+    zb.add_argument("--home", default=None, help="where to write (default: $MMSPEC_HOME or the checkout's zoo/)")
+    zl = zoo_sub.add_parser("list", help="what is built, with key metrics")
+    zl.add_argument("--home", default=None)
+    zoo_p.set_defaults(func=cmd_zoo)
     return parser
 
 

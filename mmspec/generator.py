@@ -110,6 +110,20 @@ class SpeculativeGenerator:
             )
         return mask
 
+    def _check_images(self, input_ids: torch.LongTensor, prefill_inputs: dict) -> None:
+        image_token = getattr(self.target.config, "image_token_id", None)
+        if image_token is None:
+            image_token = getattr(self.target.config, "image_token_index", None)
+        if image_token is None:
+            if "pixel_values" in prefill_inputs:
+                raise ValueError("pixel_values given but the target model takes no images")
+            return
+        has_tokens = bool((input_ids == image_token).any())
+        if has_tokens and prefill_inputs.get("pixel_values") is None:
+            raise ValueError("input_ids contain image tokens but pixel_values is missing")
+        if not has_tokens and prefill_inputs.get("pixel_values") is not None:
+            raise ValueError("pixel_values given but input_ids contain no image token")
+
     def _cache_len(self, prompt_len: int, max_new_tokens: int) -> int:
         need = prompt_len + max_new_tokens + self.drafter.max_nodes + 1
         max_pos = getattr(_text_config(self.target), "max_position_embeddings", None)
@@ -132,12 +146,19 @@ class SpeculativeGenerator:
     def generate(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
                  max_new_tokens: int = 64, do_sample: bool = False, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, eos_token_id=None,
-                 generator: torch.Generator | None = None, pad_token_id: int | None = None) -> GenerationOutput:
+                 generator: torch.Generator | None = None, pad_token_id: int | None = None,
+                 **prefill_inputs) -> GenerationOutput:
+        """Speculative generation; same arguments and output layout as HF ``generate``.
+
+        ``prefill_inputs`` (e.g. ``pixel_values`` for LLaVA-class targets) go to the prefill forward
+        only; the prompt's image placeholder tokens stay in ``input_ids`` as HF lays them out.
+        """
         t_start = time.perf_counter()
         dev = self.target.device
         input_ids = input_ids.to(dev)
         mask = self._check_inputs(input_ids, attention_mask.to(dev) if attention_mask is not None else None,
                                   max_new_tokens)
+        self._check_images(input_ids, prefill_inputs)
         sampling = SamplingConfig(do_sample, temperature, top_k, top_p)
         gen_cfg = getattr(self.target, "generation_config", None)
         eos = _as_id_list(eos_token_id if eos_token_id is not None else getattr(gen_cfg, "eos_token_id", None))
@@ -155,7 +176,7 @@ class SpeculativeGenerator:
 
         # prefill: the whole prompt, then the first token (which becomes the first tree root)
         t0 = time.perf_counter()
-        out = tree_forward(self.target, cache, input_ids, prefill_parents(mask), mask.bool())
+        out = tree_forward(self.target, cache, input_ids, prefill_parents(mask), mask.bool(), **prefill_inputs)
         cache.commit(torch.arange(P, device=dev).expand(B, P), torch.full((B,), P, device=dev))
         cache.starts = (P - mask.sum(1)).to(dev)
         first = sampling.pick(out.logits[:, -1].float(), generator)

@@ -38,7 +38,12 @@ class MethodResult:
 
 
 def load_model(spec: str, seed: int = 0, layers: int | None = None):
-    """``tiny:<arch>`` (random stock model) or a local checkpoint directory."""
+    """``tiny:<arch>`` (random stock model), ``zoo:<name>`` (the model zoo) or a local checkpoint directory."""
+    if spec.startswith("zoo:"):
+        from ..zoo import load
+
+        entry = load(spec.split(":", 1)[1])
+        return entry.model, entry.tokenizer
     if spec.startswith("tiny:"):
         arch = spec.split(":", 1)[1]
         if arch not in ARCHITECTURES:
@@ -130,6 +135,7 @@ def run_bench(model: str = "tiny:llama", draft: str | None = "tiny:llama", metho
               num_prompts: int = 4, prompt_length: int = 48, max_new_tokens: int = 64, num_tokens: int = 4,
               do_sample: bool = False, temperature: float = 1.0, repeats: int = 1, seed: int = 0,
               draft_layers: int = 1, progress: bool = True) -> dict:
+    """Load models from specs (``tiny:<arch>``, a checkpoint dir, ``zoo:<name>``) and compare methods."""
     torch.manual_seed(seed)
     target, tokenizer = load_model(model, seed=seed)
     draft_model = None
@@ -139,6 +145,16 @@ def run_bench(model: str = "tiny:llama", draft: str | None = "tiny:llama", metho
         draft_model, _ = load_model(draft, seed=seed + 1, layers=draft_layers)
     vocab = target.config.get_text_config().vocab_size
     prompts = make_prompts(tokenizer, vocab, num_prompts, prompt_length, seed)
+    report = compare(target, draft_model, prompts, methods, max_new_tokens=max_new_tokens, num_tokens=num_tokens,
+                     do_sample=do_sample, temperature=temperature, repeats=repeats, progress=progress)
+    report["config"].update(model=model, draft=draft, prompt_length=prompt_length, seed=seed)
+    return report
+
+
+def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str] | None = None,
+            max_new_tokens: int = 64, num_tokens: int = 4, do_sample: bool = False, temperature: float = 1.0,
+            repeats: int = 1, progress: bool = True) -> dict:
+    """Run the methods side by side on ready models and tokenised prompts ([1, L] each)."""
     methods = methods or ALL_METHODS
     unknown = set(methods) - set(ALL_METHODS)
     if unknown:
@@ -146,6 +162,7 @@ def run_bench(model: str = "tiny:llama", draft: str | None = "tiny:llama", metho
     if "plain" not in methods:
         methods = ["plain"] + list(methods)
     sampling = dict(do_sample=do_sample, temperature=temperature)
+    num_prompts = len(prompts)
 
     runners = {m: build_runner(m, target, draft_model, num_tokens, max_new_tokens, sampling) for m in methods}
     runners = {m: r for m, r in runners.items() if r is not None}
@@ -191,9 +208,8 @@ def run_bench(model: str = "tiny:llama", draft: str | None = "tiny:llama", metho
         if r.method == "plain":
             r.tau = 1.0
     return {
-        "config": dict(model=model, draft=draft, num_prompts=num_prompts, prompt_length=prompt_length,
-                       max_new_tokens=max_new_tokens, num_tokens=num_tokens, do_sample=do_sample,
-                       temperature=temperature, repeats=repeats, seed=seed,
+        "config": dict(num_prompts=num_prompts, max_new_tokens=max_new_tokens, num_tokens=num_tokens,
+                       do_sample=do_sample, temperature=temperature, repeats=repeats,
                        torch=torch.__version__, threads=torch.get_num_threads()),
         "results": [asdict(r) for r in results.values()],
     }
@@ -202,7 +218,7 @@ def run_bench(model: str = "tiny:llama", draft: str | None = "tiny:llama", metho
 def to_markdown(report: dict) -> str:
     cfg = report["config"]
     lines = [
-        f"# mmspec bench — target `{cfg['model']}`, draft `{cfg['draft']}`",
+        f"# mmspec bench — target `{cfg.get('model', 'given')}`, draft `{cfg.get('draft', 'given')}`",
         "",
         f"{cfg['num_prompts']} prompts × {cfg['max_new_tokens']} new tokens, k = {cfg['num_tokens']}, "
         f"{'sampling T=' + str(cfg['temperature']) if cfg['do_sample'] else 'greedy'}, torch {cfg['torch']}, "

@@ -1,0 +1,173 @@
+"""Code family of the zoo: a Llama-architecture code LM (target) and a small AR drafter, trained on
+the standard library's training modules; quality measured on held-out modules."""
+
+from __future__ import annotations
+
+import ast
+import platform
+import time
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from . import ZooEntry
+from .code_data import CodeCorpus, completion_prompts, ensure_tokenizer, load_corpus
+from .common import batches, logits_checksum, read_json, seed_everything, train_loop, write_json
+
+NAMES = ["code-target", "code-drafter"]
+SEED = 1234
+CHECKSUM_TEXT = "def add(a, b):\n    return"
+
+SIZES = {
+    # name: (hidden, layers, heads, kv_heads, intermediate)
+    "code-target": (256, 4, 4, 2, 704),
+    "code-drafter": (128, 1, 2, 1, 352),
+}
+MICRO_SIZES = {"code-target": (64, 2, 2, 1, 128), "code-drafter": (32, 1, 2, 1, 64)}
+# Fixed step counts keep rebuilds deterministic; the time budgets are only a safety net (a build
+# stopped by its budget says so in metrics.json).
+MAX_STEPS = {"code-target": 600, "code-drafter": 1200}
+BUDGET_S = {"code-target": 3000.0, "code-drafter": 1200.0}
+MICRO_BUDGET_S = 6.0
+SEQ_LEN, BATCH = 256, 16
+
+
+def model_config(name: str, vocab_size: int, micro: bool) -> LlamaConfig:
+    hidden, layers, heads, kv, inter = (MICRO_SIZES if micro else SIZES)[name]
+    return LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                       num_attention_heads=heads, num_key_value_heads=kv, max_position_embeddings=2048,
+                       pad_token_id=0, eos_token_id=1, bos_token_id=None, tie_word_embeddings=False)
+
+
+def token_stream(tok: PreTrainedTokenizerFast, texts: list[str]) -> torch.Tensor:
+    """All files concatenated, each followed by <eos>."""
+    ids = tok(texts, add_special_tokens=False).input_ids
+    flat = [t for doc in ids for t in doc + [tok.eos_token_id]]
+    return torch.tensor(flat, dtype=torch.long)
+
+
+def _next_token_loss(model, batch: torch.Tensor) -> torch.Tensor:
+    logits = model(input_ids=batch[:, :-1]).logits
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch[:, 1:].reshape(-1))
+
+
+def fixed_windows(stream: torch.Tensor, n: int, seq_len: int) -> torch.Tensor:
+    """Non-overlapping evaluation windows from the start of a stream (deterministic)."""
+    n = max(1, min(n, (stream.numel() - 1) // seq_len))
+    return torch.stack([stream[i * seq_len: i * seq_len + seq_len + 1] for i in range(n)])
+
+
+@torch.no_grad()
+def mean_loss(model, windows: torch.Tensor, batch: int = 16) -> float:
+    total, count = 0.0, 0
+    for i in range(0, windows.shape[0], batch):
+        chunk = windows[i: i + batch]
+        total += float(_next_token_loss(model, chunk)) * chunk.shape[0]
+        count += chunk.shape[0]
+    return total / count
+
+
+def function_body(completion: str) -> str:
+    """The generated body: up to the first non-indented line (the function has ended)."""
+    lines = completion.split("\n")
+    body = []
+    for line in lines:
+        if line.strip() and not line[0].isspace():
+            return "\n".join(body) + "\n"
+        body.append(line)
+    # ran out of budget mid-function: drop the last, possibly cut, line
+    return "\n".join(body[:-1]) + "\n"
+
+
+def distinct_2(token_lists: list[list[int]]) -> float:
+    bigrams = [tuple(t[i: i + 2]) for t in token_lists for i in range(len(t) - 1)]
+    return len(set(bigrams)) / max(1, len(bigrams))
+
+
+@torch.no_grad()
+def completion_quality(model, tok, corpus: CodeCorpus, limit: int, max_new_tokens: int) -> dict:
+    prompts = completion_prompts(corpus, "test", limit=limit)
+    parses, generated = 0, []
+    for p in prompts:
+        ids = tok(p.prompt, return_tensors="pt", add_special_tokens=False).input_ids
+        out = model.generate(ids, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=0,
+                             eos_token_id=tok.eos_token_id)
+        new = out[0, ids.shape[1]:].tolist()
+        generated.append(new)
+        text = tok.decode(new, skip_special_tokens=True)
+        body = function_body(text)
+        statements = [ln for ln in body.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+        try:
+            ast.parse(p.prompt + body)
+            parses += bool(statements)  # an empty body would parse after a docstring: not a completion
+        except SyntaxError:
+            pass
+    return {"completion_prompts": len(prompts), "parse_rate": parses / max(1, len(prompts)),
+            "distinct_2": distinct_2(generated), "completion_max_new_tokens": max_new_tokens}
+
+
+def _versions() -> dict:
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def checksum_input(tok) -> torch.Tensor:
+    return tok(CHECKSUM_TEXT, return_tensors="pt", add_special_tokens=False).input_ids
+
+
+def save(model: LlamaForCausalLM, tok, path: Path, info: dict, metrics: dict) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    model.half().save_pretrained(path, safe_serialization=True)
+    tok.save_pretrained(path)
+    loaded = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        info["checksum"] = logits_checksum(loaded(checksum_input(tok)).logits)
+    write_json(path / "zoo.json", info)
+    write_json(path / "metrics.json", metrics)
+
+
+def build(home: Path, micro: bool = False, progress: bool = True) -> dict:
+    home = Path(home)
+    tok = ensure_tokenizer(home, micro)
+    corpus = load_corpus(micro=micro)
+    train = token_stream(tok, corpus.texts("train"))
+    val = token_stream(tok, corpus.texts("val"))
+    test = token_stream(tok, corpus.texts("test"))
+    seq_len = 64 if micro else SEQ_LEN
+    val_windows = fixed_windows(val, 8 if micro else 48, seq_len)
+    test_windows = fixed_windows(test, 8 if micro else 96, seq_len)
+    results = {}
+    for name in NAMES:
+        gen = seed_everything(SEED + NAMES.index(name))
+        model = LlamaForCausalLM(model_config(name, len(tok), micro))
+        stream = batches(train, 4 if micro else BATCH, seq_len, gen)
+        t0 = time.perf_counter()
+        res = train_loop(model, lambda step: next(stream), lambda: mean_loss(model, val_windows), _next_token_loss,
+                         max_steps=30 if micro else MAX_STEPS[name], budget_s=MICRO_BUDGET_S if micro else BUDGET_S[name],
+                         lr=3e-3 if micro else 2e-3, warmup=5 if micro else 100, eval_every=10 if micro else 150,
+                         patience=3, desc=f"train {name}", progress=progress)
+        metrics = {
+            "params": sum(p.numel() for p in model.parameters()),
+            "train_tokens": int(train.numel()), "val_tokens": int(val.numel()), "test_tokens": int(test.numel()),
+            "train_files": len(corpus.files["train"]), "val_files": len(corpus.files["val"]),
+            "test_files": len(corpus.files["test"]),
+            "heldout_loss_nats_per_token": mean_loss(model, test_windows),
+            "best_val_loss": res.best_val_loss, "steps": res.steps, "train_seconds": res.seconds,
+            "stopped": res.stopped, "tokens_seen": res.steps * (4 if micro else BATCH) * seq_len,
+            "val_history": res.val_history,
+        }
+        metrics.update(completion_quality(model, tok, corpus, limit=4 if micro else 40,
+                                          max_new_tokens=16 if micro else 128))
+        metrics["wall_seconds"] = time.perf_counter() - t0
+        info = {"family": "code", "name": name, "micro": micro, "seed": SEED + NAMES.index(name),
+                "seq_len": seq_len, **_versions()}
+        save(model, tok, home / name, info, metrics)
+        results[name] = metrics
+    return results
+
+
+def load(name: str, path: Path) -> ZooEntry:
+    model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    tok = PreTrainedTokenizerFast.from_pretrained(path)
+    return ZooEntry(name=name, model=model, tokenizer=tok, config=read_json(path / "zoo.json"), path=path)

@@ -1,0 +1,56 @@
+"""The code family of the zoo: deterministic data split by module, micro build, load, checksum."""
+
+import torch
+
+from mmspec import SpeculativeGenerator
+from mmspec.drafters import AutoregressiveDrafter
+from mmspec.zoo import build, load
+from mmspec.zoo.code import checksum_input, function_body
+from mmspec.zoo.code_data import completion_prompts, list_modules, load_corpus, split_of
+from mmspec.zoo.common import read_json
+
+
+def test_split_is_by_module_and_deterministic():
+    corpus = load_corpus()
+    again = load_corpus()
+    assert corpus.files == again.files
+    train, val, test = (set(corpus.files[s]) for s in ("train", "val", "test"))
+    assert not (train & val) and not (train & test) and not (val & test)
+    assert len(train) > 10 * len(test) > 0
+    assert all(split_of(m) == "test" for m in test)
+    assert not any("/test/" in m or m.startswith("test/") for m in list_modules())
+
+
+def test_prompts_come_from_held_out_modules():
+    corpus = load_corpus()
+    prompts = completion_prompts(corpus, "test", limit=10)
+    assert prompts and all(p.module in corpus.files["test"] for p in prompts)
+    for p in prompts:
+        assert p.prompt.startswith(("def ", "async def ", "@"))
+        assert '"""' in p.prompt or "'''" in p.prompt
+
+
+def test_function_body_stops_at_dedent():
+    assert function_body("    x = 1\n    return x\n\ndef other():\n    pass") == "    x = 1\n    return x\n\n"
+    assert function_body("    x = 1\n    return (x +") == "    x = 1\n"
+
+
+def test_micro_build_loads_and_matches_checksum(tmp_path):
+    metrics = build("code", micro=True, home=tmp_path, progress=False)
+    assert set(metrics) == {"code-target", "code-drafter"}
+    for name in metrics:
+        m = read_json(tmp_path / name / "metrics.json")
+        for key in ("heldout_loss_nats_per_token", "parse_rate", "distinct_2", "steps", "stopped"):
+            assert key in m
+        entry = load(name, home=tmp_path)
+        with torch.no_grad():
+            logits = entry.model(checksum_input(entry.tokenizer)).logits.double()
+        assert abs(float(logits.sum()) - entry.config["checksum"]["sum"]) < 1e-3 * max(1.0, abs(entry.config["checksum"]["sum"]))
+        torch.testing.assert_close(logits.flatten()[:8], torch.tensor(entry.config["checksum"]["first"], dtype=torch.double))
+    # the micro pair runs through the engine, exactly
+    target, draft = load("code-target", home=tmp_path), load("code-drafter", home=tmp_path)
+    ids = target.tokenizer("def f(x):\n", return_tensors="pt").input_ids
+    out = SpeculativeGenerator(target.model, AutoregressiveDrafter(draft.model, num_tokens=3)).generate(
+        ids, max_new_tokens=12, eos_token_id=[])
+    ref = target.model.generate(ids, do_sample=False, max_new_tokens=12, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(out.sequences, ref)
