@@ -53,6 +53,23 @@ def _next_token_loss(model, batch: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch[:, 1:].reshape(-1))
 
 
+def distill_loss(teacher) -> "callable":
+    """Drafter objective: half next-token cross-entropy, half KL to the target's distribution on the
+    same windows (the drafter learns to predict the target, which is what acceptance rewards)."""
+
+    def loss(model, batch: torch.Tensor) -> torch.Tensor:
+        x = batch[:, :-1]
+        logits = model(input_ids=x).logits.float()
+        with torch.no_grad():
+            teacher_logp = torch.log_softmax(teacher(input_ids=x).logits.float(), -1)
+        logp = torch.log_softmax(logits, -1)
+        ce = torch.nn.functional.nll_loss(logp.reshape(-1, logp.shape[-1]), batch[:, 1:].reshape(-1))
+        kl = (teacher_logp.exp() * (teacher_logp - logp)).sum(-1).mean()
+        return 0.5 * ce + 0.5 * kl
+
+    return loss
+
+
 def fixed_windows(stream: torch.Tensor, n: int, seq_len: int) -> torch.Tensor:
     """Non-overlapping evaluation windows from the start of a stream (deterministic)."""
     n = max(1, min(n, (stream.numel() - 1) // seq_len))
@@ -116,7 +133,8 @@ def checksum_input(tok) -> torch.Tensor:
     return tok(CHECKSUM_TEXT, return_tensors="pt", add_special_tokens=False).input_ids
 
 
-def save(model: LlamaForCausalLM, tok, path: Path, info: dict, metrics: dict) -> None:
+def save(model: LlamaForCausalLM, tok, path: Path, info: dict) -> None:
+    """fp16 safetensors + tokenizer + zoo.json with the logits checksum of the shipped weights."""
     path.mkdir(parents=True, exist_ok=True)
     model.half().save_pretrained(path, safe_serialization=True)
     tok.save_pretrained(path)
@@ -124,11 +142,13 @@ def save(model: LlamaForCausalLM, tok, path: Path, info: dict, metrics: dict) ->
     with torch.no_grad():
         info["checksum"] = logits_checksum(loaded(checksum_input(tok)).logits)
     write_json(path / "zoo.json", info)
-    write_json(path / "metrics.json", metrics)
 
 
-def build(home: Path, micro: bool = False, progress: bool = True) -> dict:
+def build(home: Path, micro: bool = False, progress: bool = True, names: list[str] | None = None) -> dict:
+    """Train the family's models (all, or ``names``); the drafter distils from the target, which is
+    trained in the same run or loaded from ``home``."""
     home = Path(home)
+    names = names or NAMES
     tok = ensure_tokenizer(home, micro)
     corpus = load_corpus(micro=micro)
     train = token_stream(tok, corpus.texts("train"))
@@ -138,31 +158,42 @@ def build(home: Path, micro: bool = False, progress: bool = True) -> dict:
     val_windows = fixed_windows(val, 8 if micro else 48, seq_len)
     test_windows = fixed_windows(test, 8 if micro else 96, seq_len)
     results = {}
-    for name in NAMES:
+    teacher = None
+    for name in names:
         gen = seed_everything(SEED + NAMES.index(name))
         model = LlamaForCausalLM(model_config(name, len(tok), micro))
         stream = batches(train, 4 if micro else BATCH, seq_len, gen)
+        objective = _next_token_loss
+        if name == "code-drafter":
+            teacher = teacher if teacher is not None else load("code-target", home / "code-target").model
+            objective = distill_loss(teacher)
         t0 = time.perf_counter()
-        res = train_loop(model, lambda step: next(stream), lambda: mean_loss(model, val_windows), _next_token_loss,
+        res = train_loop(model, lambda step: next(stream), lambda: mean_loss(model, val_windows), objective,
                          max_steps=30 if micro else MAX_STEPS[name], budget_s=MICRO_BUDGET_S if micro else BUDGET_S[name],
                          lr=3e-3 if micro else 2e-3, warmup=5 if micro else 100, eval_every=10 if micro else 150,
                          patience=3, desc=f"train {name}", progress=progress)
+        info = {"family": "code", "name": name, "micro": micro, "seed": SEED + NAMES.index(name),
+                "seq_len": seq_len, **_versions()}
+        if name == "code-drafter":
+            info["distilled_from"] = "code-target"
+        save(model, tok, home / name, info)
+        shipped = load(name, home / name).model  # metrics are measured on the shipped (fp16) weights
+        if name == "code-target":
+            teacher = shipped
         metrics = {
-            "params": sum(p.numel() for p in model.parameters()),
+            "params": sum(p.numel() for p in shipped.parameters()),
             "train_tokens": int(train.numel()), "val_tokens": int(val.numel()), "test_tokens": int(test.numel()),
             "train_files": len(corpus.files["train"]), "val_files": len(corpus.files["val"]),
             "test_files": len(corpus.files["test"]),
-            "heldout_loss_nats_per_token": mean_loss(model, test_windows),
+            "heldout_loss_nats_per_token": mean_loss(shipped, test_windows),
             "best_val_loss": res.best_val_loss, "steps": res.steps, "train_seconds": res.seconds,
             "stopped": res.stopped, "tokens_seen": res.steps * (4 if micro else BATCH) * seq_len,
             "val_history": res.val_history,
         }
-        metrics.update(completion_quality(model, tok, corpus, limit=4 if micro else 40,
+        metrics.update(completion_quality(shipped, tok, corpus, limit=4 if micro else 40,
                                           max_new_tokens=16 if micro else 128))
         metrics["wall_seconds"] = time.perf_counter() - t0
-        info = {"family": "code", "name": name, "micro": micro, "seed": SEED + NAMES.index(name),
-                "seq_len": seq_len, **_versions()}
-        save(model, tok, home / name, info, metrics)
+        write_json(home / name / "metrics.json", metrics)
         results[name] = metrics
     return results
 
