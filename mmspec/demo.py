@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .eval.bench import compare, to_markdown
-from .zoo import load
+from .zoo import family_module, load
 from .zoo.common import write_json, zoo_home
 
 
@@ -49,13 +49,27 @@ def code_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int
 
 
 def run_demo(out_dir: str | Path = "runs/demo", num_prompts: int = 8, max_new_tokens: int = 64) -> int:
+    import transformers
+
+    transformers.logging.set_verbosity_error()  # HF's assisted-generation deprecation chatter
+    transformers.utils.logging.disable_progress_bar()
     console = Console()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     home = zoo_home()
     console.print(f"[bold]mmspec demo[/bold] — zoo at {home}; all runs offline, greedy outputs checked against "
                   "plain decoding.")
-    reports = {"code": code_demo(out, console, num_prompts, max_new_tokens)}
+    reports = {}
+    for family, run in (("code", code_demo),):
+        needed = [n for n in family_module(family).NAMES if not (home / n / "zoo.json").exists()]
+        if needed:
+            console.print(f"[yellow]{family}: not in the zoo yet ({', '.join(needed)} missing); "
+                          f"`mmspec zoo build --family {family}` builds it[/yellow]")
+            continue
+        reports[family] = run(out, console, num_prompts, max_new_tokens)
+    if not reports:
+        console.print("[red]the zoo is empty: nothing to demonstrate[/red]")
+        return 1
     bad = [f"{fam}:{r['method']}" for fam, rep in reports.items() for r in rep["results"]
            if r.get("exact") is not None and r["exact"] < 1.0]
     console.print(f"wrote results to {out}/")

@@ -86,14 +86,23 @@ def make_prompts(tokenizer, vocab_size: int, n: int, length: int, seed: int) -> 
     return prompts
 
 
-def _hf_generate(target, ids, max_new_tokens, **kw):
+def split_prompt(prompt) -> tuple[torch.Tensor, dict]:
+    """A prompt is a [1, L] id tensor, or a dict with ``input_ids`` and prefill inputs (``pixel_values``)."""
+    if isinstance(prompt, dict):
+        rest = dict(prompt)
+        return rest.pop("input_ids"), rest
+    return prompt, {}
+
+
+def _hf_generate(target, prompt, max_new_tokens, **kw):
     """HF generate for exactly ``max_new_tokens`` (EOS disabled, as for the mmspec runs)."""
+    ids, inputs = split_prompt(prompt)
     config = copy.deepcopy(target.generation_config)
     assistant = kw.pop("assistant_model", None)
     kw.setdefault("do_sample", False)
     config.update(eos_token_id=None, max_new_tokens=max_new_tokens, **kw)
     extra = {"assistant_model": assistant} if assistant is not None else {}
-    return target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, **extra)
+    return target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, **extra, **inputs)
 
 
 def build_runner(method: str, target, draft, num_tokens: int, max_new_tokens: int, sampling: dict):
@@ -123,9 +132,10 @@ def build_runner(method: str, target, draft, num_tokens: int, max_new_tokens: in
     gen = SpeculativeGenerator(target, drafter)
     gen_kw = dict(do_sample=bool(sampling.get("do_sample")), temperature=sampling.get("temperature", 1.0))
 
-    def run(ids):
+    def run(prompt):
+        ids, inputs = split_prompt(prompt)
         g = torch.Generator().manual_seed(0)
-        out = gen.generate(ids, max_new_tokens=max_new_tokens, eos_token_id=[], generator=g, **gen_kw)
+        out = gen.generate(ids, max_new_tokens=max_new_tokens, eos_token_id=[], generator=g, **gen_kw, **inputs)
         return out.sequences, out.stats
 
     return run
@@ -154,7 +164,8 @@ def run_bench(model: str = "tiny:llama", draft: str | None = "tiny:llama", metho
 def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str] | None = None,
             max_new_tokens: int = 64, num_tokens: int = 4, do_sample: bool = False, temperature: float = 1.0,
             repeats: int = 1, progress: bool = True) -> dict:
-    """Run the methods side by side on ready models and tokenised prompts ([1, L] each)."""
+    """Run the methods side by side on ready models and prompts ([1, L] ids, or dicts with
+    ``input_ids`` plus prefill inputs such as ``pixel_values``)."""
     methods = methods or ALL_METHODS
     unknown = set(methods) - set(ALL_METHODS)
     if unknown:

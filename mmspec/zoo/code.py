@@ -28,8 +28,8 @@ SIZES = {
 MICRO_SIZES = {"code-target": (64, 2, 2, 1, 128), "code-drafter": (32, 1, 2, 1, 64)}
 # Fixed step counts keep rebuilds deterministic; the time budgets are only a safety net (a build
 # stopped by its budget says so in metrics.json).
-MAX_STEPS = {"code-target": 600, "code-drafter": 1200}
-BUDGET_S = {"code-target": 3000.0, "code-drafter": 1200.0}
+MAX_STEPS = {"code-target": 3000, "code-drafter": 1200}
+BUDGET_S = {"code-target": 4200.0, "code-drafter": 1500.0}
 MICRO_BUDGET_S = 6.0
 SEQ_LEN, BATCH = 256, 16
 
@@ -138,9 +138,9 @@ def save(model: LlamaForCausalLM, tok, path: Path, info: dict) -> None:
     path.mkdir(parents=True, exist_ok=True)
     model.half().save_pretrained(path, safe_serialization=True)
     tok.save_pretrained(path)
-    loaded = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    with torch.no_grad():
-        info["checksum"] = logits_checksum(loaded(checksum_input(tok)).logits)
+    loaded = ZooEntry(name=path.name, model=LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval(),
+                      tokenizer=tok)
+    info["checksum"] = checksum(loaded)
     write_json(path / "zoo.json", info)
 
 
@@ -170,7 +170,7 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
         t0 = time.perf_counter()
         res = train_loop(model, lambda step: next(stream), lambda: mean_loss(model, val_windows), objective,
                          max_steps=30 if micro else MAX_STEPS[name], budget_s=MICRO_BUDGET_S if micro else BUDGET_S[name],
-                         lr=3e-3 if micro else 2e-3, warmup=5 if micro else 100, eval_every=10 if micro else 150,
+                         lr=3e-3 if micro else 2e-3, warmup=5 if micro else 100, eval_every=10 if micro else 250,
                          patience=3, desc=f"train {name}", progress=progress)
         info = {"family": "code", "name": name, "micro": micro, "seed": SEED + NAMES.index(name),
                 "seq_len": seq_len, **_versions()}
@@ -202,3 +202,9 @@ def load(name: str, path: Path) -> ZooEntry:
     model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     tok = PreTrainedTokenizerFast.from_pretrained(path)
     return ZooEntry(name=name, model=model, tokenizer=tok, config=read_json(path / "zoo.json"), path=path)
+
+
+@torch.no_grad()
+def checksum(entry: ZooEntry) -> dict:
+    """Recompute the fingerprint recorded in zoo.json (logits of a fixed input)."""
+    return logits_checksum(entry.model(checksum_input(entry.tokenizer)).logits)

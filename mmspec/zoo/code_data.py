@@ -87,7 +87,7 @@ def train_tokenizer(texts: list[str], vocab_size: int):
 class CompletionPrompt:
     module: str
     name: str
-    prompt: str  # signature + docstring
+    prompt: str  # signature + docstring (no trailing newline)
     reference: str  # the original body
 
 
@@ -113,7 +113,9 @@ def completion_prompts(corpus: CodeCorpus, split: str = "test", limit: int | Non
             body_lines = lines[doc.end_lineno: node.end_lineno]
             if not min_body_lines <= len(body_lines) <= max_body_lines:
                 continue
-            prompt = "\n".join(lines[start: doc.end_lineno]) + "\n"
+            # no trailing newline: byte-level BPE merges "\n" with the next line's indentation, so a
+            # prompt ending in a bare "\n" would tell the model the function is over
+            prompt = "\n".join(lines[start: doc.end_lineno])
             out.append(CompletionPrompt(rel, node.name, textwrap.dedent(prompt), "\n".join(body_lines) + "\n"))
             if limit is not None and len(out) >= limit:
                 return out
