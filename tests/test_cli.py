@@ -1,7 +1,5 @@
 import json
 
-import torch
-
 from mmspec.cli import main
 from mmspec.eval import run_bench, to_markdown
 from mmspec.tiny import tiny_model

@@ -158,6 +158,7 @@ class AutoregressiveDrafter(Drafter):
         frontier = torch.zeros(B, 1, dtype=torch.long, device=dev)
         frontier_logits = root_logits[:, None]
         n_nodes, n_pending = 1, 0
+        frontier_slot = {0: 0}  # template node -> its row in frontier_logits (static trees)
         for d in range(1, self.depth + 1):
             logp = torch.log_softmax(frontier_logits, -1)
             F = frontier.shape[1]
@@ -171,7 +172,7 @@ class AutoregressiveDrafter(Drafter):
             else:
                 level = template.level(d)
                 t_par = template.parents
-                local = [frontier_slot[t_par[i]] for i in level] if d > 1 else [0] * len(level)
+                local = [frontier_slot[t_par[i]] for i in level]
                 ranks = torch.tensor([template.ranks[i] for i in level], device=dev)
                 local = torch.tensor(local, device=dev)
                 need_k = int(ranks.max()) + 1
