@@ -1,0 +1,700 @@
+"""Image family of the zoo: a VQ tokenizer, a LlamaGen-style class-conditional AR target with CFG, a
+small AR drafter over the same tokens, and a CNN classifier that judges generated samples.
+
+Models (``home/<name>/``):
+
+- ``image-vq``: a stock ``diffusers.VQModel``; 32x32 RGB in [-1, 1] -> an 8x8 grid of code ids.
+- ``image-target``: a stock ``transformers.LlamaForCausalLM`` over the token layout below, trained with
+  class dropout so classifier-free guidance works: guided logits = uncond + s * (cond - uncond).
+- ``image-drafter``: a one-layer ``LlamaForCausalLM`` over the same tokens, trained the same way.
+- ``image-classifier``: a small CNN (:class:`ImageClassifier`) labelling pictures with their class.
+
+Token layout (:class:`TokenLayout`, recorded in zoo.json and in the AR models' ``config.json`` as
+``mmspec_image_layout``): code ids ``code_offset .. code_offset + codebook_size - 1`` (the VQ indices,
+``code_offset = 0``), then one token per class (``class_offset + c``), then the null class (``null_id``)
+used for the unconditional rows of CFG. A sequence is ``[class token] + codes in raster order``.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from . import ZooEntry
+from . import image_data as data
+from .common import TrainResult, logits_checksum, read_json, seed_everything, train_loop, write_json
+
+NAMES = ["image-vq", "image-target", "image-drafter", "image-classifier"]
+FAMILY = "image"
+SEED = 1234
+LAYOUT_KEY = "mmspec_image_layout"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# token layout
+
+
+@dataclass(frozen=True)
+class TokenLayout:
+    codebook_size: int
+    num_classes: int
+    grid: int  # codes per side: an image is grid * grid tokens
+    code_offset: int = 0
+
+    @property
+    def class_offset(self) -> int:
+        return self.code_offset + self.codebook_size
+
+    @property
+    def null_id(self) -> int:
+        return self.class_offset + self.num_classes
+
+    @property
+    def vocab_size(self) -> int:
+        return self.null_id + 1
+
+    @property
+    def num_codes(self) -> int:
+        return self.grid * self.grid
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens of one training sequence: the class token plus the image's codes."""
+        return 1 + self.num_codes
+
+    def class_tokens(self, class_ids) -> torch.Tensor:
+        """Class ids -> class token ids; ``-1`` (or ``None`` entries) -> the null (unconditional) token."""
+        ids = torch.as_tensor([-1 if c is None else int(c) for c in class_ids] if isinstance(class_ids, (list, tuple))
+                              else class_ids, dtype=torch.long)
+        if ((ids < -1) | (ids >= self.num_classes)).any():
+            raise ValueError(f"class ids must lie in -1..{self.num_classes - 1}")
+        return torch.where(ids < 0, torch.full_like(ids, self.null_id), ids + self.class_offset)
+
+    def codes_to_tokens(self, codes: torch.Tensor) -> torch.Tensor:
+        return codes + self.code_offset
+
+    def tokens_to_codes(self, tokens: torch.Tensor) -> torch.Tensor:
+        return tokens - self.code_offset
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(class_offset=self.class_offset, null_id=self.null_id, vocab_size=self.vocab_size,
+                 seq_len=self.seq_len, classes=list(data.CLASSES))
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TokenLayout":
+        return cls(codebook_size=int(d["codebook_size"]), num_classes=int(d["num_classes"]), grid=int(d["grid"]),
+                   code_offset=int(d.get("code_offset", 0)))
+
+
+def layout_of(model) -> TokenLayout:
+    """The token layout stored in an AR model's config (``config.mmspec_image_layout``)."""
+    d = getattr(model.config, LAYOUT_KEY, None)
+    if d is None:
+        raise ValueError("model config carries no mmspec_image_layout; pass layout= explicitly")
+    return TokenLayout.from_dict(d)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# VQ helpers
+
+
+def _as_batch(images) -> torch.Tensor:
+    if isinstance(images, torch.Tensor):
+        x = images.float()
+        return x[None] if x.dim() == 3 else x
+    return torch.stack([data.pil_to_tensor(im) for im in images])
+
+
+@torch.no_grad()
+def encode_images(vq, images) -> torch.Tensor:
+    """Pictures ([B, 3, H, W] floats in [-1, 1], or a list of PIL images) -> code ids [B, h * w] (raster order)."""
+    x = _as_batch(images).to(vq.device, vq.dtype)
+    h = vq.encode(x).latents
+    b, _, gh, gw = h.shape
+    _, _, (_, _, idx) = vq.quantize(h)
+    return idx.reshape(b, gh * gw).long()
+
+
+@torch.no_grad()
+def decode_codes(vq, codes: torch.Tensor, grid: int | None = None) -> torch.Tensor:
+    """Code ids [B, h * w] (or [B, h, w]) -> pictures [B, 3, H, W] in [-1, 1] (clamped)."""
+    codes = codes.long().to(vq.device)
+    if codes.dim() == 3:
+        b, gh, gw = codes.shape
+    else:
+        b, n = codes.shape
+        gh = gw = grid or int(round(n ** 0.5))
+        if gh * gw != n:
+            raise ValueError(f"{n} codes do not form a square grid; pass grid=")
+    dim = vq.quantize.embedding.weight.shape[1]
+    quant = vq.quantize.get_codebook_entry(codes.reshape(-1), (b, gh, gw, dim))
+    return vq.decode(quant, force_not_quantize=True).sample.clamp(-1, 1)
+
+
+def codebook(vq) -> torch.Tensor:
+    """The VQ codebook E [codebook_size, d] (LANTERN's latent neighbourhoods are L2 distances in it)."""
+    return vq.quantize.embedding.weight.detach()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# AR sampling with classifier-free guidance
+
+
+def cfg_logits(cond: torch.Tensor, uncond: torch.Tensor, scale: float) -> torch.Tensor:
+    """Classifier-free guidance: uncond + s * (cond - uncond)."""
+    return uncond + scale * (cond - uncond)
+
+
+def restrict_to_codes(logits: torch.Tensor, layout: TokenLayout) -> torch.Tensor:
+    """Logits over the code ids only ([..., codebook_size]); index i is code i."""
+    return logits[..., layout.code_offset: layout.code_offset + layout.codebook_size]
+
+
+def sample_from_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
+                       generator: torch.Generator | None = None) -> torch.Tensor:
+    """One draw per row; ``temperature <= 0`` is greedy (argmax)."""
+    if temperature <= 0:
+        return logits.argmax(-1)
+    logits = logits.float() / temperature
+    if top_k and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+@torch.no_grad()
+def generate_codes(target, class_ids, cfg_scale: float = 3.0, temperature: float = 1.0, top_k: int = 0,
+                   generator: torch.Generator | None = None, layout: TokenLayout | None = None) -> torch.Tensor:
+    """Plain AR sampling of code ids [B, grid * grid], one row per class id (-1: unconditional).
+
+    With ``cfg_scale != 1`` the conditional and unconditional (null-class) rows run together as one batch of
+    2B rows with a shared KV cache; each step samples from uncond + s * (cond - uncond) restricted to codes."""
+    layout = layout or layout_of(target)
+    cls_tok = layout.class_tokens(class_ids).to(target.device)
+    b = cls_tok.shape[0]
+    guided = cfg_scale != 1.0
+    rows = torch.cat([cls_tok, torch.full_like(cls_tok, layout.null_id)]) if guided else cls_tok
+    ids = rows[:, None]
+    past = None
+    out = []
+    for _ in range(layout.num_codes):
+        res = target(input_ids=ids, past_key_values=past, use_cache=True)
+        past = res.past_key_values
+        logits = restrict_to_codes(res.logits[:, -1].float(), layout)
+        if guided:
+            logits = cfg_logits(logits[:b], logits[b:], cfg_scale)
+        code = sample_from_logits(logits, temperature, top_k, generator)
+        out.append(code)
+        tok = layout.codes_to_tokens(code)
+        ids = torch.cat([tok, tok])[:, None] if guided else tok[:, None]
+    return torch.stack(out, dim=1)
+
+
+@torch.no_grad()
+def generate_images(target, vq, class_ids, cfg_scale: float = 3.0, temperature: float = 1.0, top_k: int = 0,
+                    generator: torch.Generator | None = None, layout: TokenLayout | None = None,
+                    return_codes: bool = False):
+    """Sample pictures [B, 3, H, W] in [-1, 1] for ``class_ids`` (plain AR + CFG); see :func:`generate_codes`."""
+    layout = layout or layout_of(target)
+    codes = generate_codes(target, class_ids, cfg_scale, temperature, top_k, generator, layout)
+    images = decode_codes(vq, codes, layout.grid)
+    return (images, codes) if return_codes else images
+
+
+# ----------------------------------------------------------------------------------------------------------
+# classifier
+
+
+class ImageClassifier(nn.Module):
+    """A small CNN: three conv stages, global average pooling, a linear head. Input in [-1, 1]."""
+
+    def __init__(self, num_classes: int = data.NUM_CLASSES, width: int = 32):
+        super().__init__()
+        self.config = {"num_classes": num_classes, "width": width}
+        w = width
+        self.features = nn.Sequential(
+            nn.Conv2d(3, w, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(w, w, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(w, 2 * w, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(2 * w, 2 * w, 3, padding=1), nn.ReLU(),
+        )
+        self.head = nn.Linear(2 * w, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x).mean(dim=(2, 3)))
+
+    @torch.no_grad()
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        return self(x).argmax(-1)
+
+    def save(self, path: Path) -> None:
+        from safetensors.torch import save_file
+
+        path.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.detach().half().contiguous() for k, v in self.state_dict().items()},
+                  str(path / "model.safetensors"))
+        write_json(path / "config.json", {"architecture": "ImageClassifier", **self.config})
+
+    @classmethod
+    def from_pretrained(cls, path: Path) -> "ImageClassifier":
+        from safetensors.torch import load_file
+
+        cfg = read_json(Path(path) / "config.json")
+        model = cls(num_classes=cfg["num_classes"], width=cfg["width"])
+        state = {k: v.float() for k, v in load_file(str(Path(path) / "model.safetensors")).items()}
+        model.load_state_dict(state)
+        return model.eval()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# build configuration
+
+
+@dataclass
+class Plan:
+    n_train: int
+    n_val: int
+    n_test: int
+    # VQ
+    vq_channels: tuple[int, ...]
+    vq_latent: int
+    codebook_size: int
+    vq_batch: int
+    vq_steps: int
+    vq_budget: float
+    vq_lr: float
+    # AR target / drafter
+    ar_hidden: int
+    ar_layers: int
+    ar_heads: int
+    ar_inter: int
+    dr_hidden: int
+    dr_layers: int
+    dr_heads: int
+    dr_inter: int
+    ar_batch: int
+    ar_steps: int
+    ar_budget: float
+    dr_steps: int
+    dr_budget: float
+    ar_lr: float
+    # classifier
+    cls_width: int
+    cls_steps: int
+    cls_budget: float
+    n_cls_recon: int
+    # evaluation
+    per_class: int
+    eval_every: int
+    class_dropout: float = 0.1
+    cfg_scale: float = 3.0
+
+
+FULL = Plan(n_train=16000, n_val=512, n_test=512,
+            vq_channels=(16, 32, 64), vq_latent=4, codebook_size=512, vq_batch=16, vq_steps=6000, vq_budget=330.0,
+            vq_lr=2e-3,
+            ar_hidden=192, ar_layers=4, ar_heads=4, ar_inter=512,
+            dr_hidden=192, dr_layers=1, dr_heads=4, dr_inter=512,
+            ar_batch=32, ar_steps=6000, ar_budget=480.0, dr_steps=4000, dr_budget=150.0, ar_lr=2e-3,
+            cls_width=24, cls_steps=3000, cls_budget=60.0, n_cls_recon=4000, per_class=10, eval_every=100)
+
+MICRO = Plan(n_train=192, n_val=48, n_test=48,
+             vq_channels=(8, 8, 16), vq_latent=4, codebook_size=256, vq_batch=8, vq_steps=12, vq_budget=3.0,
+             vq_lr=2e-3,
+             ar_hidden=32, ar_layers=2, ar_heads=2, ar_inter=64,
+             dr_hidden=32, dr_layers=1, dr_heads=2, dr_inter=64,
+             ar_batch=8, ar_steps=12, ar_budget=2.0, dr_steps=8, dr_budget=1.0, ar_lr=2e-3,
+             cls_width=8, cls_steps=12, cls_budget=1.0, n_cls_recon=192, per_class=1, eval_every=4)
+
+
+def _versions() -> dict:
+    import diffusers
+    import transformers
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "diffusers": diffusers.__version__}
+
+
+def _facts(res: TrainResult) -> dict:
+    return {"train_steps": res.steps, "train_seconds": round(res.seconds, 2), "best_val_loss": res.best_val_loss,
+            "stopped": res.stopped, "val_history": [[int(s), float(v)] for s, v in res.val_history]}
+
+
+def _dir_mb(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2 ** 20
+
+
+def _write(home: Path, name: str, metrics: dict, facts: dict, micro: bool) -> dict:
+    path = home / name
+    metrics = dict(metrics, weights_mb=round(_dir_mb(path), 3))
+    write_json(path / "metrics.json", metrics)
+    write_json(path / "zoo.json", {"family": FAMILY, "name": name, "micro": micro, "seed": SEED, **_versions(),
+                                   **facts})
+    return metrics
+
+
+def _log(progress: bool, msg: str) -> None:
+    if progress:
+        print(f"[zoo image] {msg}", flush=True)
+
+
+# fixed inputs of the recorded checksums -------------------------------------------------------------------
+
+
+def checksum_images(n: int = 4) -> torch.Tensor:
+    """The first ``n`` test pictures: the fixed input of the VQ and classifier checksums."""
+    return data.make_dataset("test", n)[0]
+
+
+def checksum_tokens(layout: TokenLayout) -> torch.Tensor:
+    """A fixed [2, seq_len] token batch (class 0 and the null class, then a code pattern)."""
+    codes = (torch.arange(layout.num_codes) * 7 + 3) % layout.codebook_size
+    rows = [torch.cat([layout.class_tokens([c]), layout.codes_to_tokens(codes)]) for c in (0, -1)]
+    return torch.stack(rows)
+
+
+@torch.no_grad()
+def checksum_output(name: str, model, layout: TokenLayout | None = None) -> torch.Tensor:
+    """The output a zoo.json checksum fingerprints, for model ``name``."""
+    if name == "image-vq":
+        return model(checksum_images()).sample
+    if name == "image-classifier":
+        return model(checksum_images())
+    return model(input_ids=checksum_tokens(layout or layout_of(model))).logits
+
+
+# ----------------------------------------------------------------------------------------------------------
+# training pieces
+
+
+def _make_vq(plan: Plan):
+    from diffusers import VQModel
+
+    n = len(plan.vq_channels)
+    return VQModel(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * n,
+                   up_block_types=("UpDecoderBlock2D",) * n, block_out_channels=plan.vq_channels, layers_per_block=1,
+                   latent_channels=plan.vq_latent, vq_embed_dim=plan.vq_latent, num_vq_embeddings=plan.codebook_size,
+                   norm_num_groups=min(8, plan.vq_channels[0]), sample_size=data.IMAGE_SIZE,
+                   mid_block_add_attention=False)
+
+
+def _psnr(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-picture PSNR in dB of pictures in [-1, 1] (peak-to-peak 2)."""
+    mse = (x.clamp(-1, 1) - y).pow(2).flatten(1).mean(1).clamp_min(1e-10)
+    return 10 * torch.log10(4.0 / mse)
+
+
+@torch.no_grad()
+def _reconstruct(vq, x: torch.Tensor, bs: int = 256) -> torch.Tensor:
+    return torch.cat([vq(x[i:i + bs]).sample.clamp(-1, 1) for i in range(0, len(x), bs)])
+
+
+def _train_vq(plan: Plan, train_x: torch.Tensor, val_x: torch.Tensor, progress: bool):
+    g = seed_everything(SEED)
+    vq = _make_vq(plan)
+    k = plan.codebook_size
+    usage = torch.zeros(k)
+    restart_until = plan.vq_steps // 2
+    restart_every = max(plan.eval_every, 1)
+
+    def next_batch(step: int) -> torch.Tensor:
+        # codebook restarts: codes unused since the last check are moved onto random encoder outputs
+        if step and step % restart_every == 0 and step <= restart_until:
+            dead = (usage == 0).nonzero().flatten()
+            if len(dead):
+                with torch.no_grad():
+                    pick = torch.randint(0, len(train_x), (64,), generator=g)
+                    z = vq.encode(train_x[pick]).latents.permute(0, 2, 3, 1).reshape(-1, plan.vq_latent)
+                    z = z[torch.randint(0, len(z), (len(dead),), generator=g)]
+                    vq.quantize.embedding.weight.data[dead] = z + 0.01 * torch.randn(z.shape, generator=g)
+            usage.zero_()
+        return train_x[torch.randint(0, len(train_x), (plan.vq_batch,), generator=g)]
+
+    def loss_fn(model, x: torch.Tensor) -> torch.Tensor:
+        h = model.encode(x).latents
+        quant, commit_loss, (_, _, idx) = model.quantize(h)
+        usage.index_add_(0, idx.flatten(), torch.ones(idx.numel()))
+        rec = model.decoder(model.post_quant_conv(quant))
+        return (rec - x).pow(2).mean() + (rec - x).abs().mean() + commit_loss
+
+    def val_loss() -> float:
+        return float((_reconstruct(vq, val_x) - val_x).pow(2).mean())
+
+    res = train_loop(vq, next_batch, val_loss, loss_fn, max_steps=plan.vq_steps, budget_s=plan.vq_budget,
+                     lr=plan.vq_lr, warmup=min(50, plan.vq_steps // 4), eval_every=plan.eval_every, patience=4,
+                     weight_decay=0.0, desc="image-vq", progress=progress)
+    return vq, res
+
+
+def _make_llama(plan: Plan, layout: TokenLayout, hidden: int, layers: int, heads: int, inter: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=layout.vocab_size, hidden_size=hidden, intermediate_size=inter,
+                      num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
+                      max_position_embeddings=layout.seq_len + 16, rope_theta=10000.0, tie_word_embeddings=False,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    setattr(cfg, LAYOUT_KEY, layout.to_dict())
+    torch.manual_seed(SEED)
+    return LlamaForCausalLM(cfg)
+
+
+def _sequences(layout: TokenLayout, codes: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return torch.cat([layout.class_tokens(labels)[:, None], layout.codes_to_tokens(codes)], dim=1)
+
+
+def _ar_loss(model, seqs: torch.Tensor, layout: TokenLayout) -> torch.Tensor:
+    """Mean cross-entropy (nats per code) of predicting each code from the class token and earlier codes."""
+    logits = model(input_ids=seqs[:, :-1]).logits
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), seqs[:, 1:].reshape(-1))
+
+
+@torch.no_grad()
+def _eval_ar_loss(model, seqs: torch.Tensor, layout: TokenLayout, bs: int = 256) -> float:
+    total = 0.0
+    for i in range(0, len(seqs), bs):
+        chunk = seqs[i:i + bs]
+        total += float(_ar_loss(model, chunk, layout)) * len(chunk)
+    return total / max(1, len(seqs))
+
+
+def _train_ar(plan: Plan, model, layout: TokenLayout, train_seqs: torch.Tensor, val_seqs: torch.Tensor, *,
+              steps: int, budget: float, desc: str, progress: bool):
+    g = seed_everything(SEED + 1)
+
+    def next_batch(step: int) -> torch.Tensor:
+        seqs = train_seqs[torch.randint(0, len(train_seqs), (plan.ar_batch,), generator=g)].clone()
+        drop = torch.rand(len(seqs), generator=g) < plan.class_dropout
+        seqs[drop, 0] = layout.null_id  # class dropout: these rows learn the unconditional model
+        return seqs
+
+    res = train_loop(model, next_batch, lambda: _eval_ar_loss(model, val_seqs, layout),
+                     lambda m, s: _ar_loss(m, s, layout), max_steps=steps, budget_s=budget, lr=plan.ar_lr,
+                     warmup=min(100, steps // 4), eval_every=plan.eval_every, patience=4, desc=desc,
+                     progress=progress)
+    return res
+
+
+def _train_classifier(plan: Plan, train_x, train_y, val_x, val_y, recon_fn, progress: bool):
+    """Trained on real pictures and (half the time) their VQ reconstructions, with light noise: the pictures
+    it has to judge later are VQ decodes."""
+    g = seed_everything(SEED + 2)
+    model = ImageClassifier(data.NUM_CLASSES, plan.cls_width)
+    bs = 64 if len(train_x) >= 64 else len(train_x)
+    val_recon = recon_fn(val_x)
+
+    def next_batch(step: int):
+        idx = torch.randint(0, len(train_x), (bs,), generator=g)
+        x = train_x[idx]
+        use_rec = torch.rand(bs, generator=g) < 0.5
+        x = torch.where(use_rec[:, None, None, None], recon_fn.cached[idx], x)
+        x = x + 0.04 * torch.randn(x.shape, generator=g)
+        return x, train_y[idx]
+
+    def loss_fn(m, batch):
+        x, y = batch
+        return F.cross_entropy(m(x), y)
+
+    def val_loss() -> float:
+        return 0.5 * (float(F.cross_entropy(model(val_x), val_y)) + float(F.cross_entropy(model(val_recon), val_y)))
+
+    res = train_loop(model, next_batch, val_loss, loss_fn, max_steps=plan.cls_steps, budget_s=plan.cls_budget,
+                     lr=3e-3, warmup=min(50, plan.cls_steps // 4), eval_every=plan.eval_every, patience=4,
+                     desc="image-classifier", progress=progress)
+    return model, res
+
+
+@torch.no_grad()
+def _accuracy(model, x: torch.Tensor, y: torch.Tensor) -> float:
+    return float((model(x).argmax(-1) == y).float().mean()) if len(y) else 0.0
+
+
+@torch.no_grad()
+def _fidelity(ar, vq, classifier, layout: TokenLayout, per_class: int, cfg_scale: float, seed: int):
+    """Share of generated samples (``per_class`` per class) the classifier labels with their class."""
+    class_ids = torch.arange(layout.num_classes).repeat_interleave(per_class)
+    gen = torch.Generator().manual_seed(seed)
+    images = generate_images(ar, vq, class_ids, cfg_scale=cfg_scale, temperature=1.0, top_k=0, generator=gen,
+                             layout=layout)
+    pred = classifier.predict(images)
+    hit = (pred == class_ids).float()
+    per = {data.CLASSES[c]: float(hit[class_ids == c].mean()) for c in range(layout.num_classes)}
+    return float(hit.mean()), per, images
+
+
+@torch.no_grad()
+def _agreement(drafter, target, seqs: torch.Tensor, bs: int = 256) -> float:
+    """Share of held-out positions where drafter and target agree on the most likely next token."""
+    hits = total = 0
+    for i in range(0, len(seqs), bs):
+        s = seqs[i:i + bs, :-1]
+        a = drafter(input_ids=s).logits.argmax(-1)
+        b = target(input_ids=s).logits.argmax(-1)
+        hits += int((a == b).sum())
+        total += a.numel()
+    return hits / max(1, total)
+
+
+def _save_llama_fp16(model, path: Path):
+    from transformers import LlamaForCausalLM
+
+    model.half().save_pretrained(path, safe_serialization=True)
+    model.float()
+    return LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# build / load
+
+
+def build(home: Path, micro: bool = False, progress: bool = True) -> dict[str, dict]:
+    """Train the image family into ``home/<name>/``; returns {name: metrics}."""
+    from diffusers import VQModel
+    from diffusers.utils import logging as dlog
+    from transformers.utils import logging as tlog
+
+    threads = torch.get_num_threads()
+    bars = (tlog.is_progress_bar_enabled(), dlog.is_progress_bar_enabled())
+    torch.set_num_threads(1)
+    if not progress:
+        tlog.disable_progress_bar()
+        dlog.disable_progress_bar()
+    try:
+        return _build(Path(home), micro, progress, VQModel)
+    finally:
+        torch.set_num_threads(threads)
+        if bars[0]:
+            tlog.enable_progress_bar()
+        if bars[1]:
+            dlog.enable_progress_bar()
+
+
+def _build(home: Path, micro: bool, progress: bool, VQModel) -> dict[str, dict]:
+    plan = MICRO if micro else FULL
+    t0 = time.perf_counter()
+    out: dict[str, dict] = {}
+    plan_facts = {"plan": asdict(plan)}
+
+    train_x, train_y = data.make_dataset("train", plan.n_train)
+    val_x, val_y = data.make_dataset("val", plan.n_val)
+    test_x, test_y = data.make_dataset("test", plan.n_test)
+    _log(progress, f"data: {plan.n_train}/{plan.n_val}/{plan.n_test} pictures in {time.perf_counter() - t0:.1f}s")
+
+    # --- VQ ---------------------------------------------------------------------------------------------
+    vq, res = _train_vq(plan, train_x, val_x[:256], progress)
+    path = home / "image-vq"
+    vq.half().save_pretrained(path, safe_serialization=True)
+    vq = VQModel.from_pretrained(path, torch_dtype=torch.float32).eval()  # evaluate what was saved
+    test_rec = _reconstruct(vq, test_x)
+    test_codes = encode_images(vq, test_x)
+    layout = TokenLayout(codebook_size=plan.codebook_size, num_classes=data.NUM_CLASSES,
+                         grid=int(test_codes.shape[1] ** 0.5))
+    usage = torch.bincount(test_codes.flatten(), minlength=plan.codebook_size)
+    m = {"psnr_test_db": float(_psnr(test_rec, test_x).mean()),
+         "psnr_val_db": float(_psnr(_reconstruct(vq, val_x), val_x).mean()),
+         "codebook_used_test": int((usage > 0).sum()), "codebook_size": plan.codebook_size,
+         "params": sum(p.numel() for p in vq.parameters()), **_facts(res)}
+    d_image = data.image_grid(torch.cat([test_x[:24], test_rec[:24]]), nrow=12, scale=2)
+    d_image.save(path / "reconstructions.png")
+    m = _write(home, "image-vq", m, {"checksum": logits_checksum(checksum_output("image-vq", vq)),
+                                    "layout": layout.to_dict(), **plan_facts}, micro)
+    out["image-vq"] = m
+    _log(progress, f"image-vq: PSNR {m['psnr_test_db']:.2f} dB, {m['codebook_used_test']} codes used")
+
+    def encode_all(x: torch.Tensor, bs: int = 512) -> torch.Tensor:
+        return torch.cat([encode_images(vq, x[i:i + bs]) for i in range(0, len(x), bs)])
+
+    train_codes = encode_all(train_x)
+    val_codes = encode_all(val_x)
+    train_seqs = _sequences(layout, train_codes, train_y)
+    val_seqs = _sequences(layout, val_codes, val_y)
+    test_seqs = _sequences(layout, test_codes, test_y)
+
+    # --- classifier -------------------------------------------------------------------------------------
+    def recon_fn(x):
+        return _reconstruct(vq, x)
+
+    n_rec = min(len(train_x), plan.n_cls_recon)
+    recon_fn.cached = _reconstruct(vq, train_x[:n_rec])
+    classifier, res = _train_classifier(plan, train_x[:n_rec], train_y[:n_rec], val_x, val_y, recon_fn, progress)
+    path = home / "image-classifier"
+    classifier.save(path)
+    classifier = ImageClassifier.from_pretrained(path)
+    m = {"accuracy_test": _accuracy(classifier, test_x, test_y),
+         "accuracy_test_vq_reconstructions": _accuracy(classifier, test_rec, test_y),
+         "params": sum(p.numel() for p in classifier.parameters()), **_facts(res)}
+    m = _write(home, "image-classifier", m,
+               {"checksum": logits_checksum(checksum_output("image-classifier", classifier)),
+                "classes": list(data.CLASSES), **plan_facts}, micro)
+    out["image-classifier"] = m
+    _log(progress, f"image-classifier: accuracy {m['accuracy_test']:.3f}")
+
+    # --- AR target and drafter --------------------------------------------------------------------------
+    target = None
+    for name, dims, steps, budget in (
+            ("image-target", (plan.ar_hidden, plan.ar_layers, plan.ar_heads, plan.ar_inter), plan.ar_steps,
+             plan.ar_budget),
+            ("image-drafter", (plan.dr_hidden, plan.dr_layers, plan.dr_heads, plan.dr_inter), plan.dr_steps,
+             plan.dr_budget)):
+        model = _make_llama(plan, layout, *dims)
+        res = _train_ar(plan, model, layout, train_seqs, val_seqs, steps=steps, budget=budget, desc=name,
+                        progress=progress)
+        path = home / name
+        model = _save_llama_fp16(model, path)
+        fid, per, images = _fidelity(model, vq, classifier, layout, plan.per_class, plan.cfg_scale, SEED + 7)
+        fid1, _, _ = _fidelity(model, vq, classifier, layout, plan.per_class, 1.0, SEED + 7)
+        data.image_grid(images, nrow=plan.per_class, scale=2).save(path / "samples.png")
+        m = {"test_loss": _eval_ar_loss(model, test_seqs, layout), "val_loss": _eval_ar_loss(model, val_seqs, layout),
+             "class_fidelity": fid, "class_fidelity_per_class": per, "class_fidelity_no_cfg": fid1,
+             "fidelity_setup": {"per_class": plan.per_class, "cfg_scale": plan.cfg_scale, "temperature": 1.0,
+                                "top_k": 0, "seed": SEED + 7, "judge": "image-classifier"},
+             "params": sum(p.numel() for p in model.parameters()), **_facts(res)}
+        if target is not None:
+            m["greedy_agreement_with_target_test"] = _agreement(model, target, test_seqs)
+        else:
+            target = model
+        m = _write(home, name, m, {"checksum": logits_checksum(checksum_output(name, model, layout)),
+                                   "layout": layout.to_dict(), "vq": "image-vq", **plan_facts}, micro)
+        out[name] = m
+        _log(progress, f"{name}: test loss {m['test_loss']:.3f}, class fidelity {fid:.3f} (no CFG {fid1:.3f})")
+
+    _log(progress, f"built in {time.perf_counter() - t0:.0f}s, "
+                   f"{sum(_dir_mb(home / n) for n in NAMES):.1f} MB")
+    return out
+
+
+def load(name: str, path: Path) -> ZooEntry:
+    """Load one image-family model from its folder (the AR models also load their VQ from ``../image-vq``)."""
+    from diffusers import VQModel
+    from transformers import LlamaForCausalLM
+
+    if name not in NAMES:
+        raise ValueError(f"unknown image zoo model {name!r}; choose from {NAMES}")
+    path = Path(path)
+    cfg = read_json(path / "zoo.json")
+    if name == "image-vq":
+        vq = VQModel.from_pretrained(path, torch_dtype=torch.float32).eval()
+        return ZooEntry(name, vq, tokenizer=None, config=cfg, path=path,
+                        extras={"layout": TokenLayout.from_dict(cfg["layout"])})
+    if name == "image-classifier":
+        return ZooEntry(name, ImageClassifier.from_pretrained(path), config=cfg, path=path,
+                        extras={"classes": list(cfg["classes"])})
+    model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    vq_path = path.parent / cfg.get("vq", "image-vq")
+    vq = VQModel.from_pretrained(vq_path, torch_dtype=torch.float32).eval() if vq_path.exists() else None
+    layout = TokenLayout.from_dict(cfg["layout"])
+    return ZooEntry(name, model, tokenizer=vq, config=cfg, path=path,
+                    extras={"vq": vq, "layout": layout, "classes": list(data.CLASSES)})
+
+
+__all__ = ["NAMES", "TokenLayout", "layout_of", "encode_images", "decode_codes", "codebook", "cfg_logits",
+           "restrict_to_codes", "sample_from_logits", "generate_codes", "generate_images", "ImageClassifier",
+           "checksum_output", "build", "load"]
