@@ -118,14 +118,16 @@ class SpecKVCache(Cache):
 
     # ------------------------------------------------------------------ appending
     def prepare_append(self, parents: torch.LongTensor, valid: torch.BoolTensor,
-                       ancestors: torch.BoolTensor | None = None):
+                       ancestors: torch.BoolTensor | None = None, depth: torch.LongTensor | None = None):
         """Register ``T`` new pending nodes and return ``(position_ids [B, T], mask [B, 1, T, S])``.
 
         ``parents[b, t]`` indexes the pending nodes *including* the new ones (-1 = hangs directly off
         the committed prefix). Invalid nodes are padding: only they attend to themselves and nobody
         attends to them. Call the model right after, with this cache as ``past_key_values``.
         ``ancestors`` ([B, T, T], optional) is the new nodes' ancestor mask when already known
-        (a DraftTree's), used when no nodes are pending.
+        (a DraftTree's), used when no nodes are pending; it is then simply "who sees whom" and may be any
+        visibility pattern (e.g. a diffusion drafter's mask slots seeing each other), in which case
+        ``depth`` ([B, T], offsets from the committed length) gives the positions.
         """
         B, T = parents.shape
         old = self.num_pending
@@ -141,7 +143,8 @@ class SpecKVCache(Cache):
         all_valid = torch.cat([self._pending_valid, valid], dim=1)
         anc = ancestors if (ancestors is not None and old == 0) else ancestor_mask(all_parents)  # [B, old+T, old+T]
         new_anc = anc[:, old:, :] & all_valid[:, None, :]
-        depth = new_anc.sum(-1) - 1
+        if depth is None:
+            depth = new_anc.sum(-1) - 1
         positions = self.seen_tokens[:, None] + depth
         positions = torch.where(valid, positions, torch.zeros_like(positions))
 

@@ -30,6 +30,19 @@ def cmd_bench(args) -> int:
     from .eval import run_bench, write_report
 
     methods = args.methods.split(",") if args.methods else None
+    if args.suite == "code":
+        from .eval.code_suite import run_code_suite
+
+        report = run_code_suite(methods, num_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
+                                do_sample=args.do_sample, temperature=args.temperature, repeats=args.repeats,
+                                num_tokens=args.num_tokens, deer_tokens=args.deer_tokens,
+                                diffuspec_tokens=args.deer_tokens, context=args.dlm_context)
+        console = Console()
+        mode = f"T={args.temperature}" if args.do_sample else "greedy"
+        _print_report(report, console, f"mmspec bench --suite code ({mode}): zoo code-target")
+        js, md = write_report(report, args.out)
+        console.print(f"wrote {js} and {md}")
+        return 0
     report = run_bench(model=args.model, draft=None if args.draft == "none" else args.draft, methods=methods,
                        num_prompts=args.prompts, prompt_length=args.prompt_length,
                        max_new_tokens=args.max_new_tokens, num_tokens=args.num_tokens, do_sample=args.do_sample,
@@ -40,6 +53,12 @@ def cmd_bench(args) -> int:
     js, md = write_report(report, args.out)
     console.print(f"wrote {js} and {md}")
     return 0
+
+
+def cmd_train(args) -> int:
+    from .training.deer import cli_train_deer
+
+    return cli_train_deer(args)
 
 
 def cmd_demo(args) -> int:
@@ -102,7 +121,29 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=1)
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--out", default="runs/bench")
+    bench.add_argument("--suite", choices=["models", "code"], default="models",
+                       help="'models': --model/--draft specs; 'code': the zoo's held-out code prompts with every "
+                       "text method (AR drafter, prompt lookup, DEER, DiffuSpec, lattice trees)")
+    bench.add_argument("--deer-tokens", type=int, default=8, help="block length k of the diffusion drafters")
+    bench.add_argument("--dlm-context", choices=["cache", "window", "full"], default="cache",
+                       help="how the diffusion drafter reads the prefix")
     bench.set_defaults(func=cmd_bench)
+
+    train = sub.add_parser("train", help="train drafters")
+    train_sub = train.add_subparsers(dest="train_command", required=True)
+    td = train_sub.add_parser("deer", help="DEER two-stage alignment of a diffusion drafter to an AR target")
+    td.add_argument("--target", default="zoo:code-target", help="zoo:<name> or a local checkpoint dir")
+    td.add_argument("--dlm", default="zoo:code-dlm", help="diffusion LM to align: zoo:<name> or a checkpoint dir")
+    td.add_argument("--mask-token-id", type=int, default=None, help="default: the tokenizer's mask token")
+    td.add_argument("--convention", choices=["dream", "llada"], default="dream")
+    td.add_argument("--data", default=None, help="glob of text files to cut prefixes from (default: the zoo's "
+                    "code corpus)")
+    td.add_argument("--stages", default="1,2", help="'1' (Stage I only) or '1,2'")
+    td.add_argument("--stage1-steps", type=int, default=600)
+    td.add_argument("--stage2-steps", type=int, default=300)
+    td.add_argument("--samples", type=int, default=3072, help="target generations to train on")
+    td.add_argument("--out", required=True, help="where to save the aligned drafter")
+    td.set_defaults(func=cmd_train)
 
     zoo_p = sub.add_parser("zoo", help="the tiny model zoo: build or list")
     zoo_sub = zoo_p.add_subparsers(dest="zoo_command", required=True)

@@ -37,8 +37,8 @@ def test_function_body_stops_at_dedent():
 
 def test_micro_build_loads_and_matches_checksum(tmp_path):
     metrics = build("code", micro=True, home=tmp_path, progress=False)
-    assert set(metrics) == {"code-target", "code-drafter"}
-    for name in metrics:
+    assert set(metrics) == {"code-target", "code-drafter", "code-dlm", "code-deer-s1", "code-deer", "code-ngram"}
+    for name in ("code-target", "code-drafter"):
         m = read_json(tmp_path / name / "metrics.json")
         for key in ("heldout_loss_nats_per_token", "parse_rate", "distinct_2", "steps", "stopped"):
             assert key in m
@@ -54,3 +54,23 @@ def test_micro_build_loads_and_matches_checksum(tmp_path):
         ids, max_new_tokens=12, eos_token_id=[])
     ref = target.model.generate(ids, do_sample=False, max_new_tokens=12, eos_token_id=None, pad_token_id=0)
     assert torch.equal(out.sequences, ref)
+
+    # the diffusion drafters load, reproduce their checksums and draft exactly
+    from mmspec.drafters import DEERDrafter
+    from mmspec.drafters.diffuspec import DiffuSpecDrafter
+    from mmspec.zoo.code import checksum
+    from mmspec.zoo.code_diffusion import diffusion_lm
+
+    for name in ("code-dlm", "code-deer-s1", "code-deer", "code-ngram"):
+        entry = load(name, home=tmp_path)
+        got, rec = checksum(entry), entry.config["checksum"]
+        assert abs(got["sum"] - rec["sum"]) <= 1e-4 * max(1.0, abs(rec["sum"])), name
+    report = read_json(tmp_path / "code-deer" / "metrics.json")
+    assert {"before", "after_stage1", "after_stage2"} <= set(report["agreement"])
+    vocab = target.model.config.vocab_size
+    ngram = load("code-ngram", home=tmp_path).model
+    for drafter in (DEERDrafter(diffusion_lm(load("code-deer", home=tmp_path), target_vocab_size=vocab), num_tokens=4),
+                    DiffuSpecDrafter(diffusion_lm(load("code-dlm", home=tmp_path), target_vocab_size=vocab),
+                                     causal=ngram, eos_token_id=1, lattice=True)):
+        out = SpeculativeGenerator(target.model, drafter).generate(ids, max_new_tokens=12, eos_token_id=[])
+        assert torch.equal(out.sequences, ref)

@@ -2,6 +2,8 @@
 
 from .autoregressive import AutoregressiveDrafter
 from .base import Drafter
+from .deer import DEERDrafter
+from .diffusion import DiffusionLM
 from .prompt_lookup import PromptLookupDrafter
 
-__all__ = ["Drafter", "AutoregressiveDrafter", "PromptLookupDrafter"]
+__all__ = ["Drafter", "AutoregressiveDrafter", "PromptLookupDrafter", "DiffusionLM", "DEERDrafter"]

@@ -35,6 +35,7 @@ class MethodResult:
     speedup: float | None = None
     exact: float | None = None
     accept_lengths: list[int] = field(default_factory=list)
+    draft_share: float | None = None  # drafter's share of draft + verify time (mmspec methods)
 
 
 def load_model(spec: str, seed: int = 0, layers: int | None = None):
@@ -105,8 +106,10 @@ def _hf_generate(target, prompt, max_new_tokens, **kw):
     return target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, **extra, **inputs)
 
 
-def build_runner(method: str, target, draft, num_tokens: int, max_new_tokens: int, sampling: dict):
-    """A callable prompt -> (sequence, stats or None) for one method."""
+def build_runner(method: str, target, draft, num_tokens: int, max_new_tokens: int, sampling: dict,
+                 drafter_factory=None):
+    """A callable prompt -> (sequence, stats or None) for one method (``drafter_factory`` builds the
+    drafter of a method that is not one of the built-ins)."""
     pad = target.generation_config.pad_token_id
     hf_kw = dict(pad_token_id=pad if pad is not None else 0)
     if sampling.get("do_sample"):
@@ -120,6 +123,8 @@ def build_runner(method: str, target, draft, num_tokens: int, max_new_tokens: in
     if method == "hf-prompt-lookup":
         return lambda ids: (_hf_generate(target, ids, max_new_tokens, prompt_lookup_num_tokens=num_tokens,
                                          **hf_kw), None)
+    if drafter_factory is not None:
+        return _speculative_runner(target, drafter_factory(), max_new_tokens, sampling)
     drafter = {
         "mmspec-chain": lambda: AutoregressiveDrafter(draft, num_tokens=num_tokens) if draft is not None else None,
         "mmspec-tree": lambda: AutoregressiveDrafter(draft, tree=DEFAULT_TREE) if draft is not None else None,
@@ -129,6 +134,10 @@ def build_runner(method: str, target, draft, num_tokens: int, max_new_tokens: in
     }[method]()
     if drafter is None:
         return None
+    return _speculative_runner(target, drafter, max_new_tokens, sampling)
+
+
+def _speculative_runner(target, drafter, max_new_tokens: int, sampling: dict):
     gen = SpeculativeGenerator(target, drafter)
     gen_kw = dict(do_sample=bool(sampling.get("do_sample")), temperature=sampling.get("temperature", 1.0))
 
@@ -163,19 +172,22 @@ def run_bench(model: str = "tiny:llama", draft: str | None = "tiny:llama", metho
 
 def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str] | None = None,
             max_new_tokens: int = 64, num_tokens: int = 4, do_sample: bool = False, temperature: float = 1.0,
-            repeats: int = 1, progress: bool = True) -> dict:
+            repeats: int = 1, progress: bool = True, extra: dict | None = None) -> dict:
     """Run the methods side by side on ready models and prompts ([1, L] ids, or dicts with
-    ``input_ids`` plus prefill inputs such as ``pixel_values``)."""
-    methods = methods or ALL_METHODS
-    unknown = set(methods) - set(ALL_METHODS)
+    ``input_ids`` plus prefill inputs such as ``pixel_values``). ``extra`` maps further method names to
+    zero-argument drafter factories (a fresh drafter per method)."""
+    extra = extra or {}
+    methods = methods or ALL_METHODS + list(extra)
+    unknown = set(methods) - set(ALL_METHODS) - set(extra)
     if unknown:
-        raise ValueError(f"unknown methods {sorted(unknown)}; choose from {ALL_METHODS}")
+        raise ValueError(f"unknown methods {sorted(unknown)}; choose from {ALL_METHODS + list(extra)}")
     if "plain" not in methods:
         methods = ["plain"] + list(methods)
     sampling = dict(do_sample=do_sample, temperature=temperature)
     num_prompts = len(prompts)
 
-    runners = {m: build_runner(m, target, draft_model, num_tokens, max_new_tokens, sampling) for m in methods}
+    runners = {m: build_runner(m, target, draft_model, num_tokens, max_new_tokens, sampling, extra.get(m))
+               for m in methods}
     runners = {m: r for m, r in runners.items() if r is not None}
     results: dict[str, MethodResult] = {}
     outputs: dict[str, list[torch.Tensor]] = {}
@@ -186,6 +198,7 @@ def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str]
     new = {m: 0 for m in runners}
     rows = {m: 0 for m in runners}
     lens = {m: [] for m in runners}
+    split = {m: [0.0, 0.0] for m in runners}
     with torch.inference_mode(), tqdm(total=total, desc="bench", disable=not progress) as bar:
         for method, runner in runners.items():
             runner(prompts[0])  # warm-up
@@ -201,6 +214,8 @@ def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str]
                         new[method] += stats.new_tokens
                         rows[method] += stats.row_forwards
                         lens[method].extend(stats.accept_lengths[0])
+                        split[method][0] += stats.draft_time
+                        split[method][1] += stats.verify_time
                     bar.update(1)
                 times[method].append(time.perf_counter() - t0)
                 if round_ == 0:
@@ -208,7 +223,8 @@ def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str]
     for method in runners:
         results[method] = MethodResult(method, statistics.median(times[method]), len(prompts) * max_new_tokens,
                                        new[method] / rows[method] if rows[method] else None,
-                                       accept_lengths=lens[method])
+                                       accept_lengths=lens[method],
+                                       draft_share=split[method][0] / sum(split[method]) if sum(split[method]) else None)
 
     base = results["plain"]
     for r in results.values():

@@ -33,13 +33,13 @@ def model_dtype(model) -> torch.dtype:
 def tree_forward(model, cache: SpecKVCache, input_ids: torch.LongTensor | None, parents: torch.LongTensor,
                  valid: torch.BoolTensor, inputs_embeds: torch.Tensor | None = None,
                  output_hidden_states: bool = False, ancestors: torch.BoolTensor | None = None,
-                 **model_kwargs):
+                 depth: torch.LongTensor | None = None, **model_kwargs):
     """Append the nodes ``input_ids`` ([B, T]) as pending entries of ``cache`` and return the model output.
 
     ``parents`` index pending nodes (-1 = attached to the committed prefix). The caller commits or
     discards the pending nodes afterwards.
     """
-    positions, mask = cache.prepare_append(parents, valid, ancestors)
+    positions, mask = cache.prepare_append(parents, valid, ancestors, depth)
     mask = to_model_mask(mask, model, model_dtype(model))
     return model(
         input_ids=input_ids,

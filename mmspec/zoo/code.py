@@ -12,11 +12,12 @@ import torch
 import transformers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from . import ZooEntry
+from . import ZooEntry, code_diffusion
 from .code_data import CodeCorpus, completion_prompts, ensure_tokenizer, load_corpus
 from .common import batches, logits_checksum, read_json, seed_everything, train_loop, write_json
 
-NAMES = ["code-target", "code-drafter"]
+BASE_NAMES = ["code-target", "code-drafter"]
+NAMES = BASE_NAMES + code_diffusion.NAMES  # diffusion drafters: see code_diffusion.py
 SEED = 1234
 CHECKSUM_TEXT = "def add(a, b):\n    return"
 
@@ -149,6 +150,16 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
     trained in the same run or loaded from ``home``."""
     home = Path(home)
     names = names or NAMES
+    results = _build_base(home, micro, progress, [n for n in BASE_NAMES if n in names])
+    extra = [n for n in code_diffusion.NAMES if n in names]
+    if extra:
+        results.update(code_diffusion.build(home, micro, progress, extra))
+    return results
+
+
+def _build_base(home: Path, micro: bool, progress: bool, names: list[str]) -> dict:
+    if not names:
+        return {}
     tok = ensure_tokenizer(home, micro)
     corpus = load_corpus(micro=micro)
     train = token_stream(tok, corpus.texts("train"))
@@ -199,6 +210,8 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
 
 
 def load(name: str, path: Path) -> ZooEntry:
+    if name in code_diffusion.NAMES:
+        return code_diffusion.load(name, path)
     model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     tok = PreTrainedTokenizerFast.from_pretrained(path)
     return ZooEntry(name=name, model=model, tokenizer=tok, config=read_json(path / "zoo.json"), path=path)
@@ -207,4 +220,6 @@ def load(name: str, path: Path) -> ZooEntry:
 @torch.no_grad()
 def checksum(entry: ZooEntry) -> dict:
     """Recompute the fingerprint recorded in zoo.json (logits of a fixed input)."""
+    if entry.name in code_diffusion.NAMES:
+        return code_diffusion.checksum(entry)
     return logits_checksum(entry.model(checksum_input(entry.tokenizer)).logits)

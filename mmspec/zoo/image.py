@@ -300,20 +300,20 @@ class Plan:
 
 
 FULL = Plan(n_train=16000, n_val=512, n_test=512,
-            vq_channels=(16, 32, 64), vq_latent=4, codebook_size=512, vq_batch=16, vq_steps=6000, vq_budget=330.0,
+            vq_channels=(16, 32, 64), vq_latent=4, codebook_size=512, vq_batch=16, vq_steps=4000, vq_budget=270.0,
             vq_lr=2e-3,
             ar_hidden=192, ar_layers=4, ar_heads=4, ar_inter=512,
             dr_hidden=192, dr_layers=1, dr_heads=4, dr_inter=512,
-            ar_batch=32, ar_steps=6000, ar_budget=480.0, dr_steps=4000, dr_budget=150.0, ar_lr=2e-3,
-            cls_width=24, cls_steps=3000, cls_budget=60.0, n_cls_recon=4000, per_class=10, eval_every=100)
+            ar_batch=32, ar_steps=4000, ar_budget=570.0, dr_steps=3000, dr_budget=130.0, ar_lr=2e-3,
+            cls_width=24, cls_steps=2000, cls_budget=40.0, n_cls_recon=2000, per_class=10, eval_every=100)
 
 MICRO = Plan(n_train=192, n_val=48, n_test=48,
-             vq_channels=(8, 8, 16), vq_latent=4, codebook_size=256, vq_batch=8, vq_steps=12, vq_budget=3.0,
+             vq_channels=(8, 8, 16), vq_latent=4, codebook_size=256, vq_batch=8, vq_steps=12, vq_budget=1.5,
              vq_lr=2e-3,
              ar_hidden=32, ar_layers=2, ar_heads=2, ar_inter=64,
              dr_hidden=32, dr_layers=1, dr_heads=2, dr_inter=64,
-             ar_batch=8, ar_steps=12, ar_budget=2.0, dr_steps=8, dr_budget=1.0, ar_lr=2e-3,
-             cls_width=8, cls_steps=12, cls_budget=1.0, n_cls_recon=192, per_class=1, eval_every=4)
+             ar_batch=8, ar_steps=12, ar_budget=1.0, dr_steps=8, dr_budget=0.5, ar_lr=2e-3,
+             cls_width=8, cls_steps=12, cls_budget=0.5, n_cls_recon=192, per_class=1, eval_every=4)
 
 
 def _versions() -> dict:
@@ -342,9 +342,12 @@ def _write(home: Path, name: str, metrics: dict, facts: dict, micro: bool) -> di
     return metrics
 
 
+_T0 = [0.0]
+
+
 def _log(progress: bool, msg: str) -> None:
     if progress:
-        print(f"[zoo image] {msg}", flush=True)
+        print(f"[zoo image {time.perf_counter() - _T0[0]:6.0f}s] {msg}", flush=True)
 
 
 # fixed inputs of the recorded checksums -------------------------------------------------------------------
@@ -372,8 +375,35 @@ def checksum_output(name: str, model, layout: TokenLayout | None = None) -> torc
     return model(input_ids=checksum_tokens(layout or layout_of(model))).logits
 
 
+def checksum(entry: ZooEntry) -> dict:
+    """``logits_checksum`` of a loaded entry's fingerprint output (the hook every zoo family provides)."""
+    return logits_checksum(checksum_output(entry.name, entry.model, entry.extras.get("layout")))
+
+
 # ----------------------------------------------------------------------------------------------------------
 # training pieces
+
+
+def _fit_steps(model, batch, loss_fn, budget: float, cap: int, floor: int = 8) -> int:
+    """How many optimiser steps fit in ``budget`` seconds, timed on a throwaway copy of ``model`` (so the
+    cosine schedule of ``train_loop`` decays within the budget instead of being cut off mid-way)."""
+    import copy
+
+    probe = copy.deepcopy(model)
+    probe.train()
+    opt = torch.optim.AdamW(probe.parameters(), lr=1e-8)
+    times = []
+    for _ in range(6):
+        t = time.perf_counter()
+        loss = loss_fn(probe, batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t)
+    del probe, opt
+    per = sorted(times[1:])[2]  # median of 5 (the first step warms up allocations; the median shrugs off load spikes)
+    # ~7% headroom for the periodic validation passes
+    return max(floor, min(cap, int(0.93 * budget / max(per, 1e-6))))
 
 
 def _make_vq(plan: Plan):
@@ -403,7 +433,13 @@ def _train_vq(plan: Plan, train_x: torch.Tensor, val_x: torch.Tensor, progress: 
     vq = _make_vq(plan)
     k = plan.codebook_size
     usage = torch.zeros(k)
-    restart_until = plan.vq_steps // 2
+
+    def plain_loss(model, x):
+        out = model(x)
+        return (out.sample - x).pow(2).mean() + (out.sample - x).abs().mean() + out.commit_loss.mean()
+
+    steps = _fit_steps(vq, train_x[:plan.vq_batch], plain_loss, plan.vq_budget, plan.vq_steps)
+    restart_until = steps // 2
     restart_every = max(plan.eval_every, 1)
 
     def next_batch(step: int) -> torch.Tensor:
@@ -429,8 +465,8 @@ def _train_vq(plan: Plan, train_x: torch.Tensor, val_x: torch.Tensor, progress: 
     def val_loss() -> float:
         return float((_reconstruct(vq, val_x) - val_x).pow(2).mean())
 
-    res = train_loop(vq, next_batch, val_loss, loss_fn, max_steps=plan.vq_steps, budget_s=plan.vq_budget,
-                     lr=plan.vq_lr, warmup=min(50, plan.vq_steps // 4), eval_every=plan.eval_every, patience=4,
+    res = train_loop(vq, next_batch, val_loss, loss_fn, max_steps=steps, budget_s=plan.vq_budget,
+                     lr=plan.vq_lr, warmup=min(50, steps // 4), eval_every=plan.eval_every, patience=4,
                      weight_decay=0.0, desc="image-vq", progress=progress)
     return vq, res
 
@@ -468,6 +504,8 @@ def _eval_ar_loss(model, seqs: torch.Tensor, layout: TokenLayout, bs: int = 256)
 
 def _train_ar(plan: Plan, model, layout: TokenLayout, train_seqs: torch.Tensor, val_seqs: torch.Tensor, *,
               steps: int, budget: float, desc: str, progress: bool):
+    loss = lambda m, s: _ar_loss(m, s, layout)  # noqa: E731
+    steps = _fit_steps(model, train_seqs[:plan.ar_batch], loss, budget, steps)
     g = seed_everything(SEED + 1)
 
     def next_batch(step: int) -> torch.Tensor:
@@ -476,10 +514,9 @@ def _train_ar(plan: Plan, model, layout: TokenLayout, train_seqs: torch.Tensor, 
         seqs[drop, 0] = layout.null_id  # class dropout: these rows learn the unconditional model
         return seqs
 
-    res = train_loop(model, next_batch, lambda: _eval_ar_loss(model, val_seqs, layout),
-                     lambda m, s: _ar_loss(m, s, layout), max_steps=steps, budget_s=budget, lr=plan.ar_lr,
-                     warmup=min(100, steps // 4), eval_every=plan.eval_every, patience=4, desc=desc,
-                     progress=progress)
+    res = train_loop(model, next_batch, lambda: _eval_ar_loss(model, val_seqs, layout), loss, max_steps=steps,
+                     budget_s=budget, lr=plan.ar_lr, warmup=min(100, steps // 4), eval_every=plan.eval_every,
+                     patience=4, desc=desc, progress=progress)
     return res
 
 
@@ -491,6 +528,12 @@ def _train_classifier(plan: Plan, train_x, train_y, val_x, val_y, recon_fn, prog
     bs = 64 if len(train_x) >= 64 else len(train_x)
     val_recon = recon_fn(val_x)
 
+    def loss_fn(m, batch):
+        x, y = batch
+        return F.cross_entropy(m(x), y)
+
+    steps = _fit_steps(model, (train_x[:bs], train_y[:bs]), loss_fn, plan.cls_budget, plan.cls_steps)
+
     def next_batch(step: int):
         idx = torch.randint(0, len(train_x), (bs,), generator=g)
         x = train_x[idx]
@@ -499,15 +542,11 @@ def _train_classifier(plan: Plan, train_x, train_y, val_x, val_y, recon_fn, prog
         x = x + 0.04 * torch.randn(x.shape, generator=g)
         return x, train_y[idx]
 
-    def loss_fn(m, batch):
-        x, y = batch
-        return F.cross_entropy(m(x), y)
-
     def val_loss() -> float:
         return 0.5 * (float(F.cross_entropy(model(val_x), val_y)) + float(F.cross_entropy(model(val_recon), val_y)))
 
-    res = train_loop(model, next_batch, val_loss, loss_fn, max_steps=plan.cls_steps, budget_s=plan.cls_budget,
-                     lr=3e-3, warmup=min(50, plan.cls_steps // 4), eval_every=plan.eval_every, patience=4,
+    res = train_loop(model, next_batch, val_loss, loss_fn, max_steps=steps, budget_s=plan.cls_budget,
+                     lr=3e-3, warmup=min(50, steps // 4), eval_every=plan.eval_every, patience=4,
                      desc="image-classifier", progress=progress)
     return model, res
 
@@ -541,6 +580,20 @@ def _agreement(drafter, target, seqs: torch.Tensor, bs: int = 256) -> float:
         hits += int((a == b).sum())
         total += a.numel()
     return hits / max(1, total)
+
+
+def _init_from(drafter, target) -> bool:
+    """Start the drafter from the target's embeddings, first layers, final norm and head (same width only)."""
+    if drafter.config.hidden_size != target.config.hidden_size or \
+            drafter.config.intermediate_size != target.config.intermediate_size:
+        return False
+    with torch.no_grad():
+        drafter.model.embed_tokens.load_state_dict(target.model.embed_tokens.state_dict())
+        drafter.model.norm.load_state_dict(target.model.norm.state_dict())
+        drafter.lm_head.load_state_dict(target.lm_head.state_dict())
+        for i, layer in enumerate(drafter.model.layers):
+            layer.load_state_dict(target.model.layers[i].state_dict())
+    return True
 
 
 def _save_llama_fp16(model, path: Path):
@@ -579,7 +632,7 @@ def build(home: Path, micro: bool = False, progress: bool = True) -> dict[str, d
 
 def _build(home: Path, micro: bool, progress: bool, VQModel) -> dict[str, dict]:
     plan = MICRO if micro else FULL
-    t0 = time.perf_counter()
+    t0 = _T0[0] = time.perf_counter()
     out: dict[str, dict] = {}
     plan_facts = {"plan": asdict(plan)}
 
@@ -602,7 +655,7 @@ def _build(home: Path, micro: bool, progress: bool, VQModel) -> dict[str, dict]:
          "psnr_val_db": float(_psnr(_reconstruct(vq, val_x), val_x).mean()),
          "codebook_used_test": int((usage > 0).sum()), "codebook_size": plan.codebook_size,
          "params": sum(p.numel() for p in vq.parameters()), **_facts(res)}
-    d_image = data.image_grid(torch.cat([test_x[:24], test_rec[:24]]), nrow=12, scale=2)
+    d_image = data.image_grid(torch.cat([test_x[:24], test_rec[:24]]), nrow=12)
     d_image.save(path / "reconstructions.png")
     m = _write(home, "image-vq", m, {"checksum": logits_checksum(checksum_output("image-vq", vq)),
                                     "layout": layout.to_dict(), **plan_facts}, micro)
@@ -645,13 +698,16 @@ def _build(home: Path, micro: bool, progress: bool, VQModel) -> dict[str, dict]:
             ("image-drafter", (plan.dr_hidden, plan.dr_layers, plan.dr_heads, plan.dr_inter), plan.dr_steps,
              plan.dr_budget)):
         model = _make_llama(plan, layout, *dims)
+        init = "random"
+        if target is not None and _init_from(model, target):
+            init = f"target's embeddings, first {dims[1]} layer(s), final norm and head"
         res = _train_ar(plan, model, layout, train_seqs, val_seqs, steps=steps, budget=budget, desc=name,
                         progress=progress)
         path = home / name
         model = _save_llama_fp16(model, path)
         fid, per, images = _fidelity(model, vq, classifier, layout, plan.per_class, plan.cfg_scale, SEED + 7)
         fid1, _, _ = _fidelity(model, vq, classifier, layout, plan.per_class, 1.0, SEED + 7)
-        data.image_grid(images, nrow=plan.per_class, scale=2).save(path / "samples.png")
+        data.image_grid(images, nrow=plan.per_class).save(path / "samples.png")
         m = {"test_loss": _eval_ar_loss(model, test_seqs, layout), "val_loss": _eval_ar_loss(model, val_seqs, layout),
              "class_fidelity": fid, "class_fidelity_per_class": per, "class_fidelity_no_cfg": fid1,
              "fidelity_setup": {"per_class": plan.per_class, "cfg_scale": plan.cfg_scale, "temperature": 1.0,
@@ -662,7 +718,7 @@ def _build(home: Path, micro: bool, progress: bool, VQModel) -> dict[str, dict]:
         else:
             target = model
         m = _write(home, name, m, {"checksum": logits_checksum(checksum_output(name, model, layout)),
-                                   "layout": layout.to_dict(), "vq": "image-vq", **plan_facts}, micro)
+                                   "layout": layout.to_dict(), "vq": "image-vq", "init": init, **plan_facts}, micro)
         out[name] = m
         _log(progress, f"{name}: test loss {m['test_loss']:.3f}, class fidelity {fid:.3f} (no CFG {fid1:.3f})")
 
@@ -697,4 +753,4 @@ def load(name: str, path: Path) -> ZooEntry:
 
 __all__ = ["NAMES", "TokenLayout", "layout_of", "encode_images", "decode_codes", "codebook", "cfg_logits",
            "restrict_to_codes", "sample_from_logits", "generate_codes", "generate_images", "ImageClassifier",
-           "checksum_output", "build", "load"]
+           "checksum", "checksum_output", "build", "load"]

@@ -1,0 +1,234 @@
+"""Masked diffusion LMs as drafters: one forward over ``prefix + k [MASK] slots`` gives every slot's
+next-token distribution (a token lattice), which DEER and DiffuSpec turn into drafts.
+
+Two conventions exist among real checkpoints (DESIGN.md, "DiffuSpec"):
+
+* ``"llada"`` — the logits at a mask position predict that position (LLaDA, MDLM);
+* ``"dream"`` — position i predicts position i+1, like an AR model (Dream, DiffuCoder, open-dCoder, and
+  the zoo's ``code-dlm``, which starts from the AR target's weights).
+
+How much context the drafter re-reads each step is the cost knob (``context``):
+
+* ``"full"`` — re-encode the whole prefix plus the slots every step (exact for a bidirectional model,
+  cost grows with the prefix);
+* ``"window"`` — re-encode only the last ``window`` tokens plus the slots;
+* ``"cache"`` — keep the prefix's K/V in a :class:`~mmspec.cache.SpecKVCache`; each step feeds only the
+  newly accepted tokens (attending causally to the cached prefix and to each other) and the slots
+  (attending to everything). An approximation for a bidirectional model — the prefix never sees what
+  came after it — which costs one short forward per step; the target verifies anyway.
+
+Stock architectures (``LlamaForCausalLM`` & co.) run bidirectionally through an explicit 4-D attention
+mask (``attention="mask"``). Remote-code checkpoints (LLaDA, Dream) are bidirectional by themselves and
+take plain ``input_ids`` (``attention="native"``, rows encoded one by one, ``context`` "full"/"window").
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..cache import SpecKVCache
+from ..state import DecodeState
+from ..verifiers.tree_forward import prefill_parents, to_model_mask, tree_forward, model_dtype
+
+CONVENTIONS = ("llada", "dream")
+CONTEXTS = ("cache", "window", "full")
+
+
+def model_vocab_size(model) -> int:
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return int(cfg.vocab_size)
+
+
+def check_vocabularies(drafter_vocab: int, target_vocab: int, drafter_tokenizer=None, target_tokenizer=None) -> int:
+    """Ids must mean the same tokens in both models. Returns how many leading ids the drafter may propose.
+
+    A drafter vocabulary that is a superset (e.g. Dream's over Qwen's) has its extra ids masked out; a
+    smaller one, or tokenizers that disagree on a shared id, is an error."""
+    if drafter_vocab < target_vocab:
+        raise ValueError(f"drafter vocabulary ({drafter_vocab} ids) is smaller than the target's ({target_vocab}): "
+                         "a diffusion drafter must share the target's token ids")
+    if drafter_tokenizer is not None and target_tokenizer is not None:
+        dv, tv = drafter_tokenizer.get_vocab(), target_tokenizer.get_vocab()
+        inv_d = {i: t for t, i in dv.items()}
+        bad = [(i, t, inv_d.get(i)) for t, i in tv.items() if i < target_vocab and inv_d.get(i) != t]
+        if bad:
+            i, t, d = bad[0]
+            raise ValueError(f"drafter and target tokenizers disagree on {len(bad)} ids (e.g. id {i}: target {t!r}, "
+                             f"drafter {d!r}); a diffusion drafter must share the target's token ids")
+    return target_vocab
+
+
+class DiffusionLM:
+    """A masked diffusion LM behind one call: ``slot_logprobs(state, k)`` -> ``[B, k, V]`` log-probs."""
+
+    def __init__(self, model, mask_token_id: int, convention: str = "dream", context: str = "cache",
+                 window: int = 96, attention: str = "mask", target_vocab_size: int | None = None,
+                 max_positions: int | None = None):
+        if convention not in CONVENTIONS:
+            raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
+        if context not in CONTEXTS:
+            raise ValueError(f"context must be one of {CONTEXTS}, got {context!r}")
+        if attention not in ("mask", "native"):
+            raise ValueError(f"attention must be 'mask' or 'native', got {attention!r}")
+        if attention == "native" and context == "cache":
+            raise ValueError("context='cache' needs attention='mask' (a stock architecture with our KV cache)")
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        self.model = model
+        self.mask_token_id = int(mask_token_id)
+        self.convention, self.context, self.window, self.attention = convention, context, int(window), attention
+        full_vocab = model_vocab_size(model)
+        if not 0 <= self.mask_token_id < full_vocab:
+            raise ValueError(f"mask_token_id {mask_token_id} is outside the drafter's vocabulary ({full_vocab})")
+        self.vocab_size = full_vocab if target_vocab_size is None else check_vocabularies(full_vocab,
+                                                                                          target_vocab_size)
+        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        self.max_positions = max_positions or getattr(cfg, "max_position_embeddings", None)
+        self.cache: SpecKVCache | None = None
+        self.forwards = 0
+
+    @classmethod
+    def from_pretrained(cls, path, convention: str | None = None, mask_token_id: int | None = None,
+                        **kwargs) -> "DiffusionLM":
+        """A user checkpoint (LLaDA- or Dream-style, ``trust_remote_code``). The convention comes from the
+        config's ``model_type`` unless given; the mask id from the config or tokenizer unless given."""
+        from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+        config = AutoConfig.from_pretrained(path, trust_remote_code=True)
+        mtype = str(getattr(config, "model_type", "")).lower()
+        if convention is None:
+            if "dream" in mtype or "diffucoder" in mtype:
+                convention = "dream"
+            elif "llada" in mtype:
+                convention = "llada"
+            else:
+                raise ValueError(f"cannot tell the logits convention of model_type {mtype!r}: pass convention="
+                                 "'llada' (logits predict the masked position) or 'dream' (position i predicts i+1)")
+        if mask_token_id is None:
+            mask_token_id = getattr(config, "mask_token_id", None)
+            if mask_token_id is None:
+                tok = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+                mask_token_id = tok.mask_token_id
+            if mask_token_id is None:
+                raise ValueError(f"no mask token id in {path}'s config or tokenizer: pass mask_token_id=")
+        model = AutoModel.from_pretrained(path, trust_remote_code=True).eval()
+        kwargs.setdefault("attention", "native")
+        kwargs.setdefault("context", "window")
+        return cls(model, mask_token_id, convention=convention, **kwargs)
+
+    # ------------------------------------------------------------------ lifecycle
+    def begin(self, state: DecodeState, max_length: int, max_slots: int) -> None:
+        self.forwards = 0
+        if self.context != "cache":
+            self.cache = None
+            return
+        B, P = state.batch_size, state.prompt_length
+        dev = self.model.device
+        self.cache = SpecKVCache.for_model(self.model, B, max_length + max_slots + 2)
+        prompt = state.tokens[:, :P].to(dev)
+        valid = torch.arange(P, device=dev)[None, :] >= state.starts[:, None].to(dev)
+        with torch.no_grad():
+            tree_forward(self.model, self.cache, prompt, prefill_parents(valid.long()), valid)
+        self.cache.commit(torch.arange(P, device=dev).expand(B, P), torch.full((B,), P, device=dev))
+        self.cache.starts = state.starts.to(dev).clone()
+        self.forwards += 1
+
+    @torch.no_grad()
+    def slot_logprobs(self, state: DecodeState, k: int) -> torch.Tensor:
+        """Log-probabilities ``[B, k, V]`` (float32) of the k tokens after each row's last token."""
+        if k < 1:
+            raise ValueError(f"need at least one mask slot, got k={k}")
+        self.forwards += 1
+        if self.context == "cache":
+            logits = self._cached(state, k)
+        elif self.attention == "native":
+            logits = self._native(state, k)
+        else:
+            logits = self._reencode(state, k)
+        logits = logits[..., : self.vocab_size].float()
+        return torch.log_softmax(logits, dim=-1)
+
+    # ------------------------------------------------------------------ context modes
+    def _pick(self, logits: torch.Tensor, last_clean: torch.Tensor, first_slot: int, k: int) -> torch.Tensor:
+        """Slot logits from a [B, T, V] output: the slots themselves (LLaDA) or the node before each slot
+        (Dream: the last clean token for slot 0, slot i-1 for slot i)."""
+        B = logits.shape[0]
+        rows = torch.arange(B, device=logits.device)[:, None]
+        if self.convention == "llada":
+            idx = first_slot + torch.arange(k, device=logits.device).expand(B, k)
+        else:
+            idx = torch.cat([last_clean[:, None], first_slot + torch.arange(k - 1, device=logits.device).expand(
+                B, k - 1)], dim=1)
+        return logits[rows, idx]
+
+    def _cached(self, state: DecodeState, k: int) -> torch.Tensor:
+        cache, dev = self.cache, self.model.device
+        B = state.batch_size
+        need = state.lengths.to(dev) - cache.lengths  # tokens the drafter has not read (at least the root)
+        m = int(need.max())
+        T = m + k
+        j = torch.arange(m, device=dev)[None, :]
+        clean_valid = j < need[:, None]
+        idx = (cache.lengths[:, None] + j).clamp(max=state.tokens.shape[1] - 1)
+        chunk = torch.where(clean_valid, state.tokens.to(dev).gather(1, idx), self.mask_token_id)
+        ids = torch.cat([chunk, torch.full((B, k), self.mask_token_id, dtype=torch.long, device=dev)], dim=1)
+        valid = torch.cat([clean_valid, torch.ones(B, k, dtype=torch.bool, device=dev)], dim=1)
+        # who sees whom: clean tokens causally among themselves; slots see every clean token and every slot
+        col = torch.arange(T, device=dev)
+        vis = (col[None, :, None] >= col[None, None, :]).expand(B, T, T).clone()
+        vis[:, m:, :] = True
+        vis &= valid[:, None, :]
+        depth = torch.where(col[None, :] < m, col[None, :], need[:, None] + (col[None, :] - m))
+        parents = (col - 1).expand(B, T).contiguous()
+        out = tree_forward(self.model, cache, ids, parents, valid, ancestors=vis, depth=depth)
+        cache.commit(j.expand(B, m), need)
+        return self._pick(out.logits, need - 1, m, k)
+
+    def _contexts(self, state: DecodeState) -> list[torch.Tensor]:
+        limit = None if self.context == "full" else self.window
+        rows = []
+        for b in range(state.batch_size):
+            row = state.row(b)
+            rows.append(row if limit is None else row[-limit:])
+        return rows
+
+    def _check_length(self, n: int) -> None:
+        if self.max_positions is not None and n > self.max_positions:
+            raise ValueError(f"diffusion drafter input of {n} tokens exceeds its max_position_embeddings "
+                             f"({self.max_positions}); use context='window'")
+
+    def _reencode(self, state: DecodeState, k: int) -> torch.Tensor:
+        """Left-padded batch of ``context + slots``, bidirectional within each row's real tokens."""
+        dev = self.model.device
+        rows = self._contexts(state)
+        B = len(rows)
+        n = max(r.numel() for r in rows)
+        T = n + k
+        self._check_length(T)
+        ids = torch.full((B, T), self.mask_token_id, dtype=torch.long, device=dev)
+        pad = torch.zeros(B, dtype=torch.long, device=dev)
+        for b, r in enumerate(rows):
+            pad[b] = n - r.numel()
+            ids[b, int(pad[b]): n] = r.to(dev)
+        col = torch.arange(T, device=dev)
+        real = col[None, :] >= pad[:, None]
+        mask = (real[:, None, :] & real[:, :, None]) | torch.eye(T, dtype=torch.bool, device=dev)[None]
+        positions = (col[None, :] - pad[:, None]).clamp(min=0)
+        mask = to_model_mask(mask[:, None], self.model, model_dtype(self.model))
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False)
+        return self._pick(out.logits, torch.full((B,), n - 1, device=dev), n, k)
+
+    def _native(self, state: DecodeState, k: int) -> torch.Tensor:
+        """Remote-code dLLMs: one row at a time, no padding, the model's own (bidirectional) attention."""
+        dev = self.model.device
+        outs = []
+        for r in self._contexts(state):
+            self._check_length(r.numel() + k)
+            ids = torch.cat([r.to(dev), torch.full((k,), self.mask_token_id, dtype=torch.long, device=dev)])[None]
+            logits = self.model(input_ids=ids).logits
+            n = r.numel()
+            outs.append(self._pick(logits, torch.full((1,), n - 1, device=dev), n, k))
+        return torch.cat(outs, dim=0)
+
+
+__all__ = ["DiffusionLM", "check_vocabularies", "model_vocab_size", "CONVENTIONS", "CONTEXTS"]

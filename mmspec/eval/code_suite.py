@@ -1,0 +1,84 @@
+"""The text/code benchmark on the zoo: held-out completion prompts, every text method side by side.
+
+Methods: plain decoding, HF assisted generation and prompt lookup (the peers), the zoo's AR drafter
+(chain), DEER (Stage I only and Stages I+II), DiffuSpec with CPS and ADL switched on and off, and the
+CPS lattice tree. Each diffusion method is built fresh per run from the zoo (``code-deer``,
+``code-deer-s1``, ``code-dlm``, ``code-ngram``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..drafters import DEERDrafter
+from ..drafters.diffuspec import ADLConfig, DiffuSpecDrafter
+from ..zoo import load
+from ..zoo.code_diffusion import diffusion_lm
+from .bench import compare
+
+BASE_METHODS = ["plain", "hf-assisted", "hf-prompt-lookup", "mmspec-chain", "mmspec-prompt-lookup"]
+DIFFUSION_METHODS = ["deer-s1", "deer", "diffuspec", "diffuspec-no-cps", "diffuspec-no-adl", "diffuspec-no-cps-no-adl",
+                     "diffuspec-lattice", "deer-lattice"]
+CODE_METHODS = BASE_METHODS + DIFFUSION_METHODS
+
+
+def diffusion_factories(home: str | Path | None = None, deer_tokens: int = 8, diffuspec_tokens: int = 8,
+                        context: str = "cache") -> dict:
+    """Zero-argument drafter factories for the diffusion methods (models loaded once)."""
+    entries = {}
+
+    def get(name):
+        if name not in entries:
+            entries[name] = load(name, home)
+        return entries[name]
+
+    target = get("code-target")
+    vocab = target.model.config.vocab_size
+    eos = target.tokenizer.eos_token_id
+
+    def dlm(name):
+        return diffusion_lm(get(name), context=context, target_vocab_size=vocab)
+
+    def diffuspec(name="code-dlm", cps=True, adl=True, lattice=False):
+        def make():
+            causal = get("code-ngram").model if cps else None
+            return DiffuSpecDrafter(dlm(name), causal=causal, eos_token_id=eos, num_tokens=diffuspec_tokens, cps=cps,
+                                    adl=adl, lattice=lattice, adl_config=ADLConfig(k_min=4, k_max=16, delta=4))
+        return make
+
+    return {
+        "deer-s1": lambda: DEERDrafter(dlm("code-deer-s1"), num_tokens=deer_tokens),
+        "deer": lambda: DEERDrafter(dlm("code-deer"), num_tokens=deer_tokens),
+        "diffuspec": diffuspec(),
+        "diffuspec-no-cps": diffuspec(cps=False),
+        "diffuspec-no-adl": diffuspec(adl=False),
+        "diffuspec-no-cps-no-adl": diffuspec(cps=False, adl=False),
+        "diffuspec-lattice": diffuspec(lattice=True),
+        "deer-lattice": diffuspec("code-deer", adl=False, lattice=True),
+    }
+
+
+def code_prompts(tokenizer, num_prompts: int) -> list:
+    from ..zoo.code_data import completion_prompts, load_corpus
+
+    prompts = completion_prompts(load_corpus(), "test", limit=num_prompts)
+    return [tokenizer(p.prompt, return_tensors="pt", add_special_tokens=False).input_ids for p in prompts]
+
+
+def run_code_suite(methods: list[str] | None = None, num_prompts: int = 8, max_new_tokens: int = 64,
+                   do_sample: bool = False, temperature: float = 0.6, repeats: int = 1, num_tokens: int = 4,
+                   deer_tokens: int = 8, diffuspec_tokens: int = 8, context: str = "cache",
+                   home: str | Path | None = None, progress: bool = True) -> dict:
+    methods = methods or CODE_METHODS
+    target, draft = load("code-target", home), load("code-drafter", home)
+    extra = diffusion_factories(home, deer_tokens, diffuspec_tokens, context)
+    prompts = code_prompts(target.tokenizer, num_prompts)
+    report = compare(target.model, draft.model, prompts, methods, max_new_tokens=max_new_tokens,
+                     num_tokens=num_tokens, do_sample=do_sample, temperature=temperature, repeats=repeats,
+                     progress=progress, extra={m: f for m, f in extra.items() if m in methods})
+    report["config"].update(model="zoo:code-target", draft="zoo:code-drafter (AR) / zoo diffusion drafters",
+                            prompts="held-out stdlib completion prompts", deer_tokens=deer_tokens,
+                            diffuspec_tokens=diffuspec_tokens, dlm_context=context)
+    return report
+
+
+__all__ = ["CODE_METHODS", "DIFFUSION_METHODS", "diffusion_factories", "run_code_suite", "code_prompts"]

@@ -1,0 +1,1 @@
+"""Training recipes: masked-diffusion objectives and DEER alignment."""

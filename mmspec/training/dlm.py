@@ -1,0 +1,102 @@
+"""Training objectives for masked diffusion LMs run on stock HF causal-LM classes.
+
+* :func:`mdlm_loss` — the masked-diffusion ELBO (Sahoo et al. 2024, MDLM eq. 10; Nie et al. 2025,
+  LLaDA eq. 3): draw t ~ U(0, 1), mask every token with probability t, and weight the masked-token
+  cross-entropy by 1/t. Attention is fully bidirectional.
+* :func:`block_loss` — the drafting regime: a clean prefix followed by a block of masks (what the
+  drafter sees at inference), with per-slot weights; DEER's two stages are weightings of it.
+
+Both handle the two logits conventions (``"dream"``: position i predicts i+1; ``"llada"``: a masked
+position predicts itself).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def attention_mask(valid: torch.BoolTensor, n_clean: torch.LongTensor | None, pattern: str) -> torch.BoolTensor:
+    """[B, 1, T, T] visibility. ``"bidirectional"``: every valid token sees every valid token.
+    ``"cache"``: clean tokens (the first ``n_clean[b]``) see earlier clean tokens only, the mask block
+    sees everything — exactly what :class:`~mmspec.drafters.DiffusionLM` computes with ``context="cache"``."""
+    B, T = valid.shape
+    vis = valid[:, None, :] & valid[:, :, None]
+    if pattern == "cache":
+        col = torch.arange(T, device=valid.device)
+        causal = col[None, :, None] >= col[None, None, :]
+        clean_q = col[None, :] < n_clean[:, None]  # [B, T] query rows that are clean
+        vis = vis & (causal | ~clean_q[:, :, None])
+    elif pattern != "bidirectional":
+        raise ValueError(f"unknown attention pattern {pattern!r}")
+    vis = vis | torch.eye(T, dtype=torch.bool, device=valid.device)[None]  # no empty rows (padding)
+    return vis[:, None]
+
+
+def slot_logits(model, ids: torch.Tensor, mask4d: torch.Tensor, convention: str) -> torch.Tensor:
+    """Logits aligned with the tokens they predict: out[:, i] predicts token i."""
+    T = ids.shape[1]
+    logits = model(input_ids=ids, attention_mask=mask4d, position_ids=torch.arange(T, device=ids.device)[None],
+                   use_cache=False).logits
+    if convention == "dream":
+        logits = torch.cat([logits[:, :1] * 0, logits[:, :-1]], dim=1)  # position 0 is never predicted
+    return logits
+
+
+def mdlm_loss(model, tokens: torch.Tensor, mask_id: int, convention: str = "dream",
+              generator: torch.Generator | None = None, eps: float = 1e-3) -> torch.Tensor:
+    """MDLM/LLaDA objective on a batch of clean windows [B, T] (no padding)."""
+    B, T = tokens.shape
+    t = torch.rand(B, 1, generator=generator).clamp(min=eps)
+    masked = torch.rand(B, T, generator=generator) < t
+    if convention == "dream":
+        masked[:, 0] = False  # nothing predicts the first token under the shifted convention
+    ids = torch.where(masked, mask_id, tokens)
+    valid = torch.ones(B, T, dtype=torch.bool)
+    logits = slot_logits(model, ids, attention_mask(valid, None, "bidirectional"), convention)
+    ce = F.cross_entropy(logits.float().reshape(B * T, -1), tokens.reshape(-1), reduction="none").view(B, T)
+    return ((ce * masked).sum(1) / t.squeeze(1) / T).mean()
+
+
+def block_loss(model, tokens: torch.Tensor, lengths: torch.LongTensor, n_clean: torch.LongTensor,
+               weights: torch.Tensor, mask_id: int, convention: str = "dream", pattern: str = "cache",
+               pad_id: int = 0, row_weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Clean prefix ``tokens[b, :n_clean[b]]`` then masks up to ``lengths[b]`` (right padding after).
+
+    ``weights`` [B, T] weighs each masked slot's cross-entropy within its row (Σ w·CE / Σ w);
+    ``row_weights`` [B] weighs the rows against each other (default: equally)."""
+    B, T = tokens.shape
+    col = torch.arange(T)[None, :]
+    valid = col < lengths[:, None]
+    block = valid & (col >= n_clean[:, None])
+    ids = torch.where(block, mask_id, torch.where(valid, tokens, pad_id))
+    logits = slot_logits(model, ids, attention_mask(valid, n_clean, pattern), convention)
+    ce = F.cross_entropy(logits.float().reshape(B * T, -1), tokens.reshape(-1), reduction="none").view(B, T)
+    w = weights * block
+    per_row = (ce * w).sum(1) / w.sum(1).clamp(min=1e-8)
+    if row_weights is None:
+        return per_row.mean()
+    return (per_row * row_weights).sum() / row_weights.sum()
+
+
+@torch.no_grad()
+def block_agreement(model, tokens: torch.Tensor, lengths: torch.LongTensor, n_clean: torch.LongTensor,
+                    mask_id: int, convention: str = "dream", pattern: str = "cache", pad_id: int = 0) -> dict:
+    """Greedy drafting quality on (prefix, continuation) pairs: per row, how many leading slots' argmax
+    equal the continuation (= tokens a greedy verifier would accept from a chain of that block), and
+    the per-slot hit rate."""
+    B, T = tokens.shape
+    col = torch.arange(T)[None, :]
+    valid = col < lengths[:, None]
+    block = valid & (col >= n_clean[:, None])
+    ids = torch.where(block, mask_id, torch.where(valid, tokens, pad_id))
+    logits = slot_logits(model, ids, attention_mask(valid, n_clean, pattern), convention)
+    hit = (logits.argmax(-1) == tokens) & block
+    k = int((lengths - n_clean).max())
+    idx = (n_clean[:, None] + torch.arange(k)[None, :]).clamp(max=T - 1)
+    slot_hit = hit.gather(1, idx) & (torch.arange(k)[None, :] < (lengths - n_clean)[:, None])
+    run = slot_hit.long().cumprod(1).sum(1)
+    return {"accepted": float(run.float().mean()), "slot_hit": slot_hit.float().mean(0).tolist()}
+
+
+__all__ = ["attention_mask", "slot_logits", "mdlm_loss", "block_loss", "block_agreement"]

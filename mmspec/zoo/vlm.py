@@ -1,0 +1,639 @@
+"""The zoo's vision-language family, trained from scratch on the procedurally drawn scenes of
+:mod:`mmspec.zoo.vlm_data`:
+
+- ``vlm-target``: a stock ``transformers.LlavaForConditionalGeneration`` (tiny ``CLIPVisionModel`` tower,
+  2-layer MLP projector, small Llama language model) with a stock ``LlavaProcessor``
+  (``CLIPImageProcessor`` + the zoo's shared BPE tokenizer; ``<image>`` is id 3);
+- ``vlm-drafter``: a text-only ``LlamaForCausalLM`` with the same tokenizer, trained on the target's own
+  token ids (image placeholders included) without the picture. It cannot see the image: it is the baseline
+  drafter, and it reads exactly the ids the speculative engine hands every drafter.
+
+Prompt format (the processor expands ``<image>`` into ``num_image_tokens`` = 9 copies of id 3)::
+
+    target : "<image>\\nQuestion: what colour is the circle?\\nAnswer:"  ->  " red" <eos>
+             "<image>\\nCaption:"                                       ->  " a large red circle left of ..." <eos>
+    drafter: the same ids (the 9 placeholders carry no picture for it)
+
+Recipe (CPU, a few minutes), LLaVA-style in two stages:
+
+1. *vision pretraining*: the CLIP vision tower (20-pixel patches = one grid cell each) plus a throwaway
+   linear head learns to classify every cell's shape / colour / size (dense labels from the scene);
+2. *instruction tuning*: the tower is frozen; projector and language model learn single-turn
+   question answering and captioning, with the loss on the answer/caption tokens and their ``<eos>`` only.
+
+Both stages use ``common.train_loop`` (time budget, early stopping on validation loss, best weights kept).
+The drafter is trained like stage 2 on the same examples without the picture.
+"""
+
+from __future__ import annotations
+
+import copy
+import platform
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import ZooEntry
+from . import vlm_data as vd
+from .code_data import EOS, IMAGE, ensure_tokenizer
+from .common import TrainResult, logits_checksum, read_json, seed_everything, train_loop, write_json
+
+NAMES = ["vlm-target", "vlm-drafter"]
+SEED = 20240611
+
+FULL = {
+    "patch_size": vd.CELL,
+    "vision": {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 3, "num_attention_heads": 4},
+    "text": {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 3, "num_attention_heads": 4},
+    "drafter": {"hidden_size": 96, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4},
+    "pool_scenes": 16384,  # training scenes rendered once, shared by all stages
+    "vision_train": {"budget_s": 120.0, "batch_size": 128, "lr": 2e-3, "warmup": 50, "eval_every": 100,
+                     "patience": 4, "val_scenes": 512},
+    "target_train": {"budget_s": 1500.0, "batch_size": 64, "lr": 2e-3, "warmup": 100, "eval_every": 100,
+                     "patience": 4, "val_scenes": 64},
+    "drafter_train": {"budget_s": 120.0, "batch_size": 64, "lr": 3e-3, "warmup": 50, "eval_every": 100,
+                      "patience": 3, "val_scenes": 64},
+    "eval_scenes": 240,  # one question of every type per scene
+    "caption_scenes": 120,
+}
+MICRO = {
+    "patch_size": vd.CELL,
+    "vision": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2},
+    "text": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2},
+    "drafter": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2},
+    "pool_scenes": 128,
+    "vision_train": {"budget_s": 2.0, "batch_size": 16, "lr": 3e-3, "warmup": 5, "eval_every": 10,
+                     "patience": 3, "val_scenes": 8, "max_steps": 20},
+    "target_train": {"budget_s": 3.0, "batch_size": 8, "lr": 3e-3, "warmup": 5, "eval_every": 10,
+                     "patience": 3, "val_scenes": 4, "max_steps": 20},
+    "drafter_train": {"budget_s": 2.0, "batch_size": 8, "lr": 3e-3, "warmup": 5, "eval_every": 10,
+                      "patience": 3, "val_scenes": 4, "max_steps": 20},
+    "eval_scenes": 4,
+    "caption_scenes": 2,
+}
+THRESHOLDS = {"colour": 0.9, "shape": 0.9}  # held-out greedy accuracy required of a full build
+CAPTION_FRACTION = 0.3  # share of training examples that are captions (the rest: question types uniformly)
+FP16_TOLERANCE = 0.01  # keep fp32 weights if fp16 rounding raises held-out loss by more than this (relative)
+CHECKSUM_SCENE = vd.split_seed("test", 0)
+CHECKSUM_PROMPT = vd.QUESTION_PROMPT.format(question="what colour is the circle?")
+MAX_ANSWER_TOKENS = 8
+MAX_CAPTION_TOKENS = 48
+
+
+# --------------------------------------------------------------------------- processor and configs
+
+def image_processor(image_size: int = vd.IMAGE_SIZE):
+    """CLIP-style preprocessing without resizing or cropping: pixels / 255, normalised to [-1, 1]."""
+    from transformers import CLIPImageProcessor
+
+    return CLIPImageProcessor(do_resize=False, do_center_crop=False, do_rescale=True, rescale_factor=1 / 255,
+                              do_normalize=True, image_mean=[0.5] * 3, image_std=[0.5] * 3, do_convert_rgb=True,
+                              size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size})
+
+
+def make_processor(tokenizer, patch_size: int = vd.CELL):
+    from transformers import LlavaProcessor
+
+    return LlavaProcessor(image_processor=image_processor(), tokenizer=tokenizer, patch_size=patch_size,
+                          vision_feature_select_strategy="default", image_token=IMAGE, num_additional_image_tokens=1)
+
+
+def num_image_tokens(patch_size: int = vd.CELL) -> int:
+    return (vd.IMAGE_SIZE // patch_size) ** 2
+
+
+def _text_config(sizes: dict, tokenizer):
+    from transformers import LlamaConfig
+
+    heads = sizes["num_attention_heads"]
+    return LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=256, num_key_value_heads=heads,
+                       pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
+                       tie_word_embeddings=False, **sizes)
+
+
+def target_config(cfg: dict, tokenizer):
+    from transformers import CLIPVisionConfig, LlavaConfig
+
+    vision = CLIPVisionConfig(image_size=vd.IMAGE_SIZE, patch_size=cfg["patch_size"], num_channels=3,
+                              projection_dim=cfg["vision"]["hidden_size"], **cfg["vision"])
+    config = LlavaConfig(vision_config=vision, text_config=_text_config(cfg["text"], tokenizer),
+                         image_token_index=tokenizer.convert_tokens_to_ids(IMAGE),
+                         image_seq_length=num_image_tokens(cfg["patch_size"]), projector_hidden_act="gelu",
+                         vision_feature_select_strategy="default", vision_feature_layer=-1, tie_word_embeddings=False)
+    config.pad_token_id = tokenizer.pad_token_id
+    config.eos_token_id = tokenizer.eos_token_id
+    return config
+
+
+def _set_generation_config(model, tokenizer) -> None:
+    gc = model.generation_config
+    gc.pad_token_id = tokenizer.pad_token_id
+    gc.eos_token_id = tokenizer.eos_token_id
+    gc.bos_token_id = None
+    gc.do_sample = False
+
+
+# --------------------------------------------------------------------------- data
+
+def pixel_tensor(images) -> torch.Tensor:
+    """The processor's ``pixel_values`` ((x / 255 - 0.5) / 0.5), computed directly from PIL images."""
+    return to_pixels(torch.from_numpy(np.stack([np.asarray(im.convert("RGB")) for im in images])).permute(0, 3, 1, 2))
+
+
+def to_pixels(uint8: torch.Tensor) -> torch.Tensor:
+    return uint8.float() / 127.5 - 1.0
+
+
+class ScenePool:
+    """Scenes ``start .. start + n - 1`` of a split with their pictures (uint8, NCHW) rendered once."""
+
+    def __init__(self, split: str, n: int, start: int = 0):
+        self.split = split
+        self.scenes = vd.scenes(split, n, start)
+        self.images = torch.from_numpy(np.stack([np.asarray(sc.image()) for sc in self.scenes])).permute(0, 3, 1, 2)
+        self.cells = torch.tensor([vd.cell_labels(sc) for sc in self.scenes], dtype=torch.long)  # (n, 9, 3)
+
+    def __len__(self) -> int:
+        return len(self.scenes)
+
+
+class Encoder:
+    """Token ids of prompts and answers (cached) and labelled sequences."""
+
+    def __init__(self, tokenizer, n_image_tokens: int):
+        self.tok = tokenizer
+        self.n_image = n_image_tokens
+        self.image_id = tokenizer.convert_tokens_to_ids(IMAGE)
+        self.eos_id = tokenizer.convert_tokens_to_ids(EOS)
+        self.pad_id = tokenizer.pad_token_id
+        self._cache: dict[str, list[int]] = {}
+
+    def ids(self, text: str) -> list[int]:
+        out = self._cache.get(text)
+        if out is None:
+            out = self._cache[text] = self.tok(text, add_special_tokens=False).input_ids
+        return out
+
+    def prompt_ids(self, q: vd.Question) -> list[int]:
+        """Identical to the processor's ids for ``with_image(q.prompt)``: the expanded placeholders, then the
+        text. Target and drafter read the same ids; only the target gets the picture."""
+        return self.prompt_text_ids(q.prompt)
+
+    def prompt_text_ids(self, prompt: str) -> list[int]:
+        return [self.image_id] * self.n_image + self.ids("\n" + prompt)
+
+    def answer_ids(self, answer: str) -> list[int]:
+        return self.ids(" " + answer) + [self.eos_id]
+
+    def sequence(self, q: vd.Question) -> tuple[list[int], list[int]]:
+        """``prompt answer <eos>`` with labels -100 except on the answer and its ``<eos>``."""
+        p, a = self.prompt_ids(q), self.answer_ids(q.answer)
+        return p + a, [-100] * len(p) + a
+
+
+def collate(seqs: list[tuple[list[int], list[int]]], pad_id: int) -> dict:
+    """Right padding (positions stay 0..n-1 for every row)."""
+    n = max(len(s[0]) for s in seqs)
+    ids = torch.full((len(seqs), n), pad_id, dtype=torch.long)
+    labels = torch.full((len(seqs), n), -100, dtype=torch.long)
+    mask = torch.zeros((len(seqs), n), dtype=torch.long)
+    for i, (s, lab) in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)
+        labels[i, : len(s)] = torch.tensor(lab)
+        mask[i, : len(s)] = 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def sample_item(rng: random.Random, scene: vd.Scene) -> vd.Question:
+    """A caption CAPTION_FRACTION of the time, else a question of a uniformly drawn type (about a random
+    object where it matters)."""
+    if rng.random() < CAPTION_FRACTION:
+        return vd.Question("caption", "", scene.caption)
+    kind = rng.choice(vd.QUESTION_TYPES)
+    return rng.choice([q for q in scene.questions if q.kind == kind])
+
+
+def example_batches(enc: Encoder, pool: ScenePool, batch_size: int, image: bool, seed: int):
+    """``next_batch(step)``: random (scene, item) examples from the pool, deterministic per step."""
+
+    def next_batch(step: int) -> dict:
+        rng = random.Random(seed * 1_000_003 + step)
+        idx = [rng.randrange(len(pool)) for _ in range(batch_size)]
+        batch = collate([enc.sequence(sample_item(rng, pool.scenes[i])) for i in idx], enc.pad_id)
+        if image:
+            batch["pixel_values"] = to_pixels(pool.images[idx])
+        return batch
+
+    return next_batch
+
+
+def item_batches(enc: Encoder, pairs: list[tuple[vd.Scene, vd.Question]], image: bool,
+                 batch_size: int = 64) -> list[dict]:
+    out = []
+    for i in range(0, len(pairs), batch_size):
+        chunk = pairs[i: i + batch_size]
+        batch = collate([enc.sequence(q) for _, q in chunk], enc.pad_id)
+        batch["kinds"] = [q.kind for _, q in chunk]
+        if image:
+            batch["pixel_values"] = pixel_tensor([sc.image() for sc, _ in chunk])
+        out.append(batch)
+    return out
+
+
+def all_items(scenes: list[vd.Scene]) -> list[tuple[vd.Scene, vd.Question]]:
+    return [(sc, q) for sc in scenes for q in sc.items()]
+
+
+# --------------------------------------------------------------------------- losses
+
+def _answer_logits(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Logits at the positions that predict a labelled token (the LM head runs nowhere else)."""
+    kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    if "pixel_values" in batch:
+        kwargs["pixel_values"] = batch["pixel_values"]
+    h = model.model(**kwargs).last_hidden_state[:, :-1]
+    labels = batch["labels"][:, 1:]
+    sel = labels != -100
+    return model.lm_head(h[sel]).float(), labels[sel], sel
+
+
+def loss_fn(model, batch: dict) -> torch.Tensor:
+    """Cross-entropy on the answer/caption tokens, averaged per sequence then over the batch, so that a
+    one-word answer weighs as much as a 25-token caption."""
+    logits, targets, sel = _answer_logits(model, batch)
+    nll = F.cross_entropy(logits, targets, reduction="none")
+    rows = sel.nonzero()[:, 0]
+    per_row = torch.zeros(sel.shape[0]).index_add_(0, rows, nll)
+    counts = sel.sum(1)
+    return (per_row[counts > 0] / counts[counts > 0]).mean()
+
+
+@torch.no_grad()
+def teacher_forced(model, batches: list[dict]) -> dict:
+    """Mean answer-token loss and argmax token accuracy, overall and per item kind."""
+    model.eval()
+    acc: dict[str | None, list[float]] = {}
+    for b in batches:
+        logits, targets, sel = _answer_logits(model, b)
+        nll = F.cross_entropy(logits, targets, reduction="none")
+        correct = (logits.argmax(-1) == targets).float()
+        rows = sel.nonzero()[:, 0].tolist()
+        kinds = b.get("kinds") or [None] * sel.shape[0]
+        for key in {None, *kinds}:
+            m = torch.tensor([key is None or kinds[r] == key for r in rows], dtype=torch.bool)
+            a = acc.setdefault(key, [0.0, 0.0, 0])
+            a[0] += float(nll[m].sum())
+            a[1] += float(correct[m].sum())
+            a[2] += int(m.sum())
+
+    def fin(a):
+        return {"loss": a[0] / max(1, a[2]), "token_accuracy": a[1] / max(1, a[2]), "tokens": a[2]}
+
+    return {**fin(acc.get(None, [0.0, 0.0, 0])),
+            "by_kind": {k: fin(v) for k, v in sorted(acc.items(), key=lambda kv: str(kv[0])) if k is not None}}
+
+
+# --------------------------------------------------------------------------- greedy answers
+
+@torch.no_grad()
+def generate_answers(model, tokenizer, pairs: list[tuple[vd.Scene, vd.Question]], image: bool,
+                     processor=None, batch_size: int = 64) -> list[str | None]:
+    """Greedy ``model.generate`` on single-turn prompts (the target through its processor, with
+    ``pixel_values``; the drafter on the same ids without the picture). Prompts are batched by token length,
+    so no padding is involved. Returns the decoded answer (text before ``<eos>``, stripped) or None where no
+    ``<eos>`` came."""
+    model.eval()
+    eos = tokenizer.eos_token_id
+    enc = Encoder(tokenizer, num_image_tokens())
+    texts = [vd.with_image(q.prompt) for _, q in pairs]
+    ids = [enc.prompt_ids(q) for _, q in pairs]
+    groups: dict[tuple[int, bool], list[int]] = {}
+    for i, (_, q) in enumerate(pairs):
+        groups.setdefault((len(ids[i]), q.kind == "caption"), []).append(i)
+    out: list[str | None] = [None] * len(pairs)
+    for (_, is_caption), idx in sorted(groups.items()):
+        for j in range(0, len(idx), batch_size):
+            chunk = idx[j: j + batch_size]
+            if image:
+                inputs = processor(images=[pairs[i][0].image() for i in chunk], text=[texts[i] for i in chunk],
+                                   return_tensors="pt")
+            else:
+                inputs = {"input_ids": torch.tensor([ids[i] for i in chunk])}
+            n_prompt = inputs["input_ids"].shape[1]
+            gen = model.generate(**inputs, do_sample=False, pad_token_id=tokenizer.pad_token_id, eos_token_id=eos,
+                                 max_new_tokens=MAX_CAPTION_TOKENS if is_caption else MAX_ANSWER_TOKENS)
+            for row, i in enumerate(chunk):
+                new = gen[row, n_prompt:].tolist()
+                if eos in new:
+                    out[i] = tokenizer.decode(new[: new.index(eos)]).strip()
+    return out
+
+
+def answer_metrics(preds: list[str | None], pairs: list[tuple[vd.Scene, vd.Question]]) -> dict:
+    """Exact-match accuracy overall (questions only) and per question type; caption exact match and
+    position-wise word accuracy."""
+    by: dict[str, list[bool]] = {}
+    hit = tot = 0
+    for p, (_, q) in zip(preds, pairs):
+        by.setdefault(q.kind, []).append(p == q.answer)
+        if q.kind == "caption":
+            ref, hyp = q.answer.split(), (p or "").split()
+            hit += sum(a == b for a, b in zip(ref, hyp))
+            tot += max(len(ref), len(hyp))
+    questions = [ok for k, v in by.items() if k != "caption" for ok in v]
+    out = {"accuracy": sum(questions) / max(1, len(questions)), "n_questions": len(questions),
+           "accuracy_by_type": {k: sum(v) / len(v) for k, v in sorted(by.items()) if k != "caption"}}
+    if "caption" in by:
+        out["caption_exact_match"] = sum(by["caption"]) / len(by["caption"])
+        out["caption_word_accuracy"] = hit / max(1, tot)
+        out["n_captions"] = len(by["caption"])
+    return out
+
+
+# --------------------------------------------------------------------------- training stages
+
+class _CellClassifier(torch.nn.Module):
+    """Vision tower + throwaway linear head: per-patch (= per-cell) shape / colour / size / cell-index logits
+    (the cell index keeps each patch's position readable from its features)."""
+
+    def __init__(self, tower):
+        super().__init__()
+        self.tower = tower
+        h = tower.config.hidden_size
+        self.sizes = (len(vd.SHAPES) + 1, len(vd.COLOURS) + 1, 3, vd.GRID * vd.GRID)
+        self.head = torch.nn.Linear(h, sum(self.sizes))
+
+    def forward(self, pixel_values: torch.Tensor) -> list[torch.Tensor]:
+        # the last layer's patch states, as LLaVA reads them (vision_feature_layer=-1, CLS dropped)
+        h = self.tower(pixel_values, output_hidden_states=True).hidden_states[-1][:, 1:]
+        return list(self.head(h).split(self.sizes, dim=-1))
+
+
+def _cell_targets(cells: torch.Tensor) -> torch.Tensor:
+    """(n, 9, 3) shape / colour / size labels -> (n, 9, 4) with the cell index appended."""
+    index = torch.arange(cells.shape[1]).expand(cells.shape[0], -1)
+    return torch.cat([cells, index[..., None]], dim=-1)
+
+
+def _cell_loss(model: _CellClassifier, batch: dict) -> torch.Tensor:
+    logits = model(batch["pixel_values"])
+    targets = _cell_targets(batch["cells"])
+    return sum(F.cross_entropy(lg.flatten(0, 1), targets[..., k].flatten()) for k, lg in enumerate(logits)) / 4
+
+
+@torch.no_grad()
+def _cell_accuracy(model: _CellClassifier, batches: list[dict]) -> dict:
+    model.eval()
+    names = ("shape", "colour", "size", "cell")
+    hit = {k: 0 for k in names}
+    n = {k: 0 for k in names}
+    for b in batches:
+        targets = _cell_targets(b["cells"])
+        for k, lg in enumerate(model(b["pixel_values"])):
+            occupied = b["cells"][..., 0] > 0  # score occupied cells (empty ones are trivial)
+            hit[names[k]] += int((lg.argmax(-1) == targets[..., k])[occupied].sum())
+            n[names[k]] += int(occupied.sum())
+    return {k: hit[k] / max(1, n[k]) for k in names}
+
+
+def _calibrate_steps(model, next_batch, loss, budget_s: float, cap: int = 100_000) -> int:
+    """Steps that fit the time budget (the cosine schedule's length), from timed forward/backward passes."""
+    probe = copy.deepcopy(model)
+    probe.train()
+    times = []
+    for s in range(4):
+        batch = next_batch(10_000_000 + s)
+        t0 = time.perf_counter()
+        loss(probe, batch).backward()
+        times.append(time.perf_counter() - t0)
+    del probe
+    per_step = sorted(times[1:])[1]  # the budget cuts the run short if this was optimistic
+    return int(max(20, min(cap, budget_s / per_step)))
+
+
+def _train_info(res: TrainResult, tc: dict, max_steps: int) -> dict:
+    return {"steps": res.steps, "seconds": round(res.seconds, 2), "best_val_loss": res.best_val_loss,
+            "val_history": res.val_history, "stopped": res.stopped, "budget_s": tc["budget_s"],
+            "max_steps": max_steps, "batch_size": tc["batch_size"], "lr": tc["lr"],
+            "examples_seen": res.steps * tc["batch_size"]}
+
+
+def _run(model, next_batch, val_loss, loss, tc: dict, desc: str, progress: bool) -> dict:
+    max_steps = tc.get("max_steps") or _calibrate_steps(model, next_batch, loss, tc["budget_s"])
+    res = train_loop(model, next_batch, val_loss, loss, max_steps=max_steps, budget_s=tc["budget_s"], lr=tc["lr"],
+                     warmup=tc["warmup"], eval_every=tc["eval_every"], patience=tc["patience"], desc=desc,
+                     progress=progress)
+    return _train_info(res, tc, max_steps)
+
+
+def pretrain_vision(tower, pool: ScenePool, val_pool: ScenePool, tc: dict, progress: bool = False) -> dict:
+    """Stage 1: per-cell shape / colour / size classification from the tower's last-layer patch states."""
+    clf = _CellClassifier(tower)
+    bs = tc["batch_size"]
+
+    def next_batch(step: int) -> dict:
+        idx = torch.randint(0, len(pool), (bs,), generator=torch.Generator().manual_seed(SEED + step))
+        return {"pixel_values": to_pixels(pool.images[idx]), "cells": pool.cells[idx]}
+
+    val = [{"pixel_values": to_pixels(val_pool.images[i: i + 256]), "cells": val_pool.cells[i: i + 256]}
+           for i in range(0, len(val_pool), 256)]
+
+    def val_loss() -> float:
+        return sum(float(_cell_loss(clf, b)) * len(b["cells"]) for b in val) / len(val_pool)
+
+    info = _run(clf, next_batch, val_loss, _cell_loss, tc, "vlm-vision", progress)
+    info["val_cell_accuracy"] = _cell_accuracy(clf, val)
+    return info
+
+
+def train_language(model, enc: Encoder, pool: ScenePool, val_scenes: list[vd.Scene], tc: dict, image: bool,
+                   desc: str, progress: bool = False) -> tuple[dict, list[dict]]:
+    """Stage 2 (target: vision tower frozen) or the drafter's training: single-turn answers and captions."""
+    next_batch = example_batches(enc, pool, tc["batch_size"], image, SEED + (0 if image else 1))
+    val = item_batches(enc, all_items(val_scenes), image)
+
+    def val_loss() -> float:
+        return teacher_forced(model, val)["loss"]
+
+    return _run(model, next_batch, val_loss, loss_fn, tc, desc, progress), val
+
+
+def _round_fp16(model, batches: list[dict]) -> tuple[str, dict]:
+    """Round the weights to fp16 (kept as fp32 in memory) unless that raises held-out loss noticeably."""
+    before = teacher_forced(model, batches)["loss"]
+    saved = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        for p in model.state_dict().values():
+            if p.is_floating_point():
+                p.copy_(p.half().float())
+    after = teacher_forced(model, batches)["loss"]
+    info = {"val_loss_fp32": before, "val_loss_fp16": after}
+    if after > before * (1 + FP16_TOLERANCE) + 1e-4:
+        model.load_state_dict(saved)
+        return "float32", info
+    return "float16", info
+
+
+def _save(model, path: Path, dtype: str) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    for f in path.glob("*.safetensors"):
+        f.unlink()
+    if dtype == "float16":
+        model.half()
+    try:
+        model.save_pretrained(path)
+    finally:
+        model.float()
+
+
+# --------------------------------------------------------------------------- checksum, build, load
+
+def checksum_inputs(processor_or_tokenizer, image: bool = True) -> dict:
+    """The fixed input whose logits fingerprint a built model: test scene 0, "what colour is the circle?"
+    (through the processor for the target; the same ids without the picture for the drafter)."""
+    if image:
+        scene = vd.make_scene(CHECKSUM_SCENE)
+        return dict(processor_or_tokenizer(images=[scene.image()], text=[vd.with_image(CHECKSUM_PROMPT)],
+                                           return_tensors="pt"))
+    enc = Encoder(processor_or_tokenizer, num_image_tokens())
+    return {"input_ids": torch.tensor([enc.prompt_text_ids(CHECKSUM_PROMPT)])}
+
+
+@torch.no_grad()
+def checksum(entry: ZooEntry) -> dict:
+    """``logits_checksum`` of the entry's forward pass on ``checksum_inputs``."""
+    inputs = checksum_inputs(entry.tokenizer, image=entry.name == "vlm-target")
+    return logits_checksum(entry.model(**inputs).logits)
+
+
+def _versions() -> dict:
+    import transformers
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def build(home: Path, micro: bool = False, progress: bool = True) -> dict[str, dict]:
+    """Train ``vlm-target`` and ``vlm-drafter`` and write them under ``home``; returns {name: metrics}.
+    Runs single-threaded (restoring the thread count afterwards)."""
+    prev_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _build(Path(home), micro, progress)
+    finally:
+        torch.set_num_threads(prev_threads)
+
+
+def _build(home: Path, micro: bool, progress: bool) -> dict[str, dict]:
+    from transformers import LlamaForCausalLM, LlavaForConditionalGeneration
+
+    t_start = time.perf_counter()
+    cfg = MICRO if micro else FULL
+    tokenizer = ensure_tokenizer(home, micro)
+    processor = make_processor(tokenizer, cfg["patch_size"])
+    enc = Encoder(tokenizer, num_image_tokens(cfg["patch_size"]))
+    t0 = time.perf_counter()
+    pool = ScenePool("train", cfg["pool_scenes"])
+    val_pool = ScenePool("val", cfg["vision_train"]["val_scenes"])
+    data_seconds = time.perf_counter() - t0
+    eval_pairs = vd.eval_questions("test", cfg["eval_scenes"], seed=SEED)
+    caption_pairs = [(sc, sc.items()[-1]) for sc in vd.scenes("test", cfg["caption_scenes"])]
+    test_scenes = vd.scenes("test", cfg["eval_scenes"])
+    results: dict[str, dict] = {}
+
+    for name in NAMES:
+        t0 = time.perf_counter()
+        image = name == "vlm-target"
+        seed_everything(SEED + (0 if image else 1))
+        train: dict = {}
+        if image:
+            model = LlavaForConditionalGeneration(target_config(cfg, tokenizer)).float()
+            tower = model.model.vision_tower
+            train["vision"] = pretrain_vision(tower, pool, val_pool, cfg["vision_train"], progress)
+            tower.requires_grad_(False)
+            tc = cfg["target_train"]
+        else:
+            model = LlamaForCausalLM(_text_config(cfg["drafter"], tokenizer)).float()
+            tc = cfg["drafter_train"]
+        _set_generation_config(model, tokenizer)
+        val_scenes = val_pool.scenes[: tc["val_scenes"]]
+        train["language"], val_batches = train_language(model, enc, pool, val_scenes, tc, image, name, progress)
+        model.requires_grad_(True)
+        dtype, fp16_info = _round_fp16(model, val_batches)
+
+        path = home / name
+        _save(model, path, dtype)
+        (processor if image else tokenizer).save_pretrained(path)
+        n_params = sum(p.numel() for p in model.parameters())
+        prefix = vd.with_image("")
+        zoo = {"family": "vlm", "name": name, "micro": micro, "seed": SEED, **_versions(),
+               "architecture": type(model).__name__, "params": n_params, "weights_dtype": dtype,
+               "load_dtype": "float32", "vocab_size": len(tokenizer), "image_size": vd.IMAGE_SIZE,
+               "sees_image": image, "num_image_tokens": enc.n_image,
+               "image_token_id": enc.image_id, "eos_token_id": enc.eos_id, "pad_token_id": enc.pad_id,
+               "prompt_format": {"question": prefix + vd.QUESTION_PROMPT, "caption": prefix + vd.CAPTION_PROMPT,
+                                 "answer": " {answer}" + EOS},
+               "splits": {k: list(v) for k, v in vd.SPLITS.items()},
+               "checksum_input": {"scene_seed": CHECKSUM_SCENE, "prompt": prefix + CHECKSUM_PROMPT},
+               ("drafter" if image else "target"): "vlm-drafter" if image else "vlm-target"}
+        write_json(path / "zoo.json", zoo)  # provisional, so that load() works
+        entry = load(name, path)
+        zoo["checksum"] = checksum(entry)
+        write_json(path / "zoo.json", zoo)
+
+        # held-out quality, measured on the model as saved and reloaded
+        model = entry.model
+        tf = teacher_forced(model, item_batches(enc, all_items(test_scenes), image))
+        pairs = eval_pairs + caption_pairs
+        preds = generate_answers(model, tokenizer, pairs, image, processor=processor if image else None)
+        m = answer_metrics(preds, pairs)
+        m.update({"held_out_loss": tf["loss"], "held_out_token_accuracy": tf["token_accuracy"],
+                  "held_out_by_kind": tf["by_kind"],
+                  "caption_token_accuracy": tf["by_kind"].get("caption", {}).get("token_accuracy"),
+                  "examples": [{"prompt": prefix + q.prompt, "answer": q.answer, "generated": p}
+                               for p, (_, q) in [*zip(preds, pairs)][:: max(1, len(pairs) // 8)]],
+                  "train": train, "fp16": fp16_info, "weights_dtype": dtype, "params": n_params,
+                  "weights_mb": round(sum(f.stat().st_size for f in path.glob("*.safetensors")) / 2**20, 3),
+                  "eval_scenes": cfg["eval_scenes"], "caption_scenes": cfg["caption_scenes"],
+                  "pool_scenes": cfg["pool_scenes"], "data_seconds": round(data_seconds, 2)})
+        if image:
+            m["thresholds"] = THRESHOLDS
+            m["meets_thresholds"] = all(m["accuracy_by_type"].get(k, 0.0) >= v for k, v in THRESHOLDS.items())
+        m["build_seconds"] = round(time.perf_counter() - t0, 2)
+        write_json(path / "metrics.json", m)
+        results[name] = m
+    results["vlm-drafter"]["family_build_seconds"] = round(time.perf_counter() - t_start, 2)
+    write_json(home / "vlm-drafter" / "metrics.json", results["vlm-drafter"])
+    return results
+
+
+def load(name: str, path: Path) -> ZooEntry:
+    """``vlm-target``: model + ``LlavaProcessor`` (``extras['tokenizer']`` is its tokenizer);
+    ``vlm-drafter``: model + tokenizer. Weights load as float32, the model in eval mode."""
+    from transformers import LlamaForCausalLM, LlavaForConditionalGeneration, LlavaProcessor, PreTrainedTokenizerFast
+
+    if name not in NAMES:
+        raise ValueError(f"unknown vlm zoo model {name!r}; choose from {NAMES}")
+    path = Path(path)
+    config = read_json(path / "zoo.json")
+    if name == "vlm-target":
+        model = LlavaForConditionalGeneration.from_pretrained(path, dtype=torch.float32)
+        processor = LlavaProcessor.from_pretrained(path)
+        tokenizer = processor.tokenizer
+    else:
+        model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32)
+        processor = tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
+    model.eval()
+    _set_generation_config(model, tokenizer)
+    extras = {"tokenizer": tokenizer, "image_token_id": config.get("image_token_id"),
+              "num_image_tokens": config.get("num_image_tokens"), "prompt_format": config.get("prompt_format")}
+    return ZooEntry(name=name, model=model, tokenizer=processor, config=config, path=path, extras=extras)
+
+
+
+__all__ = ["NAMES", "build", "load", "make_processor", "image_processor", "target_config", "num_image_tokens",
+           "generate_answers", "answer_metrics", "checksum", "checksum_inputs", "Encoder",
+           "ScenePool", "pretrain_vision", "train_language", "FULL", "MICRO"]
