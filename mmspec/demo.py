@@ -16,6 +16,11 @@ from .zoo import metrics as zoo_metrics
 from .zoo.common import write_json, zoo_home
 
 
+# the text methods the demo shows besides the peers, chosen from `mmspec bench --suite code`
+BEST_TEXT_METHODS = ["deer", "diffuspec-lattice"]
+DIFFUSION_MODELS = ["code-dlm", "code-deer", "code-ngram"]
+
+
 def print_table(report: dict, console: Console, title: str) -> None:
     table = Table(title=title)
     for col in ("method", "τ (mean accepted)", "speedup vs plain", "exact", "time (s)"):
@@ -33,10 +38,16 @@ def code_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int
     tok = target.tokenizer
     prompts = completion_prompts(load_corpus(), "test", limit=num_prompts)
     ids = [tok(p.prompt, return_tensors="pt", add_special_tokens=False).input_ids for p in prompts]
-    report = compare(target.model, draft.model, ids,
-                     ["plain", "hf-assisted", "hf-prompt-lookup", "mmspec-chain", "mmspec-tree",
-                      "mmspec-prompt-lookup"], max_new_tokens=max_new_tokens, num_tokens=4, repeats=2,
-                     progress=False)
+    methods = ["plain", "hf-assisted", "hf-prompt-lookup", "mmspec-chain", "mmspec-prompt-lookup"]
+    extra = {}
+    if all((zoo_home() / n / "zoo.json").exists() for n in DIFFUSION_MODELS):
+        from .eval.code_suite import diffusion_factories
+
+        factories = diffusion_factories()
+        extra = {m: factories[m] for m in BEST_TEXT_METHODS}
+        methods += BEST_TEXT_METHODS
+    report = compare(target.model, draft.model, ids, methods, max_new_tokens=max_new_tokens, num_tokens=4,
+                     repeats=2, progress=False, extra=extra)
     report["config"].update(model="zoo:code-target", draft="zoo:code-drafter", prompts="held-out stdlib functions")
     print_table(report, console, f"code: {len(ids)} held-out completion prompts × {max_new_tokens} tokens, greedy")
     with torch.no_grad():

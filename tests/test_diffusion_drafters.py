@@ -111,3 +111,14 @@ def test_bad_configuration_is_an_error():
         DiffusionLM(dm, MASK, attention="native", context="cache")
     with pytest.raises(ValueError, match="num_tokens"):
         DEERDrafter(DiffusionLM(dm, MASK), num_tokens=0)
+
+
+def test_from_pretrained_reads_conventions(tmp_path):
+    _, dm = models()
+    dm.save_pretrained(tmp_path / "plain")
+    with pytest.raises(ValueError, match="cannot tell the logits convention"):
+        DiffusionLM.from_pretrained(tmp_path / "plain", mask_token_id=MASK)
+    dlm = DiffusionLM.from_pretrained(tmp_path / "plain", convention="llada", mask_token_id=MASK)
+    assert dlm.convention == "llada" and dlm.attention == "mask" and dlm.context == "cache"
+    with pytest.raises(ValueError, match="no mask token id"):
+        DiffusionLM.from_pretrained(tmp_path / "plain", convention="dream")

@@ -33,7 +33,8 @@ import torch  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from mmspec import SpeculativeGenerator, TreeTemplate  # noqa: E402
-from mmspec.drafters import AutoregressiveDrafter, PromptLookupDrafter  # noqa: E402
+from mmspec.drafters import AutoregressiveDrafter, DEERDrafter, DiffusionLM, PromptLookupDrafter  # noqa: E402
+from mmspec.drafters.diffuspec import CPSConfig, DiffuSpecDrafter  # noqa: E402
 from mmspec.tiny import tiny_model  # noqa: E402
 from mmspec.tree import DraftTree  # noqa: E402
 from mmspec.verifiers import tree_verifier  # noqa: E402
@@ -349,6 +350,11 @@ E2E_CASES = {
     "dynamic-tree-warped": (lambda d: AutoregressiveDrafter(d, tree="dynamic", top_k=2, num_nodes=4), WARPED),
     "prompt-lookup": (lambda d: PromptLookupDrafter(num_tokens=3), PLAIN),
     "prompt-lookup-warped": (lambda d: PromptLookupDrafter(num_tokens=3), WARPED),
+    # diffusion drafting: per-slot proposals (DEER) and deterministic lattice trees (DiffuSpec)
+    "deer": (lambda d: DEERDrafter(DiffusionLM(d, 2, context="cache"), num_tokens=3), PLAIN),
+    "deer-warped": (lambda d: DEERDrafter(DiffusionLM(d, 2, context="full"), num_tokens=3), WARPED),
+    "diffuspec-lattice": (lambda d: DiffuSpecDrafter(DiffusionLM(d, 2), num_tokens=3, adl=False, lattice=True,
+                                                     cps_config=CPSConfig(mass=0.95)), PLAIN),
 }
 
 

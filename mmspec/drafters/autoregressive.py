@@ -24,7 +24,7 @@ from ..cache import SpecKVCache
 from ..state import DecodeState
 from ..tree import DraftTree, TreeTemplate, select_best_nodes, subtree
 from ..verifiers.acceptance import AcceptResult
-from ..verifiers.tree_forward import chain_parents, prefill_parents, tree_forward
+from ..verifiers.tree_forward import chain_parents, prefill_cache, tree_forward
 from .base import Drafter
 
 
@@ -65,15 +65,7 @@ class AutoregressiveDrafter(Drafter):
 
     # ------------------------------------------------------------------ lifecycle
     def begin(self, state: DecodeState, max_length: int) -> None:
-        B, P = state.batch_size, state.prompt_length
-        self.cache = SpecKVCache.for_model(self.model, B, max_length + 2 * self.max_nodes + 2)
-        dev = self.model.device
-        prompt = state.tokens[:, :P].to(dev)
-        valid = torch.arange(P, device=dev)[None, :] >= state.starts[:, None].to(dev)
-        with torch.no_grad():
-            tree_forward(self.model, self.cache, prompt, prefill_parents(valid.long()), valid)
-        self.cache.commit(torch.arange(P, device=dev).expand(B, P), torch.full((B,), P, device=dev))
-        self.cache.starts = state.starts.to(dev).clone()
+        self.cache = prefill_cache(self.model, state, max_length + 2 * self.max_nodes + 2)
         self.draft_length = self.num_tokens
 
     @torch.no_grad()

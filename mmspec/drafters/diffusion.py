@@ -24,11 +24,14 @@ take plain ``input_ids`` (``attention="native"``, rows encoded one by one, ``con
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 
 from ..cache import SpecKVCache
 from ..state import DecodeState
-from ..verifiers.tree_forward import prefill_parents, to_model_mask, tree_forward, model_dtype
+from ..verifiers.tree_forward import model_dtype, prefill_cache, to_model_mask, tree_forward
 
 CONVENTIONS = ("llada", "dream")
 CONTEXTS = ("cache", "window", "full")
@@ -95,6 +98,11 @@ class DiffusionLM:
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
         config = AutoConfig.from_pretrained(path, trust_remote_code=True)
+        saved = {}
+        if (Path(path) / "zoo.json").exists():  # a zoo diffusion model records its own settings
+            saved = json.loads((Path(path) / "zoo.json").read_text())
+        convention = convention or saved.get("convention")
+        mask_token_id = mask_token_id if mask_token_id is not None else saved.get("mask_token_id")
         mtype = str(getattr(config, "model_type", "")).lower()
         if convention is None:
             if "dream" in mtype or "diffucoder" in mtype:
@@ -107,13 +115,21 @@ class DiffusionLM:
         if mask_token_id is None:
             mask_token_id = getattr(config, "mask_token_id", None)
             if mask_token_id is None:
-                tok = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
-                mask_token_id = tok.mask_token_id
+                try:
+                    mask_token_id = AutoTokenizer.from_pretrained(path, trust_remote_code=True).mask_token_id
+                except (OSError, ValueError):  # no (loadable) tokenizer next to the weights
+                    mask_token_id = None
             if mask_token_id is None:
                 raise ValueError(f"no mask token id in {path}'s config or tokenizer: pass mask_token_id=")
-        model = AutoModel.from_pretrained(path, trust_remote_code=True).eval()
-        kwargs.setdefault("attention", "native")
-        kwargs.setdefault("context", "window")
+        if "AutoModel" in (getattr(config, "auto_map", None) or {}):
+            # remote-code dLLMs (LLaDA, Dream) register their LM class as AutoModel and attend bidirectionally
+            model = AutoModel.from_pretrained(path, trust_remote_code=True).eval()
+            kwargs.setdefault("attention", "native")
+            kwargs.setdefault("context", "window")
+        else:  # a stock architecture trained as a diffusion LM (like the zoo's): bidirectional through our mask
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained(path).eval()
         return cls(model, mask_token_id, convention=convention, **kwargs)
 
     # ------------------------------------------------------------------ lifecycle
@@ -122,15 +138,7 @@ class DiffusionLM:
         if self.context != "cache":
             self.cache = None
             return
-        B, P = state.batch_size, state.prompt_length
-        dev = self.model.device
-        self.cache = SpecKVCache.for_model(self.model, B, max_length + max_slots + 2)
-        prompt = state.tokens[:, :P].to(dev)
-        valid = torch.arange(P, device=dev)[None, :] >= state.starts[:, None].to(dev)
-        with torch.no_grad():
-            tree_forward(self.model, self.cache, prompt, prefill_parents(valid.long()), valid)
-        self.cache.commit(torch.arange(P, device=dev).expand(B, P), torch.full((B,), P, device=dev))
-        self.cache.starts = state.starts.to(dev).clone()
+        self.cache = prefill_cache(self.model, state, max_length + max_slots + 2)
         self.forwards += 1
 
     @torch.no_grad()

@@ -119,7 +119,6 @@ def stage2_batch(data: Generations, idx: torch.Tensor, cfg: DEERConfig, g: torch
 
 def eval_blocks(data: Generations, k: int) -> dict:
     """Fixed evaluation blocks: for every row, the first k continuation tokens after its prefix."""
-    n = len(data)
     n_clean = data.prefix.clone()
     lengths = n_clean + k
     T = int(lengths.max())

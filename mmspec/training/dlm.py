@@ -58,6 +58,16 @@ def mdlm_loss(model, tokens: torch.Tensor, mask_id: int, convention: str = "drea
     return ((ce * masked).sum(1) / t.squeeze(1) / T).mean()
 
 
+def _block_forward(model, tokens, lengths, n_clean, mask_id: int, convention: str, pattern: str, pad_id: int):
+    """Mask the block ``[n_clean, lengths)`` of each row (right padding after) and run the model."""
+    T = tokens.shape[1]
+    col = torch.arange(T)[None, :]
+    valid = col < lengths[:, None]
+    block = valid & (col >= n_clean[:, None])
+    ids = torch.where(block, mask_id, torch.where(valid, tokens, pad_id))
+    return block, slot_logits(model, ids, attention_mask(valid, n_clean, pattern), convention)
+
+
 def block_loss(model, tokens: torch.Tensor, lengths: torch.LongTensor, n_clean: torch.LongTensor,
                weights: torch.Tensor, mask_id: int, convention: str = "dream", pattern: str = "cache",
                pad_id: int = 0, row_weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -66,11 +76,7 @@ def block_loss(model, tokens: torch.Tensor, lengths: torch.LongTensor, n_clean: 
     ``weights`` [B, T] weighs each masked slot's cross-entropy within its row (Σ w·CE / Σ w);
     ``row_weights`` [B] weighs the rows against each other (default: equally)."""
     B, T = tokens.shape
-    col = torch.arange(T)[None, :]
-    valid = col < lengths[:, None]
-    block = valid & (col >= n_clean[:, None])
-    ids = torch.where(block, mask_id, torch.where(valid, tokens, pad_id))
-    logits = slot_logits(model, ids, attention_mask(valid, n_clean, pattern), convention)
+    block, logits = _block_forward(model, tokens, lengths, n_clean, mask_id, convention, pattern, pad_id)
     ce = F.cross_entropy(logits.float().reshape(B * T, -1), tokens.reshape(-1), reduction="none").view(B, T)
     w = weights * block
     per_row = (ce * w).sum(1) / w.sum(1).clamp(min=1e-8)
@@ -86,11 +92,7 @@ def block_agreement(model, tokens: torch.Tensor, lengths: torch.LongTensor, n_cl
     equal the continuation (= tokens a greedy verifier would accept from a chain of that block), and
     the per-slot hit rate."""
     B, T = tokens.shape
-    col = torch.arange(T)[None, :]
-    valid = col < lengths[:, None]
-    block = valid & (col >= n_clean[:, None])
-    ids = torch.where(block, mask_id, torch.where(valid, tokens, pad_id))
-    logits = slot_logits(model, ids, attention_mask(valid, n_clean, pattern), convention)
+    block, logits = _block_forward(model, tokens, lengths, n_clean, mask_id, convention, pattern, pad_id)
     hit = (logits.argmax(-1) == tokens) & block
     k = int((lengths - n_clean).max())
     idx = (n_clean[:, None] + torch.arange(k)[None, :]).clamp(max=T - 1)

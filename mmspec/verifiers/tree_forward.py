@@ -67,3 +67,17 @@ def prefill_parents(attention_mask: torch.LongTensor) -> torch.LongTensor:
     col = torch.arange(T, device=attention_mask.device)[None, :]
     parents[col <= first_real[:, None]] = -1
     return parents
+
+
+@torch.no_grad()
+def prefill_cache(model, state, max_len: int) -> SpecKVCache:
+    """A drafter's own cache holding the (left-padded) prompt of ``state``, committed."""
+    B, P = state.batch_size, state.prompt_length
+    dev = model.device
+    cache = SpecKVCache.for_model(model, B, max_len)
+    prompt = state.tokens[:, :P].to(dev)
+    valid = torch.arange(P, device=dev)[None, :] >= state.starts[:, None].to(dev)
+    tree_forward(model, cache, prompt, prefill_parents(valid.long()), valid)
+    cache.commit(torch.arange(P, device=dev).expand(B, P), torch.full((B,), P, device=dev))
+    cache.starts = state.starts.to(dev).clone()
+    return cache
