@@ -1,0 +1,66 @@
+"""DEER's training recipes: batch construction, Stage I/II weights, attention patterns, losses."""
+
+import pytest
+import torch
+
+from mmspec.tiny import tiny_model
+from mmspec.training.deer import DEERConfig, Generations, stage1_batch, stage2_batch
+from mmspec.training.dlm import attention_mask, block_agreement, block_loss, mdlm_loss
+
+MASK = 2
+
+
+def generations(n=6, prefix=5, gen=12, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(4, 60, (n, prefix + gen), generator=g)
+    return Generations(tokens, torch.full((n,), prefix), gen)
+
+
+def test_stage1_masks_the_rest_of_the_continuation_with_1_over_t():
+    data, cfg = generations(), DEERConfig(k_max=8)
+    b = stage1_batch(data, torch.arange(6), cfg, torch.Generator().manual_seed(1))
+    R = b["lengths"] - b["n_clean"]
+    u = b["n_clean"] - data.prefix
+    assert ((R == (12 - u).clamp(max=8)) & (R >= 1)).all()
+    torch.testing.assert_close(b["row_weights"], 12 / R.float())  # 1/t, t = masked share of the continuation
+
+
+def test_stage2_weights_are_alpha_powers():
+    data, cfg = generations(), DEERConfig(r_max=6, alpha=1.01)
+    b = stage2_batch(data, torch.arange(6), cfg, torch.Generator().manual_seed(2))
+    for row in range(6):
+        n, L = int(b["n_clean"][row]), int(b["lengths"][row])
+        R = L - n
+        assert 1 <= R <= 6 and n >= data.prefix[row]
+        w = b["weights"][row]
+        expected = torch.tensor([1.01 ** (R - i) for i in range(1, R + 1)])
+        torch.testing.assert_close(w[n:L], expected)  # slot 1 (right after the prefix) weighs most
+        assert (w[:n] == 0).all()
+
+
+def test_attention_patterns():
+    valid = torch.tensor([[True, True, True, True, False]])
+    full = attention_mask(valid, None, "bidirectional")[0, 0]
+    assert full[0, 3] and not full[0, 4] and full[4, 4]  # padding only sees itself
+    cache = attention_mask(valid, torch.tensor([2]), "cache")[0, 0]
+    assert not cache[0, 1] and cache[1, 0]  # clean tokens: causal
+    assert cache[2, 3] and cache[3, 0]  # the block sees everything
+    with pytest.raises(ValueError):
+        attention_mask(valid, None, "sideways")
+
+
+def test_losses_train_and_agreement_counts_leading_hits():
+    model = tiny_model("llama", seed=0, vocab_size=64, num_layers=1)
+    data = generations()
+    g = torch.Generator().manual_seed(0)
+    loss = mdlm_loss(model, data.tokens, MASK, "dream", g)
+    assert torch.isfinite(loss) and loss > 0
+    loss.backward()
+    assert model.lm_head.weight.grad.abs().sum() > 0
+    b = stage2_batch(data, torch.arange(6), DEERConfig(r_max=4), g)
+    for convention in ("dream", "llada"):
+        lb = block_loss(model, b["tokens"], b["lengths"], b["n_clean"], b["weights"], MASK, convention)
+        assert torch.isfinite(lb)
+    # greedy agreement of a 4-slot block right after each prefix: a count in [0, 4], one hit rate per slot
+    agree = block_agreement(model, data.tokens, data.prefix + 4, data.prefix.clone(), MASK)
+    assert 0 <= agree["accepted"] <= 4 and len(agree["slot_hit"]) == 4
