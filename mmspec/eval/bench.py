@@ -8,7 +8,6 @@ and prompt lookup.
 
 from __future__ import annotations
 
-import copy
 import json
 import statistics
 import time
@@ -96,14 +95,13 @@ def split_prompt(prompt) -> tuple[torch.Tensor, dict]:
 
 
 def _hf_generate(target, prompt, max_new_tokens, **kw):
-    """HF generate for exactly ``max_new_tokens`` (EOS disabled, as for the mmspec runs)."""
+    """HF generate for exactly ``max_new_tokens`` (EOS disabled, as for the mmspec runs). Everything goes
+    in as generate() arguments: a None set through ``GenerationConfig.update`` is refilled from the
+    model's defaults, and a run that stops at EOS would look faster than it is."""
     ids, inputs = split_prompt(prompt)
-    config = copy.deepcopy(target.generation_config)
-    assistant = kw.pop("assistant_model", None)
     kw.setdefault("do_sample", False)
-    config.update(eos_token_id=None, max_new_tokens=max_new_tokens, **kw)
-    extra = {"assistant_model": assistant} if assistant is not None else {}
-    return target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, **extra, **inputs)
+    return target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                           eos_token_id=None, **kw, **inputs)
 
 
 def build_runner(method: str, target, draft, num_tokens: int, max_new_tokens: int, sampling: dict,
