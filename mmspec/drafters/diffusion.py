@@ -188,9 +188,11 @@ class DiffusionLM:
         vis &= valid[:, None, :]
         depth = torch.where(col[None, :] < m, col[None, :], need[:, None] + (col[None, :] - m))
         parents = (col - 1).expand(B, T).contiguous()
-        out = tree_forward(self.model, cache, ids, parents, valid, ancestors=vis, depth=depth)
+        first = int((need - 1).min()) if self.convention == "dream" else m  # earliest position read
+        out = tree_forward(self.model, cache, ids, parents, valid, ancestors=vis, depth=depth,
+                           logits_to_keep=T - first)  # the LM head runs on the positions read only
         cache.commit(j.expand(B, m), need)
-        return self._pick(out.logits, need - 1, m, k)
+        return self._pick(out.logits, need - 1 - first, m - first, k)
 
     def _contexts(self, state: DecodeState) -> list[torch.Tensor]:
         limit = None if self.context == "full" else self.window
@@ -223,8 +225,9 @@ class DiffusionLM:
         mask = (real[:, None, :] & real[:, :, None]) | torch.eye(T, dtype=torch.bool, device=dev)[None]
         positions = (col[None, :] - pad[:, None]).clamp(min=0)
         mask = to_model_mask(mask[:, None], self.model, model_dtype(self.model))
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False)
-        return self._pick(out.logits, torch.full((B,), n - 1, device=dev), n, k)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
+                         logits_to_keep=k + 1)
+        return self._pick(out.logits, torch.full((B,), 0, device=dev), 1, k)
 
     def _native(self, state: DecodeState, k: int) -> torch.Tensor:
         """Remote-code dLLMs: one row at a time, no padding, the model's own (bidirectional) attention."""
