@@ -74,3 +74,14 @@ def test_micro_build_loads_and_matches_checksum(tmp_path):
                                      causal=ngram, eos_token_id=1, lattice=True)):
         out = SpeculativeGenerator(target.model, drafter).generate(ids, max_new_tokens=12, eos_token_id=[])
         assert torch.equal(out.sequences, ref)
+
+    # the code benchmark suite runs every text method on the micro zoo, exactly
+    from mmspec.eval.code_suite import CODE_METHODS, run_code_suite
+
+    report = run_code_suite(num_prompts=2, max_new_tokens=8, home=tmp_path, progress=False)
+    assert [r["method"] for r in report["results"]] == CODE_METHODS
+    for r in report["results"]:
+        assert r["exact"] == 1.0, r["method"]
+        if r["method"].startswith(("deer", "diffuspec", "mmspec")):
+            assert r["tau"] >= 1.0 and r["accept_lengths"]
+            assert sum(r["accept_lengths"]) == 2 * 8  # per step emitted tokens, over both prompts
