@@ -17,7 +17,7 @@ from .zoo.common import write_json, zoo_home
 
 
 # the text methods the demo shows besides the peers, chosen from `mmspec bench --suite code`
-BEST_TEXT_METHODS = ["deer", "diffuspec-lattice"]
+BEST_TEXT_METHODS = ["diffuspec-no-cps", "deer-lattice"]  # fastest and highest-tau diffusion methods
 DIFFUSION_MODELS = ["code-dlm", "code-deer", "code-ngram"]
 
 

@@ -41,7 +41,7 @@ def test_splits_are_disjoint():
 
 def test_object_pixels_carry_its_colour():
     sc = vd.make_scene(vd.split_seed("test", 11))
-    img = torch.tensor(list(sc.image().getdata()), dtype=torch.float).view(vd.IMAGE_SIZE, vd.IMAGE_SIZE, 3)
+    img = vlm.pixel_tensor([sc.image()])[0].permute(1, 2, 0).add(1).mul(127.5)  # back to 0..255, HWC
     for o in sc.objects:
         centre = img[int(o.cy), int(o.cx)]
         assert (centre - torch.tensor(vd.COLOURS[o.colour], dtype=torch.float)).abs().max() < 40

@@ -18,7 +18,8 @@ Recipe (CPU, a few minutes), LLaVA-style in two stages:
 
 1. *vision pretraining*: the CLIP vision tower (20-pixel patches = one grid cell each) plus a throwaway
    linear head learns to classify every cell's shape / colour / size (dense labels from the scene);
-2. *instruction tuning*: the tower is frozen; projector and language model learn single-turn
+2. *instruction tuning*: the tower is frozen; projector (its first units seeded with the stage-1 cell
+   head, see ``seed_projector``) and language model learn single-turn
    question answering and captioning, with the loss on the answer/caption tokens and their ``<eos>`` only.
 
 Both stages use ``common.train_loop`` (time budget, early stopping on validation loss, best weights kept).
@@ -48,13 +49,13 @@ SEED = 20240611
 FULL = {
     "patch_size": vd.CELL,
     "vision": {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 3, "num_attention_heads": 4},
-    "text": {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 3, "num_attention_heads": 4},
+    "text": {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4, "num_attention_heads": 4},
     "drafter": {"hidden_size": 96, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4},
     "pool_scenes": 16384,  # training scenes rendered once, shared by all stages
     "vision_train": {"budget_s": 120.0, "batch_size": 128, "lr": 2e-3, "warmup": 50, "eval_every": 100,
                      "patience": 4, "val_scenes": 512},
     "target_train": {"budget_s": 1500.0, "batch_size": 64, "lr": 2e-3, "warmup": 100, "eval_every": 100,
-                     "patience": 4, "val_scenes": 64},
+                     "patience": 8, "val_scenes": 96},
     "drafter_train": {"budget_s": 120.0, "batch_size": 64, "lr": 3e-3, "warmup": 50, "eval_every": 100,
                       "patience": 3, "val_scenes": 64},
     "eval_scenes": 240,  # one question of every type per scene
@@ -75,7 +76,11 @@ MICRO = {
     "eval_scenes": 4,
     "caption_scenes": 2,
 }
+FULL_STAGE2_TUNES_TOWER = False  # tuning it at the stage-2 rate stalled validation at 0.50
 THRESHOLDS = {"colour": 0.9, "shape": 0.9}  # held-out greedy accuracy required of a full build
+# Colour questions ("what colour is the cross?") find an object by its shape, the hardest binding: with
+# uniform weights they stayed at 58% while every other type reached 98-100%; they get 3x the weight.
+QUESTION_WEIGHTS = {"colour": 3.0, "shape": 1.0, "count": 0.5, "position": 1.0, "size": 0.5}
 CAPTION_FRACTION = 0.3  # share of training examples that are captions (the rest: question types uniformly)
 FP16_TOLERANCE = 0.01  # keep fp32 weights if fp16 rounding raises held-out loss by more than this (relative)
 CHECKSUM_SCENE = vd.split_seed("test", 0)
@@ -209,11 +214,11 @@ def collate(seqs: list[tuple[list[int], list[int]]], pad_id: int) -> dict:
 
 
 def sample_item(rng: random.Random, scene: vd.Scene) -> vd.Question:
-    """A caption CAPTION_FRACTION of the time, else a question of a uniformly drawn type (about a random
+    """A caption CAPTION_FRACTION of the time, else a question drawn by QUESTION_WEIGHTS (about a random
     object where it matters)."""
     if rng.random() < CAPTION_FRACTION:
         return vd.Question("caption", "", scene.caption)
-    kind = rng.choice(vd.QUESTION_TYPES)
+    kind = rng.choices(vd.QUESTION_TYPES, weights=[QUESTION_WEIGHTS[k] for k in vd.QUESTION_TYPES])[0]
     return rng.choice([q for q in scene.questions if q.kind == kind])
 
 
@@ -447,7 +452,21 @@ def pretrain_vision(tower, pool: ScenePool, val_pool: ScenePool, tc: dict, progr
 
     info = _run(clf, next_batch, val_loss, _cell_loss, tc, "vlm-vision", progress)
     info["val_cell_accuracy"] = _cell_accuracy(clf, val)
+    info["head"] = clf.head
     return info
+
+
+def seed_projector(projector, head: torch.nn.Linear) -> int:
+    """Start the projector's first layer with the stage-1 cell head as its first units, so the language
+    model receives each cell's shape / colour / size / position scores directly (the rest of the layer
+    keeps its random init). Without it, a frozen-tower build left shape questions at chance (15%) and
+    colour-of-shape at 55% after 1500 s, although a linear probe reads shapes from the same features.
+    Returns the number of seeded units."""
+    n = min(head.out_features, projector.linear_1.out_features)
+    with torch.no_grad():
+        projector.linear_1.weight[:n] = head.weight[:n]
+        projector.linear_1.bias[:n] = head.bias[:n]
+    return n
 
 
 def train_language(model, enc: Encoder, pool: ScenePool, val_scenes: list[vd.Scene], tc: dict, image: bool,
@@ -553,7 +572,9 @@ def _build(home: Path, micro: bool, progress: bool) -> dict[str, dict]:
             model = LlavaForConditionalGeneration(target_config(cfg, tokenizer)).float()
             tower = model.model.vision_tower
             train["vision"] = pretrain_vision(tower, pool, val_pool, cfg["vision_train"], progress)
-            tower.requires_grad_(False)
+            train["vision"]["projector_units_seeded"] = seed_projector(model.model.multi_modal_projector,
+                                                                       train["vision"].pop("head"))
+            tower.requires_grad_(FULL_STAGE2_TUNES_TOWER and not micro)
             tc = cfg["target_train"]
         else:
             model = LlamaForCausalLM(_text_config(cfg["drafter"], tokenizer)).float()
