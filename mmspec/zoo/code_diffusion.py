@@ -111,6 +111,7 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
         val = code_family.fixed_windows(streams["val"], 8 if micro else 32, seq_len)[:, :seq_len]
         vg = torch.Generator()
 
+        @torch.no_grad()
         def val_loss() -> float:
             vg.manual_seed(0)  # the same masks every evaluation
             return float(sum(mdlm_loss(model, val[i: i + 8], MASK_ID, CONVENTION, vg) for i in range(0, len(val), 8))
