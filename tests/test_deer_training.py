@@ -64,3 +64,13 @@ def test_losses_train_and_agreement_counts_leading_hits():
     # greedy agreement of a 4-slot block right after each prefix: a count in [0, 4], one hit rate per slot
     agree = block_agreement(model, data.tokens, data.prefix + 4, data.prefix.clone(), MASK)
     assert 0 <= agree["accepted"] <= 4 and len(agree["slot_hit"]) == 4
+
+
+def test_clean_prefix_loss_is_added_on_request():
+    model = tiny_model("llama", seed=0, vocab_size=64, num_layers=1)
+    data = generations()
+    b = stage2_batch(data, torch.arange(6), DEERConfig(r_max=4), torch.Generator().manual_seed(3))
+    args = (model, b["tokens"], b["lengths"], b["n_clean"], b["weights"], MASK, "dream")
+    with torch.no_grad():
+        plain, with_clean = block_loss(*args), block_loss(*args, clean_weight=1.0)
+    assert with_clean > plain  # the clean next-token CE is positive for an untrained model

@@ -45,6 +45,7 @@ class DEERConfig:
     stage2_budget_s: float = 300.0
     eval_every: int = 100
     patience: int = 3
+    clean_weight: float = 0.0  # beyond the paper: next-token loss on the clean prefix (see dlm.block_loss)
     pattern: str = "cache"
     convention: str = "dream"
     seed: int = 4321
@@ -141,7 +142,8 @@ def train_stage(model, stage: int, train: Generations, val: Generations, mask_id
 
     def loss_fn(m, batch):
         return block_loss(m, batch["tokens"], batch["lengths"], batch["n_clean"], batch["weights"], mask_id,
-                          cfg.convention, cfg.pattern, row_weights=batch["row_weights"])
+                          cfg.convention, cfg.pattern, row_weights=batch["row_weights"],
+                          clean_weight=cfg.clean_weight)
 
     def next_batch(step: int) -> dict:
         idx = torch.randint(0, len(train), (cfg.batch_size,), generator=g)

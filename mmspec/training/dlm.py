@@ -70,19 +70,24 @@ def _block_forward(model, tokens, lengths, n_clean, mask_id: int, convention: st
 
 def block_loss(model, tokens: torch.Tensor, lengths: torch.LongTensor, n_clean: torch.LongTensor,
                weights: torch.Tensor, mask_id: int, convention: str = "dream", pattern: str = "cache",
-               pad_id: int = 0, row_weights: torch.Tensor | None = None) -> torch.Tensor:
+               pad_id: int = 0, row_weights: torch.Tensor | None = None, clean_weight: float = 0.0) -> torch.Tensor:
     """Clean prefix ``tokens[b, :n_clean[b]]`` then masks up to ``lengths[b]`` (right padding after).
 
     ``weights`` [B, T] weighs each masked slot's cross-entropy within its row (Σ w·CE / Σ w);
-    ``row_weights`` [B] weighs the rows against each other (default: equally)."""
+    ``row_weights`` [B] weighs the rows against each other (default: equally). ``clean_weight`` > 0 adds
+    the next-token loss on the clean prefix (Dream convention: a clean position predicting the next clean
+    token), which keeps the causal path that predicts slot 1 from drifting while the slots are learned."""
     B, T = tokens.shape
     block, logits = _block_forward(model, tokens, lengths, n_clean, mask_id, convention, pattern, pad_id)
     ce = F.cross_entropy(logits.float().reshape(B * T, -1), tokens.reshape(-1), reduction="none").view(B, T)
     w = weights * block
     per_row = (ce * w).sum(1) / w.sum(1).clamp(min=1e-8)
-    if row_weights is None:
-        return per_row.mean()
-    return (per_row * row_weights).sum() / row_weights.sum()
+    loss = per_row.mean() if row_weights is None else (per_row * row_weights).sum() / row_weights.sum()
+    if clean_weight > 0 and convention == "dream":
+        col = torch.arange(T)[None, :]
+        clean = (col >= 1) & (col < n_clean[:, None])  # clean tokens predicted from the clean token before
+        loss = loss + clean_weight * (ce * clean).sum() / clean.sum().clamp(min=1)
+    return loss
 
 
 @torch.no_grad()
