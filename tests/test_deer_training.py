@@ -74,3 +74,20 @@ def test_clean_prefix_loss_is_added_on_request():
     with torch.no_grad():
         plain, with_clean = block_loss(*args), block_loss(*args, clean_weight=1.0)
     assert with_clean > plain  # the clean next-token CE is positive for an untrained model
+
+
+def test_soft_distillation_targets_are_aligned():
+    from mmspec.training.dlm import teacher_slot_logp
+
+    teacher = tiny_model("llama", seed=4, vocab_size=64, num_layers=1)
+    data = generations()
+    lengths = torch.full((6,), data.tokens.shape[1])
+    soft = teacher_slot_logp(teacher, data.tokens, lengths)
+    with torch.no_grad():
+        ref = torch.log_softmax(teacher(input_ids=data.tokens).logits.float(), -1)
+    torch.testing.assert_close(soft[:, 1:], ref[:, :-1])  # entry i: the teacher's distribution of token i
+    b = stage2_batch(data, torch.arange(6), DEERConfig(r_max=4), torch.Generator().manual_seed(5))
+    student = tiny_model("llama", seed=0, vocab_size=64, num_layers=1)
+    kl = block_loss(student, b["tokens"], b["lengths"], b["n_clean"], b["weights"], MASK, "dream",
+                    teacher_logp=teacher_slot_logp(teacher, b["tokens"], b["lengths"]), clean_weight=1.0)
+    assert torch.isfinite(kl) and kl > 0

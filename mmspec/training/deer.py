@@ -23,7 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..zoo.common import TrainResult, train_loop
-from .dlm import block_agreement, block_loss
+from .dlm import block_agreement, block_loss, teacher_slot_logp
 
 
 @dataclass
@@ -46,6 +46,7 @@ class DEERConfig:
     eval_every: int = 100
     patience: int = 3
     clean_weight: float = 0.0  # beyond the paper: next-token loss on the clean prefix (see dlm.block_loss)
+    distill: bool = False  # beyond the paper: KL to the target's distributions instead of CE on its tokens
     pattern: str = "cache"
     convention: str = "dream"
     seed: int = 4321
@@ -134,16 +135,17 @@ def agreement(model, data: Generations, k: int, mask_id: int, cfg: DEERConfig) -
 
 
 def train_stage(model, stage: int, train: Generations, val: Generations, mask_id: int, cfg: DEERConfig,
-                progress: bool = True) -> TrainResult:
+                progress: bool = True, teacher=None) -> TrainResult:
     make = stage1_batch if stage == 1 else stage2_batch
     g = torch.Generator().manual_seed(cfg.seed + stage)
     vg = torch.Generator().manual_seed(cfg.seed + 100 + stage)
     val_batches = [make(val, torch.arange(i, min(i + 32, len(val))), cfg, vg) for i in range(0, len(val), 32)]
 
     def loss_fn(m, batch):
+        soft = teacher_slot_logp(teacher, batch["tokens"], batch["lengths"]) if cfg.distill else None
         return block_loss(m, batch["tokens"], batch["lengths"], batch["n_clean"], batch["weights"], mask_id,
                           cfg.convention, cfg.pattern, row_weights=batch["row_weights"],
-                          clean_weight=cfg.clean_weight)
+                          clean_weight=cfg.clean_weight, teacher_logp=soft)
 
     def next_batch(step: int) -> dict:
         idx = torch.randint(0, len(train), (cfg.batch_size,), generator=g)
@@ -172,7 +174,7 @@ def align(dlm_model, target, train_stream: torch.Tensor, val_stream: torch.Tenso
     report = {"config": asdict(cfg), "generation_seconds": time.perf_counter() - t0,
               "agreement": {"before": {k: agreement(dlm_model, val, k, mask_id, cfg) for k in (8, 16)}}}
     for stage in stages:
-        res = train_stage(dlm_model, stage, train, val, mask_id, cfg, progress)
+        res = train_stage(dlm_model, stage, train, val, mask_id, cfg, progress, teacher=target)
         report[f"stage{stage}"] = {"steps": res.steps, "seconds": res.seconds, "best_val_loss": res.best_val_loss,
                                    "stopped": res.stopped, "val_history": res.val_history}
         report["agreement"][f"after_stage{stage}"] = {k: agreement(dlm_model, val, k, mask_id, cfg) for k in (8, 16)}

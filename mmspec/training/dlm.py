@@ -12,6 +12,8 @@ position predicts itself).
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -70,16 +72,23 @@ def _block_forward(model, tokens, lengths, n_clean, mask_id: int, convention: st
 
 def block_loss(model, tokens: torch.Tensor, lengths: torch.LongTensor, n_clean: torch.LongTensor,
                weights: torch.Tensor, mask_id: int, convention: str = "dream", pattern: str = "cache",
-               pad_id: int = 0, row_weights: torch.Tensor | None = None, clean_weight: float = 0.0) -> torch.Tensor:
+               pad_id: int = 0, row_weights: torch.Tensor | None = None, clean_weight: float = 0.0,
+               teacher_logp: torch.Tensor | None = None) -> torch.Tensor:
     """Clean prefix ``tokens[b, :n_clean[b]]`` then masks up to ``lengths[b]`` (right padding after).
 
     ``weights`` [B, T] weighs each masked slot's cross-entropy within its row (Σ w·CE / Σ w);
     ``row_weights`` [B] weighs the rows against each other (default: equally). ``clean_weight`` > 0 adds
     the next-token loss on the clean prefix (Dream convention: a clean position predicting the next clean
-    token), which keeps the causal path that predicts slot 1 from drifting while the slots are learned."""
+    token), which keeps the causal path that predicts slot 1 from drifting while the slots are learned.
+    ``teacher_logp`` [B, T, V] (aligned like the slots: entry i is the teacher's distribution of token i)
+    replaces the cross-entropy on the tokens by KL(teacher || drafter): soft distillation."""
     B, T = tokens.shape
     block, logits = _block_forward(model, tokens, lengths, n_clean, mask_id, convention, pattern, pad_id)
-    ce = F.cross_entropy(logits.float().reshape(B * T, -1), tokens.reshape(-1), reduction="none").view(B, T)
+    if teacher_logp is None:
+        ce = F.cross_entropy(logits.float().reshape(B * T, -1), tokens.reshape(-1), reduction="none").view(B, T)
+    else:
+        logq = torch.log_softmax(logits.float(), -1)
+        ce = (teacher_logp.exp() * (teacher_logp - logq)).sum(-1)
     w = weights * block
     per_row = (ce * w).sum(1) / w.sum(1).clamp(min=1e-8)
     loss = per_row.mean() if row_weights is None else (per_row * row_weights).sum() / row_weights.sum()
@@ -106,4 +115,13 @@ def block_agreement(model, tokens: torch.Tensor, lengths: torch.LongTensor, n_cl
     return {"accepted": float(run.float().mean()), "slot_hit": slot_hit.float().mean(0).tolist()}
 
 
-__all__ = ["attention_mask", "slot_logits", "mdlm_loss", "block_loss", "block_agreement"]
+@torch.no_grad()
+def teacher_slot_logp(teacher, tokens: torch.Tensor, lengths: torch.LongTensor) -> torch.Tensor:
+    """The AR teacher's next-token log-probs on the clean sequences, aligned so entry i is its distribution
+    of token i (given tokens < i); entry 0 is uniform (never used)."""
+    valid = (torch.arange(tokens.shape[1])[None, :] < lengths[:, None]).long()
+    logp = torch.log_softmax(teacher(input_ids=tokens, attention_mask=valid).logits.float(), -1)
+    return torch.cat([torch.full_like(logp[:, :1], -math.log(logp.shape[-1])), logp[:, :-1]], dim=1)
+
+
+__all__ = ["attention_mask", "slot_logits", "mdlm_loss", "block_loss", "block_agreement", "teacher_slot_logp"]
