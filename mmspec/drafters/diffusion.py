@@ -88,7 +88,6 @@ class DiffusionLM:
         cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.max_positions = max_positions or getattr(cfg, "max_position_embeddings", None)
         self.cache: SpecKVCache | None = None
-        self.forwards = 0
 
     @classmethod
     def from_pretrained(cls, path, convention: str | None = None, mask_token_id: int | None = None,
@@ -134,19 +133,16 @@ class DiffusionLM:
 
     # ------------------------------------------------------------------ lifecycle
     def begin(self, state: DecodeState, max_length: int, max_slots: int) -> None:
-        self.forwards = 0
         if self.context != "cache":
             self.cache = None
             return
         self.cache = prefill_cache(self.model, state, max_length + max_slots + 2)
-        self.forwards += 1
 
     @torch.no_grad()
     def slot_logprobs(self, state: DecodeState, k: int) -> torch.Tensor:
         """Log-probabilities ``[B, k, V]`` (float32) of the k tokens after each row's last token."""
         if k < 1:
             raise ValueError(f"need at least one mask slot, got k={k}")
-        self.forwards += 1
         if self.context == "cache":
             logits = self._cached(state, k)
         elif self.attention == "native":
@@ -208,20 +204,21 @@ class DiffusionLM:
                              f"({self.max_positions}); use context='window'")
 
     def _reencode(self, state: DecodeState, k: int) -> torch.Tensor:
-        """Left-padded batch of ``context + slots``, bidirectional within each row's real tokens."""
+        """Left-padded batch of ``context + slots``, bidirectional within each row's real tokens: one gather
+        of each row's last ``n`` buffer slots, the slots before its context masked out."""
         dev = self.model.device
-        rows = self._contexts(state)
-        B = len(rows)
-        n = max(r.numel() for r in rows)
+        lengths, starts = state.lengths.to(dev), state.starts.to(dev)
+        first = starts if self.context == "full" else torch.maximum(starts, lengths - self.window)
+        n = int((lengths - first).max())
         T = n + k
         self._check_length(T)
-        ids = torch.full((B, T), self.mask_token_id, dtype=torch.long, device=dev)
-        pad = torch.zeros(B, dtype=torch.long, device=dev)
-        for b, r in enumerate(rows):
-            pad[b] = n - r.numel()
-            ids[b, int(pad[b]): n] = r.to(dev)
+        B = lengths.shape[0]
         col = torch.arange(T, device=dev)
+        src = lengths[:, None] - n + col[None, :n]  # buffer slot of each context column
+        pad = first - (lengths - n)  # left padding of each row
         real = col[None, :] >= pad[:, None]
+        ids = torch.full((B, T), self.mask_token_id, dtype=torch.long, device=dev)
+        ids[:, :n] = torch.where(real[:, :n], state.tokens.to(dev).gather(1, src.clamp(min=0)), self.mask_token_id)
         mask = (real[:, None, :] & real[:, :, None]) | torch.eye(T, dtype=torch.bool, device=dev)[None]
         positions = (col[None, :] - pad[:, None]).clamp(min=0)
         mask = to_model_mask(mask[:, None], self.model, model_dtype(self.model))

@@ -183,18 +183,6 @@ def align(dlm_model, target, train_stream: torch.Tensor, val_stream: torch.Tenso
     return report
 
 
-def _load_causal_lm(spec: str):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if spec.startswith("zoo:"):
-        from ..zoo import load
-
-        entry = load(spec[4:])
-        return entry.model, entry.tokenizer
-    model = AutoModelForCausalLM.from_pretrained(spec, local_files_only=True).eval()
-    return model, AutoTokenizer.from_pretrained(spec, local_files_only=True)
-
-
 def cli_train_deer(args) -> int:
     """``mmspec train deer``: align a diffusion LM (stock causal-LM class run bidirectionally) to a target."""
     import glob
@@ -203,8 +191,12 @@ def cli_train_deer(args) -> int:
 
     from ..drafters.diffusion import check_vocabularies, model_vocab_size
 
-    target, tok = _load_causal_lm(args.target)
-    dlm, dlm_tok = _load_causal_lm(args.dlm)
+    from ..eval.bench import load_model
+
+    target, tok = load_model(args.target)
+    dlm, dlm_tok = load_model(args.dlm)
+    if tok is None or dlm_tok is None:
+        raise ValueError("mmspec train deer needs a tokenizer next to both models (or zoo:<name> models)")
     check_vocabularies(model_vocab_size(dlm), model_vocab_size(target), dlm_tok, tok)
     mask_id = args.mask_token_id if args.mask_token_id is not None else tok.mask_token_id
     if mask_id is None:
