@@ -3,8 +3,9 @@
 from .cache import SpecKVCache
 from .generator import GenerationOutput, GenerationStats, SpeculativeGenerator
 from .tree import DEFAULT_TREE, DraftTree, TreeTemplate
+from .vlm_generator import VLMGenerator, VLMOutput
 
 __version__ = "0.1.0"
 
 __all__ = ["SpeculativeGenerator", "GenerationOutput", "GenerationStats", "SpecKVCache", "DraftTree",
-           "TreeTemplate", "DEFAULT_TREE", "__version__"]
+           "TreeTemplate", "DEFAULT_TREE", "VLMGenerator", "VLMOutput", "__version__"]

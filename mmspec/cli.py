@@ -30,6 +30,18 @@ def cmd_bench(args) -> int:
     from .eval import run_bench, write_report
 
     methods = args.methods.split(",") if args.methods else None
+    if args.suite == "vlm":
+        from .eval.vlm_suite import run_vlm_suite
+
+        report = run_vlm_suite(methods, num_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
+                               do_sample=args.do_sample, temperature=args.temperature, repeats=args.repeats,
+                               num_tokens=args.num_tokens, kind=args.vlm_prompts)
+        console = Console()
+        mode = f"T={args.temperature}" if args.do_sample else "greedy"
+        _print_report(report, console, f"mmspec bench --suite vlm ({mode}): zoo vlm-target, stops at EOS")
+        js, md = write_report(report, args.out)
+        console.print(f"wrote {js} and {md}")
+        return 0
     if args.suite == "code":
         from .eval.code_suite import run_code_suite
 
@@ -56,9 +68,13 @@ def cmd_bench(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from .training.deer import cli_train_deer
+    if args.train_command == "deer":
+        from .training.deer import cli_train_deer
 
-    return cli_train_deer(args)
+        return cli_train_deer(args)
+    from .training.feature import cli_train_feature
+
+    return cli_train_feature(args)
 
 
 def cmd_demo(args) -> int:
@@ -87,7 +103,8 @@ def cmd_zoo(args) -> int:
                 table.add_row(name, "no", "")
         console.print(table)
         return 0
-    results = zoo.build(args.family, micro=args.micro, home=args.home)
+    only = args.only.split(",") if args.only else None
+    results = zoo.build(args.family, micro=args.micro, home=args.home, only=only)
     for name, m in results.items():
         console.print(f"[bold]{name}[/bold]: " + ", ".join(
             f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in m.items()
@@ -121,9 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=1)
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--out", default="runs/bench")
-    bench.add_argument("--suite", choices=["models", "code"], default="models",
+    bench.add_argument("--suite", choices=["models", "code", "vlm"], default="models",
                        help="'models': --model/--draft specs; 'code': the zoo's held-out code prompts with every "
-                       "text method (AR drafter, prompt lookup, DEER, DiffuSpec, lattice trees)")
+                       "text method (AR drafter, prompt lookup, DEER, DiffuSpec, lattice trees); 'vlm': held-out "
+                       "zoo scenes with every VLM method (text-only drafter, prompt lookup, EAGLE-style, MSD, FLASH)")
+    bench.add_argument("--vlm-prompts", choices=["mixed", "caption", "question"], default="mixed",
+                       help="vlm suite: captions, questions, or both alternating")
     bench.add_argument("--deer-tokens", type=int, default=8, help="block length k of the diffusion drafters")
     bench.add_argument("--dlm-context", choices=["cache", "window", "full"], default="cache",
                        help="how the diffusion drafter reads the prefix")
@@ -144,12 +164,30 @@ def build_parser() -> argparse.ArgumentParser:
     td.add_argument("--samples", type=int, default=3072, help="target generations to train on")
     td.add_argument("--out", required=True, help="where to save the aligned drafter")
     td.set_defaults(func=cmd_train)
+    for method, what in (("eagle", "plain EAGLE-style feature drafter (no decoupling)"),
+                         ("msd", "MSD: decoupled visual inputs, two-stage text-then-multimodal training"),
+                         ("flash", "FLASH: compressed visual tokens + semi-autoregressive head")):
+        tf = train_sub.add_parser(method, help=f"train a {what} for a LLaVA-class target")
+        tf.add_argument("--target", default="zoo:vlm-target", help="zoo:vlm-target or a local LLaVA checkpoint dir")
+        tf.add_argument("--data", default=None, help=".jsonl of {image, prompt, response} (for checkpoint targets)")
+        tf.add_argument("--scenes", type=int, default=4096, help="zoo target: training scenes")
+        tf.add_argument("--stage1-steps", type=int, default=300, help="stage 1: text-only rows")
+        tf.add_argument("--stage2-steps", type=int, default=1500, help="stage 2: multimodal share rising 0 -> 1")
+        tf.add_argument("--budget-s", type=float, default=450.0, help="time budget (20%% stage 1, 80%% stage 2)")
+        tf.add_argument("--batch-size", type=int, default=32)
+        tf.add_argument("--lr", type=float, default=2e-3)
+        if method == "flash":
+            tf.add_argument("--compress-tokens", type=int, default=8, help="learned queries per image (nested)")
+            tf.add_argument("--sar-tokens", type=int, default=4, help="draft tokens per drafter forward")
+        tf.add_argument("--out", required=True)
+        tf.set_defaults(func=cmd_train)
 
     zoo_p = sub.add_parser("zoo", help="the tiny model zoo: build or list")
     zoo_sub = zoo_p.add_subparsers(dest="zoo_command", required=True)
     zb = zoo_sub.add_parser("build", help="train the zoo models (deterministic seeds)")
     zb.add_argument("--family", default="all", choices=["all", "code", "vlm", "image"])
     zb.add_argument("--micro", action="store_true", help="seconds-sized versions (for tests)")
+    zb.add_argument("--only", default=None, help="comma list of model names to (re)build, e.g. vlm-msd,vlm-flash")
     zb.add_argument("--home", default=None, help="where to write (default: $MMSPEC_HOME or the checkout's zoo/)")
     zl = zoo_sub.add_parser("list", help="what is built, with key metrics")
     zl.add_argument("--home", default=None)

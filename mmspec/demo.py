@@ -19,6 +19,8 @@ from .zoo.common import write_json, zoo_home
 # the text methods the demo shows besides the peers, chosen from `mmspec bench --suite code`
 BEST_TEXT_METHODS = ["diffuspec-no-cps", "deer-lattice"]  # fastest and highest-tau diffusion methods
 DIFFUSION_MODELS = ["code-dlm", "code-deer", "code-ngram"]
+# the VLM methods the demo shows besides plain decoding and the baselines, chosen from `mmspec bench --suite vlm`
+BEST_VLM_METHODS = ["msd-dynamic", "flash-4"]
 
 
 def print_table(report: dict, console: Console, title: str) -> None:
@@ -61,34 +63,31 @@ def code_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int
 
 
 def vlm_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int) -> dict:
-    """LLaVA target (image prefill, then tree verification of the text) with the text-only zoo drafter."""
-    from .zoo import vlm_data as vd
+    """LLaVA target (image prefill, then tree verification of the text): the text-only baseline drafter,
+    prompt lookup and the best feature drafters (MSD, FLASH), every method stopping at EOS."""
+    from .eval.vlm_suite import feature_factories, vlm_prompts
 
-    target, draft = load("vlm-target"), load("vlm-drafter")
+    target = load("vlm-target")
     processor = target.tokenizer
-    scenes = vd.scenes("test", num_prompts)
-    # half captions (long answers), half questions of every kind
-    items = [sc.items()[-1] if i % 2 == 0 else sc.questions[i % len(sc.questions)] for i, sc in enumerate(scenes)]
-    prompts = [dict(processor(images=[sc.image()], text=[vd.with_image(q.prompt)], return_tensors="pt"))
-               for sc, q in zip(scenes, items)]
-    prompts = [{"input_ids": p["input_ids"], "pixel_values": p["pixel_values"]} for p in prompts]
-    n_new = min(max_new_tokens, 24)
-    report = compare(target.model, draft.model, prompts, ["plain", "mmspec-chain", "mmspec-tree",
-                                                          "mmspec-prompt-lookup"],
-                     max_new_tokens=n_new, num_tokens=4, repeats=2, progress=False)
-    report["config"].update(model="zoo:vlm-target", draft="zoo:vlm-drafter (text only)",
+    prompts = vlm_prompts(processor, num_prompts, "mixed")  # half captions, half questions
+    n_new = min(max_new_tokens, 48)
+    factories = feature_factories()
+    methods = ["plain", "mmspec-prompt-lookup", "text-chain"] + BEST_VLM_METHODS
+    eos = target.extras["tokenizer"].eos_token_id
+    report = compare(target.model, None, prompts, methods, max_new_tokens=n_new, num_tokens=4, repeats=2,
+                     progress=False, extra={m: factories[m] for m in methods if m in factories}, eos_token_id=eos)
+    report["config"].update(model="zoo:vlm-target", draft="zoo:vlm-drafter (text only) / vlm-msd / vlm-flash",
                             prompts="held-out scenes: captions and questions")
-    print_table(report, console, f"vlm: {len(prompts)} held-out scenes × {n_new} tokens, greedy "
-                                 "(HF assisted generation cannot pair a LLaVA target with a text-only drafter)")
+    print_table(report, console, f"vlm: {len(prompts)} held-out scenes (captions and questions), up to {n_new} "
+                                 "tokens, greedy, stopping at EOS")
     tok = processor.tokenizer
-    eos = tok.eos_token_id
     with torch.no_grad():
-        for (sc, q), p in list(zip(zip(scenes, items), prompts))[:2]:
+        for p in prompts[:2]:
             gen = target.model.generate(**p, do_sample=False, max_new_tokens=n_new, pad_token_id=tok.pad_token_id,
                                         eos_token_id=eos)
+            question = tok.decode(p["input_ids"][0], skip_special_tokens=True).replace("<image>", "").strip()
             answer = tok.decode(gen[0, p["input_ids"].shape[1]:], skip_special_tokens=True).strip()
-            console.print(f"[dim]{q.prompt.splitlines()[0]}[/dim] → {answer}  [dim](truth: {q.answer})[/dim]",
-                          markup=True, highlight=False)
+            console.print(f"[dim]{question.splitlines()[0]}[/dim] → {answer}", markup=True, highlight=False)
     write_json(out / "vlm.json", report)
     (out / "vlm.md").write_text(to_markdown(report))
     return report

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 import torch
 
 from .cache import SpecKVCache
-from .drafters.base import Drafter
+from .drafters.base import Drafter, TargetContext
 from .state import DecodeState
 from .verifiers.logits import SamplingConfig
 from .verifiers.tree_forward import prefill_parents, tree_forward
 from .verifiers.tree_verifier import TreeVerifier
+from .vision import capture_image_embeds, check_image_tokens, image_token_id
 
 
 @dataclass
@@ -110,19 +111,12 @@ class SpeculativeGenerator:
             )
         return mask
 
+    @property
+    def image_token_id(self) -> int | None:
+        return image_token_id(self.target)
+
     def _check_images(self, input_ids: torch.LongTensor, prefill_inputs: dict) -> None:
-        image_token = getattr(self.target.config, "image_token_id", None)
-        if image_token is None:
-            image_token = getattr(self.target.config, "image_token_index", None)
-        if image_token is None:
-            if "pixel_values" in prefill_inputs:
-                raise ValueError("pixel_values given but the target model takes no images")
-            return
-        has_tokens = bool((input_ids == image_token).any())
-        if has_tokens and prefill_inputs.get("pixel_values") is None:
-            raise ValueError("input_ids contain image tokens but pixel_values is missing")
-        if not has_tokens and prefill_inputs.get("pixel_values") is not None:
-            raise ValueError("pixel_values given but input_ids contain no image token")
+        check_image_tokens(self.target, input_ids, prefill_inputs.get("pixel_values"))
 
     def _cache_len(self, prompt_len: int, max_new_tokens: int) -> int:
         need = prompt_len + max_new_tokens + self.drafter.max_nodes + 1
@@ -176,7 +170,10 @@ class SpeculativeGenerator:
 
         # prefill: the whole prompt, then the first token (which becomes the first tree root)
         t0 = time.perf_counter()
-        out = tree_forward(self.target, cache, input_ids, prefill_parents(mask), mask.bool(), **prefill_inputs)
+        feature_drafter = self.drafter.needs_target_hidden
+        with capture_image_embeds(self.target, enabled=feature_drafter) as images:
+            out = tree_forward(self.target, cache, input_ids, prefill_parents(mask), mask.bool(),
+                               output_hidden_states=feature_drafter, **prefill_inputs)
         cache.commit(torch.arange(P, device=dev).expand(B, P), torch.full((B,), P, device=dev))
         cache.starts = (P - mask.sum(1)).to(dev)
         first = sampling.pick(out.logits[:, -1].float(), generator)
@@ -199,14 +196,19 @@ class SpeculativeGenerator:
 
         if state.active.any():
             t0 = time.perf_counter()
-            self.drafter.begin(state, capacity)
+            if feature_drafter:
+                image_mask = input_ids == self.image_token_id if self.image_token_id is not None else None
+                context = TargetContext(out.hidden_states[-1], input_ids, image_mask, images.embeds)
+                self.drafter.begin(state, capacity, context=context)
+            else:
+                self.drafter.begin(state, capacity)
             stats.draft_time += time.perf_counter() - t0
 
         while state.active.any():
             t0 = time.perf_counter()
             tree = self.drafter.propose(state)
             t1 = time.perf_counter()
-            check = verifier.verify(self.target, cache, tree, generator)
+            check = verifier.verify(self.target, cache, tree, generator, output_hidden_states=feature_drafter)
             result = check.result
             t2 = time.perf_counter()
             stats.draft_time += t1 - t0
@@ -234,7 +236,10 @@ class SpeculativeGenerator:
 
             t0 = time.perf_counter()
             if state.active.any():
-                self.drafter.observe(state, tree, result)
+                if feature_drafter:
+                    self.drafter.observe(state, tree, result, hidden=check.hidden_states[-1])
+                else:
+                    self.drafter.observe(state, tree, result)
             stats.draft_time += time.perf_counter() - t0
 
         stats.new_tokens = int(generated.sum())

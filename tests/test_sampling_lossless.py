@@ -7,7 +7,7 @@ a correct implementation fails a given check for at most a 1e-4 fraction of rand
 chi-square level). Cells with expected count < 5 are pooled (the pooling depends only on the expected
 counts, never on the observations), and an observation in a cell of probability exactly 0 fails
 outright (that check cannot fail a correct implementation). Seeds are fixed, so a run is
-reproducible; the ``N_CHECKS`` = 48 checks of the default run that a correct implementation could
+reproducible; the ``N_CHECKS`` = 51 checks of the default run that a correct implementation could
 fail give a family-wise false-failure rate of at most ``N_CHECKS * ALPHA`` (about 5e-3) over seeds.
 (Calibration was checked offline: over 25 seeds the p-values of the end-to-end checks are uniform,
 Kolmogorov-Smirnov p > 0.1 overall.)
@@ -43,7 +43,7 @@ from mmspec.verifiers.logits import SamplingConfig  # noqa: E402
 
 ALPHA = 1e-4  # per-check false-failure rate of a correct implementation
 MIN_EXPECTED = 5.0  # cells with a smaller expected count are pooled
-N_CHECKS = 48  # null-hypothesis checks in the default run, for the family-wise rate above
+N_CHECKS = 51  # null-hypothesis checks in the default run, for the family-wise rate above
 
 B_UNIT = 20_000
 B_E2E = 4_000
@@ -356,6 +356,29 @@ E2E_CASES = {
     "diffuspec-lattice": (lambda d: DiffuSpecDrafter(DiffusionLM(d, 2), num_tokens=3, adl=False, lattice=True,
                                                      cps_config=CPSConfig(mass=0.95)), PLAIN),
 }
+
+
+FEATURE_CASES = {  # feature drafters read the target's features: built from the target itself
+    "feature-chain-warped": (dict(method="eagle"), dict(num_tokens=3), WARPED),
+    "feature-dynamic": (dict(method="msd"), dict(num_tokens=3, tree="dynamic", top_k=2, num_nodes=4), PLAIN),
+    "flash-sar": (dict(method="flash", compress_tokens=2, sar_tokens=3), {}, PLAIN),
+}
+
+
+@pytest.mark.parametrize("case", list(FEATURE_CASES))
+def test_feature_drafters_match_exact_target_joint(case):
+    """EAGLE-style / MSD / FLASH drafting (FLASH: independent per-slot proposals from one forward) keeps
+    the target's joint distribution."""
+    from mmspec.drafters.feature import FeatureDrafter
+    from mmspec.drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
+
+    net_kw, drafter_kw, warp = FEATURE_CASES[case]
+    target, _ = _models()
+    torch.manual_seed(11)
+    net = FeatureDraftModel(FeatureDrafterConfig.for_target(target, **net_kw))
+    exact = exact_joint(target, PROMPT, SamplingConfig(True, **warp))
+    new = _generate(target, FeatureDrafter(net, target, **drafter_kw), warp, 2000 + list(FEATURE_CASES).index(case))
+    assert chisq_pvalue(_joint_counts(new), exact) > ALPHA
 
 
 @pytest.mark.parametrize("case", list(E2E_CASES))

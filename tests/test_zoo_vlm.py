@@ -62,8 +62,8 @@ def test_processor_ids_match_the_encoder(tmp_path):
 
 def test_micro_build_loads_checksums_and_runs_exactly(tmp_path):
     metrics = build("vlm", micro=True, home=tmp_path, progress=False)
-    assert set(metrics) == {"vlm-target", "vlm-drafter"}
-    for name in metrics:
+    assert set(metrics) == set(vlm.NAMES)
+    for name in vlm.BASE_NAMES:
         m = read_json(tmp_path / name / "metrics.json")
         for key in ("accuracy", "accuracy_by_type", "held_out_loss", "caption_word_accuracy", "train"):
             assert key in m, (name, key)
@@ -81,3 +81,16 @@ def test_micro_build_loads_checksums_and_runs_exactly(tmp_path):
     out = SpeculativeGenerator(target.model, AutoregressiveDrafter(draft.model, num_tokens=3)).generate(
         inputs["input_ids"], max_new_tokens=10, eos_token_id=[], pixel_values=inputs["pixel_values"])
     assert torch.equal(out.sequences, ref)
+
+    # the feature drafters: trained against this target, saved, reloaded, exact on the suite's methods
+    from mmspec.eval.vlm_suite import feature_factories
+
+    for name in ("vlm-eagle", "vlm-msd", "vlm-flash"):
+        m = read_json(tmp_path / name / "metrics.json")
+        assert m["stage1"]["steps"] > 0 and m["stage2"]["steps"] > 0
+        assert all(0.0 <= a <= 1.0 for accs in m["slot_accuracy"].values() for a in accs)
+    factories = feature_factories(tmp_path)
+    for method in ("eagle-dynamic", "msd-chain", "msd-dynamic", "flash-1"):
+        out = SpeculativeGenerator(target.model, factories[method]()).generate(
+            inputs["input_ids"], max_new_tokens=10, eos_token_id=[], pixel_values=inputs["pixel_values"])
+        assert torch.equal(out.sequences, ref), method

@@ -3,7 +3,10 @@
 from .autoregressive import AutoregressiveDrafter
 from .base import Drafter
 from .deer import DEERDrafter
+from .feature import FeatureDrafter
+from .feature_model import FeatureDrafterConfig, FeatureDraftModel
 from .diffusion import DiffusionLM
 from .prompt_lookup import PromptLookupDrafter
 
-__all__ = ["Drafter", "AutoregressiveDrafter", "PromptLookupDrafter", "DiffusionLM", "DEERDrafter"]
+__all__ = ["Drafter", "AutoregressiveDrafter", "PromptLookupDrafter", "DiffusionLM", "DEERDrafter", "FeatureDrafter",
+           "FeatureDraftModel", "FeatureDrafterConfig"]

@@ -70,10 +70,18 @@ class AutoregressiveDrafter(Drafter):
 
     @torch.no_grad()
     def propose(self, state: DecodeState) -> DraftTree:
+        root_logits = self._catch_up(state)
+        sampling = state.sampling
+        roots = state.roots.to(self.model.device)
+        if self.tree is None:
+            return self._chain(roots, root_logits, sampling, state.generator)
+        return self._tree(roots, root_logits, sampling, state.generator)
+
+    def _catch_up(self, state: DecodeState) -> torch.Tensor:
+        """Feed the tokens the drafter has not seen (at least the root); returns the root's next-token
+        logits [B, V]."""
         cache, dev = self.cache, self.model.device
         B = state.batch_size
-        rows = torch.arange(B, device=dev)
-        # 1. catch up on tokens the drafter has not seen (at least the root)
         need = state.lengths.to(dev) - cache.lengths
         m = int(need.max())
         j = torch.arange(m, device=dev)[None, :]
@@ -81,14 +89,8 @@ class AutoregressiveDrafter(Drafter):
         idx = (cache.lengths[:, None] + j).clamp(max=state.tokens.shape[1] - 1)
         chunk = state.tokens.to(dev).gather(1, idx)
         out = tree_forward(self.model, cache, chunk, chain_parents(valid), valid)
-        root_logits = out.logits[rows, need - 1].float()
         cache.commit(j.expand(B, m), need)
-
-        sampling = state.sampling
-        roots = state.roots.to(dev)
-        if self.tree is None:
-            return self._chain(roots, root_logits, sampling, state.generator)
-        return self._tree(roots, root_logits, sampling, state.generator)
+        return out.logits[torch.arange(B, device=dev), need - 1].float()
 
     def observe(self, state: DecodeState, tree: DraftTree, result: AcceptResult) -> None:
         """Commit the accepted nodes the drafter already fed; the rest is re-fed next step."""

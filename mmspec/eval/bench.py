@@ -94,22 +94,23 @@ def split_prompt(prompt) -> tuple[torch.Tensor, dict]:
     return prompt, {}
 
 
-def _hf_generate(target, prompt, max_new_tokens, **kw):
-    """HF generate for exactly ``max_new_tokens`` (EOS disabled, as for the mmspec runs). Everything goes
-    in as generate() arguments: a None set through ``GenerationConfig.update`` is refilled from the
-    model's defaults, and a run that stops at EOS would look faster than it is."""
+def _hf_generate(target, prompt, max_new_tokens, eos_token_id=None, **kw):
+    """HF generate for exactly ``max_new_tokens`` (EOS disabled unless ``eos_token_id`` is given, as for
+    the mmspec runs). Everything goes in as generate() arguments: a None set through
+    ``GenerationConfig.update`` is refilled from the model's defaults, and a run that stops at EOS
+    while the others do not would look faster than it is."""
     ids, inputs = split_prompt(prompt)
     kw.setdefault("do_sample", False)
     return target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                           eos_token_id=None, **kw, **inputs)
+                           eos_token_id=eos_token_id, **kw, **inputs)
 
 
 def build_runner(method: str, target, draft, num_tokens: int, max_new_tokens: int, sampling: dict,
-                 drafter_factory=None):
+                 drafter_factory=None, eos_token_id: int | None = None):
     """A callable prompt -> (sequence, stats or None) for one method (``drafter_factory`` builds the
     drafter of a method that is not one of the built-ins)."""
     pad = target.generation_config.pad_token_id
-    hf_kw = dict(pad_token_id=pad if pad is not None else 0)
+    hf_kw = dict(pad_token_id=pad if pad is not None else 0, eos_token_id=eos_token_id)
     if sampling.get("do_sample"):
         hf_kw.update(do_sample=True, temperature=sampling["temperature"], top_k=None, top_p=None)
     if method == "plain":
@@ -122,7 +123,7 @@ def build_runner(method: str, target, draft, num_tokens: int, max_new_tokens: in
         return lambda ids: (_hf_generate(target, ids, max_new_tokens, prompt_lookup_num_tokens=num_tokens,
                                          **hf_kw), None)
     if drafter_factory is not None:
-        return _speculative_runner(target, drafter_factory(), max_new_tokens, sampling)
+        return _speculative_runner(target, drafter_factory(), max_new_tokens, sampling, eos_token_id)
     drafter = {
         "mmspec-chain": lambda: AutoregressiveDrafter(draft, num_tokens=num_tokens) if draft is not None else None,
         "mmspec-tree": lambda: AutoregressiveDrafter(draft, tree=DEFAULT_TREE) if draft is not None else None,
@@ -132,17 +133,18 @@ def build_runner(method: str, target, draft, num_tokens: int, max_new_tokens: in
     }[method]()
     if drafter is None:
         return None
-    return _speculative_runner(target, drafter, max_new_tokens, sampling)
+    return _speculative_runner(target, drafter, max_new_tokens, sampling, eos_token_id)
 
 
-def _speculative_runner(target, drafter, max_new_tokens: int, sampling: dict):
+def _speculative_runner(target, drafter, max_new_tokens: int, sampling: dict, eos_token_id: int | None = None):
     gen = SpeculativeGenerator(target, drafter)
     gen_kw = dict(do_sample=bool(sampling.get("do_sample")), temperature=sampling.get("temperature", 1.0))
 
     def run(prompt):
         ids, inputs = split_prompt(prompt)
         g = torch.Generator().manual_seed(0)
-        out = gen.generate(ids, max_new_tokens=max_new_tokens, eos_token_id=[], generator=g, **gen_kw, **inputs)
+        out = gen.generate(ids, max_new_tokens=max_new_tokens, eos_token_id=[] if eos_token_id is None else eos_token_id,
+                           generator=g, **gen_kw, **inputs)
         return out.sequences, out.stats
 
     return run
@@ -170,10 +172,11 @@ def run_bench(model: str = "tiny:llama", draft: str | None = "tiny:llama", metho
 
 def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str] | None = None,
             max_new_tokens: int = 64, num_tokens: int = 4, do_sample: bool = False, temperature: float = 1.0,
-            repeats: int = 1, progress: bool = True, extra: dict | None = None) -> dict:
+            repeats: int = 1, progress: bool = True, extra: dict | None = None, eos_token_id: int | None = None) -> dict:
     """Run the methods side by side on ready models and prompts ([1, L] ids, or dicts with
     ``input_ids`` plus prefill inputs such as ``pixel_values``). ``extra`` maps further method names to
-    zero-argument drafter factories (a fresh drafter per method)."""
+    zero-argument drafter factories (a fresh drafter per method). With ``eos_token_id`` every method
+    stops at EOS (answers of natural length); otherwise all generate exactly ``max_new_tokens``."""
     extra = extra or {}
     methods = methods or ALL_METHODS + list(extra)
     unknown = set(methods) - set(ALL_METHODS) - set(extra)
@@ -184,8 +187,8 @@ def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str]
     sampling = dict(do_sample=do_sample, temperature=temperature)
     num_prompts = len(prompts)
 
-    runners = {m: build_runner(m, target, draft_model, num_tokens, max_new_tokens, sampling, extra.get(m))
-               for m in methods}
+    runners = {m: build_runner(m, target, draft_model, num_tokens, max_new_tokens, sampling, extra.get(m),
+                               eos_token_id) for m in methods}
     runners = {m: r for m, r in runners.items() if r is not None}
     results: dict[str, MethodResult] = {}
     outputs: dict[str, list[torch.Tensor]] = {}
@@ -219,7 +222,8 @@ def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str]
                 if round_ == 0:
                     outputs[method] = seqs
     for method in runners:
-        results[method] = MethodResult(method, statistics.median(times[method]), len(prompts) * max_new_tokens,
+        produced = sum(seq.shape[1] - split_prompt(p)[0].shape[1] for seq, p in zip(outputs[method], prompts))
+        results[method] = MethodResult(method, statistics.median(times[method]), produced,
                                        new[method] / rows[method] if rows[method] else None,
                                        accept_lengths=lens[method],
                                        draft_share=split[method][0] / sum(split[method]) if sum(split[method]) else None)
@@ -228,12 +232,13 @@ def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str]
     for r in results.values():
         r.speedup = base.seconds / r.seconds
         if not do_sample:
-            same = [torch.equal(a, b) for a, b in zip(outputs[r.method], outputs["plain"])]
+            same = [a.shape == b.shape and torch.equal(a, b) for a, b in zip(outputs[r.method], outputs["plain"])]
             r.exact = sum(same) / len(same)
         if r.method == "plain":
             r.tau = 1.0
     return {
         "config": dict(num_prompts=num_prompts, max_new_tokens=max_new_tokens, num_tokens=num_tokens,
+                       stop_at_eos=eos_token_id is not None,
                        do_sample=do_sample, temperature=temperature, repeats=repeats,
                        torch=torch.__version__, threads=torch.get_num_threads()),
         "results": [asdict(r) for r in results.values()],
@@ -245,17 +250,18 @@ def to_markdown(report: dict) -> str:
     lines = [
         f"# mmspec bench — target `{cfg.get('model', 'given')}`, draft `{cfg.get('draft', 'given')}`",
         "",
-        f"{cfg['num_prompts']} prompts × {cfg['max_new_tokens']} new tokens, k = {cfg['num_tokens']}, "
+        f"{cfg['num_prompts']} prompts × {'up to ' if cfg.get('stop_at_eos') else ''}{cfg['max_new_tokens']} new tokens, k = {cfg['num_tokens']}, "
         f"{'sampling T=' + str(cfg['temperature']) if cfg['do_sample'] else 'greedy'}, torch {cfg['torch']}, "
         f"{cfg['threads']} threads. Speedup = plain HF decoding time / method time, same process, after warm-up.",
         "",
-        "| method | τ (mean accepted) | speedup vs plain | exact | time (s) |",
-        "|---|---|---|---|---|",
+        "| method | τ (mean accepted) | speedup vs plain | exact | drafter share | time (s) |",
+        "|---|---|---|---|---|---|",
     ]
     for r in report["results"]:
         tau = f"{r['tau']:.2f}" if r["tau"] is not None else "n/a"
         exact = f"{100 * r['exact']:.0f}%" if r["exact"] is not None else "n/a"
-        lines.append(f"| {r['method']} | {tau} | {r['speedup']:.2f}× | {exact} | {r['seconds']:.3f} |")
+        share = f"{100 * r['draft_share']:.0f}%" if r.get("draft_share") is not None else "n/a"
+        lines.append(f"| {r['method']} | {tau} | {r['speedup']:.2f}× | {exact} | {share} | {r['seconds']:.3f} |")
     return "\n".join(lines) + "\n"
 
 

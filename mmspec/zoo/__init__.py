@@ -69,14 +69,25 @@ def metrics(name: str, home: str | Path | None = None) -> dict:
     return read_json(root / name / "metrics.json")
 
 
-def build(family: str = "all", micro: bool = False, home: str | Path | None = None, progress: bool = True) -> dict:
-    """Build one family or all of them; returns {model name: metrics}."""
+def build(family: str = "all", micro: bool = False, home: str | Path | None = None, progress: bool = True,
+          only: list[str] | None = None) -> dict:
+    """Build one family or all of them (or just the models in ``only``, whose inputs must be built);
+    returns {model name: metrics}."""
     root = Path(home) if home is not None else zoo_home()
     root.mkdir(parents=True, exist_ok=True)
     families = FAMILIES if family == "all" else (family,)
+    if only:
+        unknown = set(only) - set(available())
+        if unknown:
+            raise ValueError(f"unknown zoo models {sorted(unknown)}; available: {available()}")
+        families = tuple(dict.fromkeys(family_of(n) for n in only))
     out = {}
     for fam in families:
-        out.update(family_module(fam).build(root, micro=micro, progress=progress))
+        mod = family_module(fam)
+        if only:
+            out.update(mod.build(root, micro=micro, progress=progress, names=[n for n in only if n in mod.NAMES]))
+        else:
+            out.update(mod.build(root, micro=micro, progress=progress))
     return out
 
 

@@ -4,8 +4,13 @@
   run with full bidirectional attention, Dream convention (position i predicts i+1), initialised from
   the AR target's weights (as Dream starts from Qwen2.5) and trained with the MDLM objective
   (t ~ U(0, 1), masked-token cross-entropy weighted 1/t) on the training modules;
-- ``code-deer-s1`` / ``code-deer``: ``code-dlm`` aligned to ``code-target`` by DEER Stage I, then
-  Stages I+II (:mod:`mmspec.training.deer`);
+- ``code-deer-s1`` / ``code-deer``: a diffusion drafter aligned to ``code-target`` by DEER Stage I, then
+  Stages I+II (:mod:`mmspec.training.deer`). It starts from the target's own weights (``code-dlm``'s
+  starting point): measured on held-out target generations, greedy block agreement at k = 8 was 1.09
+  tokens from there against 0.83 from ``code-dlm``, and the hard-label recipe lowered both (0.80 after
+  Stages I+II from ``code-dlm``). The zoo therefore aligns with soft distillation (KL to the target's
+  per-slot distributions, plus the clean-prefix next-token term), the only variant measured to raise
+  agreement;
 - ``code-ngram``: the token n-gram model DiffuSpec's causal path search uses as its causal proxy.
 """
 
@@ -138,17 +143,20 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
         results["code-dlm"] = metrics
 
     if "code-deer" in names or "code-deer-s1" in names:
-        model = load("code-dlm", home / "code-dlm").model
-        cfg = deer.DEERConfig()
+        model = LlamaForCausalLM(target.config)
+        model.load_state_dict(target.state_dict())
+        # soft distillation (module docstring); k_max = r_max = 8, the block length the suite drafts
+        cfg = deer.DEERConfig(k_max=8, r_max=8, distill=True, clean_weight=1.0, lr=2e-4, n_train=2048,
+                              stage1_steps=500, stage1_budget_s=420.0, stage2_steps=500, stage2_budget_s=420.0)
         if micro:
-            cfg = deer.DEERConfig(k_max=8, gen_len=16, prefix_min=8, prefix_max=24, n_train=32, n_val=8, gen_batch=16,
+            cfg = deer.DEERConfig(distill=True, clean_weight=1.0, k_max=8, gen_len=16, prefix_min=8, prefix_max=24, n_train=32, n_val=8, gen_batch=16,
                                   r_max=8, batch_size=4, stage1_steps=8, stage1_budget_s=4.0, stage2_steps=6,
                                   stage2_budget_s=3.0, eval_every=4)
         seed_everything(SEED + 1)
 
         def save_stage(stage: int, m) -> None:
             name = "code-deer-s1" if stage == 1 else "code-deer"
-            _save(m, tok, home / name, {**common, "name": name, "aligned_to": "code-target", "from": "code-dlm",
+            _save(m, tok, home / name, {**common, "name": name, "aligned_to": "code-target", "from": "code-target weights",
                                         "stages": list(range(1, stage + 1)), "attention_pattern": cfg.pattern})
 
         t0 = time.perf_counter()

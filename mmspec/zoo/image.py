@@ -608,8 +608,10 @@ def _save_llama_fp16(model, path: Path):
 # build / load
 
 
-def build(home: Path, micro: bool = False, progress: bool = True) -> dict[str, dict]:
+def build(home: Path, micro: bool = False, progress: bool = True, names: list[str] | None = None) -> dict[str, dict]:
     """Train the image family into ``home/<name>/``; returns {name: metrics}."""
+    if names and set(names) != set(NAMES):
+        raise ValueError(f"the image family builds as a whole (its models depend on each other): {NAMES}")
     from diffusers import VQModel
     from diffusers.utils import logging as dlog
     from transformers.utils import logging as tlog

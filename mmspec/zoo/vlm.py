@@ -38,12 +38,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import ZooEntry
+from . import ZooEntry, vlm_drafters
 from . import vlm_data as vd
 from .code_data import EOS, IMAGE, ensure_tokenizer
 from .common import TrainResult, logits_checksum, read_json, seed_everything, train_loop, write_json
 
-NAMES = ["vlm-target", "vlm-drafter"]
+BASE_NAMES = ["vlm-target", "vlm-drafter"]
+NAMES = BASE_NAMES + vlm_drafters.NAMES  # feature drafters (EAGLE-style, MSD, FLASH): see vlm_drafters.py
 SEED = 20240611
 
 FULL = {
@@ -535,18 +536,26 @@ def _versions() -> dict:
     return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
 
 
-def build(home: Path, micro: bool = False, progress: bool = True) -> dict[str, dict]:
-    """Train ``vlm-target`` and ``vlm-drafter`` and write them under ``home``; returns {name: metrics}.
-    Runs single-threaded (restoring the thread count afterwards)."""
-    prev_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return _build(Path(home), micro, progress)
-    finally:
-        torch.set_num_threads(prev_threads)
+def build(home: Path, micro: bool = False, progress: bool = True, names: list[str] | None = None) -> dict[str, dict]:
+    """Train ``vlm-target`` and ``vlm-drafter`` (single-threaded, restoring the thread count afterwards),
+    then the feature drafters, and write them under ``home``; returns {name: metrics}."""
+    names = names or NAMES
+    results: dict[str, dict] = {}
+    base = [n for n in BASE_NAMES if n in names]
+    if base:
+        prev_threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            results.update(_build(Path(home), micro, progress, base))
+        finally:
+            torch.set_num_threads(prev_threads)
+    extra = [n for n in vlm_drafters.NAMES if n in names]
+    if extra:
+        results.update(vlm_drafters.build(Path(home), micro, progress, extra))
+    return results
 
 
-def _build(home: Path, micro: bool, progress: bool) -> dict[str, dict]:
+def _build(home: Path, micro: bool, progress: bool, names: list[str]) -> dict[str, dict]:
     from transformers import LlamaForCausalLM, LlavaForConditionalGeneration
 
     t_start = time.perf_counter()
@@ -563,7 +572,7 @@ def _build(home: Path, micro: bool, progress: bool) -> dict[str, dict]:
     test_scenes = vd.scenes("test", cfg["eval_scenes"])
     results: dict[str, dict] = {}
 
-    for name in NAMES:
+    for name in names:
         t0 = time.perf_counter()
         image = name == "vlm-target"
         seed_everything(SEED + (0 if image else 1))
@@ -626,8 +635,9 @@ def _build(home: Path, micro: bool, progress: bool) -> dict[str, dict]:
         m["build_seconds"] = round(time.perf_counter() - t0, 2)
         write_json(path / "metrics.json", m)
         results[name] = m
-    results["vlm-drafter"]["family_build_seconds"] = round(time.perf_counter() - t_start, 2)
-    write_json(home / "vlm-drafter" / "metrics.json", results["vlm-drafter"])
+    if "vlm-drafter" in results:
+        results["vlm-drafter"]["family_build_seconds"] = round(time.perf_counter() - t_start, 2)
+        write_json(home / "vlm-drafter" / "metrics.json", results["vlm-drafter"])
     return results
 
 
@@ -636,6 +646,8 @@ def load(name: str, path: Path) -> ZooEntry:
     ``vlm-drafter``: model + tokenizer. Weights load as float32, the model in eval mode."""
     from transformers import LlamaForCausalLM, LlavaForConditionalGeneration, LlavaProcessor, PreTrainedTokenizerFast
 
+    if name in vlm_drafters.NAMES:
+        return vlm_drafters.load(name, path)
     if name not in NAMES:
         raise ValueError(f"unknown vlm zoo model {name!r}; choose from {NAMES}")
     path = Path(path)

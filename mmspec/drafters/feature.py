@@ -1,0 +1,151 @@
+"""Feature drafters in the decoding loop: plain EAGLE-style, MSD (decoupled visual inputs) and FLASH
+(compressed visual tokens + semi-autoregressive head), on chains, static trees and EAGLE-2 dynamic trees.
+
+Bookkeeping. ``features[b, t]`` holds the target's last-layer feature at token position t, known for every
+token in the target's cache (the prefill, then each accepted path from the verifier's tree forward). The
+drafter's own cache holds one entry per token position p it has fed (x_p with f_{p-1}); after every
+verification it re-feeds the accepted tokens with the target's true features (as EAGLE does), so its
+cache never keeps entries built from its own guesses. Inside a draft tree a node is fed with its parent's
+*predicted* feature. Tree expansion is the autoregressive drafter's (chain / static / dynamic); only how
+a node is fed differs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..cache import SpecKVCache
+from ..state import DecodeState
+from ..tree import DraftTree, TreeTemplate
+from ..verifiers.acceptance import AcceptResult
+from ..verifiers.tree_forward import chain_parents, prefill_parents
+from .autoregressive import AutoregressiveDrafter
+from .base import TargetContext
+from .feature_model import FeatureDraftModel, drafter_sequence, scatter_image_embeds, signature_mismatch
+
+
+class FeatureDrafter(AutoregressiveDrafter):
+    needs_target_hidden = True
+
+    def __init__(self, net: FeatureDraftModel, target, num_tokens: int | None = None,
+                 tree: TreeTemplate | str | None = None, top_k: int = 4, num_nodes: int | None = None,
+                 compress_to: int | None = None):
+        problem = signature_mismatch(net.config.target, target)
+        if problem:
+            raise ValueError(f"this feature drafter was trained against another target: {problem}")
+        sar = net.config.sar_tokens
+        if sar > 1 and tree is not None:
+            raise ValueError("a semi-autoregressive (FLASH) drafter drafts a chain of sar_tokens per forward; "
+                             "tree drafting needs sar_tokens = 1")
+        if num_tokens is None:
+            num_tokens = sar if sar > 1 else 4
+        if sar > 1 and num_tokens != sar:
+            raise ValueError(f"this FLASH drafter emits {sar} tokens per forward; num_tokens must be {sar}")
+        if compress_to is not None and not net.config.compress_tokens:
+            raise ValueError("compress_to given but this drafter has no compression queries")
+        super().__init__(net.body, num_tokens=num_tokens, tree=tree, top_k=top_k, num_nodes=num_nodes,
+                         adaptive=False)
+        self.net = net.eval()
+        self.embed = target.get_input_embeddings()
+        self.lm_head = target.get_output_embeddings()
+        self.vocab_size = net.config.vocab_size
+        self.compress_to = compress_to
+        self.method = net.config.method
+
+    # ------------------------------------------------------------------ lifecycle
+    @torch.no_grad()
+    def begin(self, state: DecodeState, max_length: int, context: TargetContext | None = None) -> None:
+        if context is None:
+            raise ValueError("a feature drafter needs the target's prefill features (run it through "
+                             "SpeculativeGenerator)")
+        dev = self.net.fc.weight.device
+        B, P = state.batch_size, state.prompt_length
+        H = self.net.config.hidden_size
+        self.features = torch.zeros(B, max_length + 2, H, dtype=self.net.fc.weight.dtype, device=dev)
+        self.features[:, :P] = context.hidden.to(self.features)
+        tokens = context.input_ids.to(dev)
+        valid = torch.arange(P, device=dev)[None, :] >= state.starts.to(dev)[:, None]
+        image_mask = context.image_mask.to(dev) if context.image_mask is not None else None
+        images = scatter_image_embeds(image_mask, context.image_embeds) if self.net.config.decoupled else None
+        x, ok, _ = drafter_sequence(self.net, self.embed, tokens, valid, self.features[:, :P], image_mask,
+                                    images, self.compress_to, align="left")
+        S = x.shape[1]
+        self.cache = SpecKVCache.for_model(self.net.body, B, S + (max_length - P) + 2 * self.max_nodes + 4)
+        if ok.any():
+            self.net.append(self.cache, x, prefill_parents(ok.long()), ok)
+            self.cache.commit(torch.arange(S, device=dev).expand(B, S), torch.full((B,), S, device=dev))
+        self.cache.starts = (S - ok.sum(1)).to(dev) if ok.any() else torch.zeros(B, dtype=torch.long, device=dev)
+        if not ok.any():
+            self.cache.lengths = torch.zeros(B, dtype=torch.long, device=dev)
+        self.fed = torch.full((B,), P, dtype=torch.long, device=dev)  # token positions < fed are in the cache
+        self.prompt_entries = S
+        self._pending: list[torch.Tensor] = []
+
+    def _catch_up(self, state: DecodeState) -> torch.Tensor:
+        dev = self.net.fc.weight.device
+        B = state.batch_size
+        lengths = state.lengths.to(dev)
+        need = lengths - self.fed
+        m = int(need.max())
+        j = torch.arange(m, device=dev)[None, :]
+        valid = j < need[:, None]
+        pos = (self.fed[:, None] + j).clamp(max=state.tokens.shape[1] - 1)
+        tok = state.tokens.to(dev).gather(1, pos)
+        feat = self.features.gather(1, (pos - 1).clamp(min=0)[..., None].expand(B, m, self.features.shape[-1]))
+        x = self.net.fuse(self.embed(tok).to(feat.dtype), feat)
+        out = self.net.append(self.cache, x, chain_parents(valid), valid)
+        self.cache.commit(j.expand(B, m), need)
+        self.fed = lengths.clone()
+        h = out[torch.arange(B, device=dev), need - 1]
+        self._root_feature = h
+        self._pending = []
+        heads = self.net.heads(h)  # [B, k, H]
+        self._slot_logits = self.lm_head(heads).float()
+        return self._slot_logits[:, 0]
+
+    def _feed(self, tokens: torch.LongTensor, pending_parents: torch.LongTensor) -> torch.Tensor:
+        B, F = tokens.shape
+        H = self._root_feature.shape[-1]
+        if self._pending:
+            done = torch.cat(self._pending, dim=1)
+            from_pending = done.gather(1, pending_parents.clamp(min=0)[..., None].expand(B, F, H))
+        else:
+            from_pending = self._root_feature[:, None].expand(B, F, H)
+        parent_feature = torch.where((pending_parents < 0)[..., None], self._root_feature[:, None], from_pending)
+        x = self.net.fuse(self.embed(tokens).to(parent_feature.dtype), parent_feature)
+        valid = torch.ones_like(tokens, dtype=torch.bool)
+        h = self.net.append(self.cache, x, pending_parents, valid)
+        self._pending.append(h)
+        return self.lm_head(h).float()
+
+    def _chain(self, roots, logits, sampling, generator) -> DraftTree:
+        if self.net.config.sar_tokens == 1:
+            return super()._chain(roots, logits, sampling, generator)
+        slot_logits = self._slot_logits  # FLASH: all k drafts from one forward
+        if sampling.do_sample:
+            q = sampling.probs(slot_logits)
+            B, k, V = q.shape
+            drafts = torch.multinomial(q.reshape(B * k, V), 1, generator=generator).view(B, k)
+            return DraftTree.chain(roots, drafts, q=q)
+        return DraftTree.chain(roots, slot_logits.argmax(-1))
+
+    def observe(self, state: DecodeState, tree: DraftTree, result: AcceptResult,
+                hidden: torch.Tensor | None = None) -> None:
+        """Store the target's features along the accepted path; drop the draft-tree entries."""
+        if hidden is None:
+            raise ValueError("a feature drafter needs the verifier's hidden states")
+        dev = self.features.device
+        paths = result.paths.to(dev)
+        B, L = paths.shape
+        j = torch.arange(L, device=dev)[None, :]
+        real = j < result.path_lengths.to(dev)[:, None]
+        scratch = self.features.shape[1] - 1
+        where = torch.where(real, self.fed[:, None] - 1 + j, scratch).clamp(max=scratch)
+        H = self.features.shape[-1]
+        got = hidden.to(self.features).gather(1, paths[..., None].expand(B, L, H))
+        self.features.scatter_(1, where[..., None].expand(B, L, H), got)
+        self.cache.discard_pending()
+        self._pending = []
+
+
+__all__ = ["FeatureDrafter"]

@@ -1,0 +1,116 @@
+"""Feature drafters of the vision-language family, trained against the frozen ``vlm-target``:
+
+- ``vlm-eagle``: the plain EAGLE-style feature drafter (image positions fed like text: no decoupling);
+- ``vlm-msd``: MSD — image positions take the target's projected image embeddings;
+- ``vlm-flash``: FLASH — each image's 9 placeholders compressed by nested learned queries (any of 1, 2, 4
+  or 8 tokens at inference) and a semi-autoregressive head drafting 4 tokens per forward.
+
+All three: one decoder layer the size of the target's, the target's embeddings and LM head reused
+frozen, trained by :mod:`mmspec.training.feature` with MSD's schedule (stage 1 text-only rows, stage 2
+multimodal rows mixed in linearly) on captions and questions of the training scenes (half captions,
+where speculative decoding has long answers to work on).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+
+from . import ZooEntry
+from .common import read_json, seed_everything, write_json
+
+NAMES = ["vlm-eagle", "vlm-msd", "vlm-flash"]
+METHODS = {"vlm-eagle": "eagle", "vlm-msd": "msd", "vlm-flash": "flash"}
+SEED = 4242
+CAPTION_FRACTION = 0.5
+FLASH_QUERIES, FLASH_SAR = 8, 4
+
+
+def train_config(micro: bool):
+    from ..training.feature import FeatureTrainConfig
+
+    if micro:
+        return FeatureTrainConfig(stage1_steps=4, stage1_budget_s=3.0, stage2_steps=6, stage2_budget_s=4.0,
+                                  batch_size=4, warmup=2, eval_every=3, patience=2, compress_choices=(1, 2))
+    return FeatureTrainConfig(stage1_steps=300, stage1_budget_s=90.0, stage2_steps=1500, stage2_budget_s=360.0)
+
+
+def zoo_batches(enc, pool, batch_size: int, seed: int):
+    """``batches(step, multimodal_prob)``: random (scene, item) rows; each row keeps its picture with
+    probability ``multimodal_prob``, else it is the same text without the image placeholders."""
+    from .vlm import collate, to_pixels
+    from . import vlm_data as vd
+
+    def sample(rng, scene):
+        if rng.random() < CAPTION_FRACTION:
+            return vd.Question("caption", "", scene.caption)
+        return rng.choice(scene.questions)
+
+    def batches(step: int, multimodal_prob: float) -> dict:
+        rng = random.Random(seed * 1_000_003 + step)
+        rows, pics = [], []
+        for _ in range(batch_size):
+            i = rng.randrange(len(pool))
+            ids, labels = enc.sequence(sample(rng, pool.scenes[i]))
+            if rng.random() < multimodal_prob:
+                pics.append(i)
+            else:
+                ids, labels = ids[enc.n_image:], labels[enc.n_image:]
+            rows.append((ids, labels))
+        batch = collate(rows, enc.pad_id)
+        batch.pop("labels")
+        batch["pixel_values"] = to_pixels(pool.images[pics]) if pics else None
+        return batch
+
+    return batches
+
+
+def build(home: Path, micro: bool = False, progress: bool = True, names: list[str] | None = None) -> dict:
+    from ..drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
+    from ..training.feature import train_feature_drafter
+    from .code_data import ensure_tokenizer
+    from .vlm import Encoder, ScenePool, load as load_vlm, num_image_tokens
+
+    names = names or NAMES
+    target = load_vlm("vlm-target", home / "vlm-target").model
+    tok = ensure_tokenizer(home, micro)
+    enc = Encoder(tok, num_image_tokens())
+    pool = ScenePool("train", 64 if micro else 4096)
+    val_pool = ScenePool("val", 8 if micro else 96, start=5000)  # not the scenes the target validated on
+    cfg = train_config(micro)
+    val_fn = zoo_batches(enc, val_pool, 4 if micro else 32, seed=SEED + 99)
+    val_batches = [val_fn(i, 1.0) for i in range(1 if micro else 3)]
+    results = {}
+    for name in names:
+        method = METHODS[name]
+        seed_everything(SEED + NAMES.index(name))
+        extra = dict(compress_tokens=FLASH_QUERIES, sar_tokens=FLASH_SAR) if method == "flash" else {}
+        net = FeatureDraftModel(FeatureDrafterConfig.for_target(target, method, **extra))
+        run_cfg = replace(cfg, seed=cfg.seed + NAMES.index(name))
+        report = train_feature_drafter(net, target, zoo_batches(enc, pool, cfg.batch_size, SEED + NAMES.index(name)),
+                                       val_batches, run_cfg, progress=progress)
+        path = home / name
+        net.save_pretrained(path)
+        write_json(path / "zoo.json", {"family": "vlm", "name": name, "micro": micro, "method": method,
+                                       "target": "vlm-target", "seed": SEED,
+                                       "params": sum(p.numel() for p in net.parameters()),
+                                       "drafter_config": asdict(net.config)})
+        report["params"] = sum(p.numel() for p in net.parameters())
+        write_json(path / "metrics.json", report)
+        results[name] = report
+    return results
+
+
+def load(name: str, path: Path) -> ZooEntry:
+    from ..drafters.feature_model import FeatureDraftModel
+
+    if name not in NAMES:
+        raise ValueError(f"unknown vlm feature drafter {name!r}; choose from {NAMES}")
+    return ZooEntry(name=name, model=FeatureDraftModel.from_pretrained(path), tokenizer=None,
+                    config=read_json(path / "zoo.json"), path=Path(path))
+
+
+__all__ = ["NAMES", "METHODS", "build", "load", "zoo_batches", "train_config"]
