@@ -17,7 +17,7 @@ from .zoo.common import write_json, zoo_home
 
 
 # the text methods the demo shows besides the peers, chosen from `mmspec bench --suite code`
-BEST_TEXT_METHODS = ["diffuspec-no-cps", "deer-lattice"]  # fastest and highest-tau diffusion methods
+BEST_TEXT_METHODS = ["deer", "deer-lattice"]  # fastest and highest-tau diffusion methods (issue 4 bench)
 DIFFUSION_MODELS = ["code-dlm", "code-deer", "code-ngram"]
 # the VLM methods the demo shows besides plain decoding and the baselines, chosen from `mmspec bench --suite vlm`
 BEST_VLM_METHODS = ["msd-dynamic", "flash-4"]

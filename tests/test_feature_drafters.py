@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
 
-from mmspec import DEFAULT_TREE, SpeculativeGenerator
+from mmspec import DEFAULT_TREE, SpeculativeGenerator, TreeTemplate
 from mmspec.drafters.feature import FeatureDrafter
 from mmspec.drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel, drafter_sequence
 from mmspec.training.feature import FeatureTrainConfig, train_feature_drafter
@@ -58,7 +58,7 @@ def reference(target, ids, mask, pixels, n=12):
 
 @pytest.mark.parametrize("method,tree,compress", [
     ("msd", None, None), ("msd", DEFAULT_TREE, None), ("msd", "dynamic", None), ("eagle", None, None),
-    ("flash", None, 1), ("flash", None, 3)])
+    ("flash", None, 1), ("flash", None, 3), ("flash", TreeTemplate.full((2, 2, 1)), 2)])
 def test_llava_hf_layout_exact(target, method, tree, compress):
     ids, mask, pixels = batch_inputs()
     extra = dict(compress_tokens=3, sar_tokens=3) if method == "flash" else {}

@@ -7,7 +7,7 @@ a correct implementation fails a given check for at most a 1e-4 fraction of rand
 chi-square level). Cells with expected count < 5 are pooled (the pooling depends only on the expected
 counts, never on the observations), and an observation in a cell of probability exactly 0 fails
 outright (that check cannot fail a correct implementation). Seeds are fixed, so a run is
-reproducible; the ``N_CHECKS`` = 51 checks of the default run that a correct implementation could
+reproducible; the ``N_CHECKS`` = 52 checks of the default run that a correct implementation could
 fail give a family-wise false-failure rate of at most ``N_CHECKS * ALPHA`` (about 5e-3) over seeds.
 (Calibration was checked offline: over 25 seeds the p-values of the end-to-end checks are uniform,
 Kolmogorov-Smirnov p > 0.1 overall.)
@@ -43,7 +43,7 @@ from mmspec.verifiers.logits import SamplingConfig  # noqa: E402
 
 ALPHA = 1e-4  # per-check false-failure rate of a correct implementation
 MIN_EXPECTED = 5.0  # cells with a smaller expected count are pooled
-N_CHECKS = 51  # null-hypothesis checks in the default run, for the family-wise rate above
+N_CHECKS = 52  # null-hypothesis checks in the default run, for the family-wise rate above
 
 B_UNIT = 20_000
 B_E2E = 4_000
@@ -362,6 +362,8 @@ FEATURE_CASES = {  # feature drafters read the target's features: built from the
     "feature-chain-warped": (dict(method="eagle"), dict(num_tokens=3), WARPED),
     "feature-dynamic": (dict(method="msd"), dict(num_tokens=3, tree="dynamic", top_k=2, num_nodes=4), PLAIN),
     "flash-sar": (dict(method="flash", compress_tokens=2, sar_tokens=3), {}, PLAIN),
+    "flash-lattice-warped": (dict(method="flash", compress_tokens=2, sar_tokens=3),
+                             dict(tree=TreeTemplate.full((2, 2))), WARPED),
 }
 
 

@@ -91,12 +91,14 @@ class DiffusionLM:
 
     @classmethod
     def from_pretrained(cls, path, convention: str | None = None, mask_token_id: int | None = None,
-                        **kwargs) -> "DiffusionLM":
-        """A user checkpoint (LLaDA- or Dream-style, ``trust_remote_code``). The convention comes from the
-        config's ``model_type`` unless given; the mask id from the config or tokenizer unless given."""
+                        trust_remote_code: bool = False, dtype=None, **kwargs) -> "DiffusionLM":
+        """A user checkpoint: LLaDA- or Dream-style models ship their modeling code, which runs only with
+        ``trust_remote_code=True`` (as in transformers); stock architectures load without it. The convention
+        comes from the config's ``model_type`` unless given; the mask id from the config or tokenizer unless
+        given."""
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-        config = AutoConfig.from_pretrained(path, trust_remote_code=True)
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
         saved = {}
         if (Path(path) / "zoo.json").exists():  # a zoo diffusion model records its own settings
             saved = json.loads((Path(path) / "zoo.json").read_text())
@@ -115,20 +117,20 @@ class DiffusionLM:
             mask_token_id = getattr(config, "mask_token_id", None)
             if mask_token_id is None:
                 try:
-                    mask_token_id = AutoTokenizer.from_pretrained(path, trust_remote_code=True).mask_token_id
+                    mask_token_id = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code).mask_token_id
                 except (OSError, ValueError):  # no (loadable) tokenizer next to the weights
                     mask_token_id = None
             if mask_token_id is None:
                 raise ValueError(f"no mask token id in {path}'s config or tokenizer: pass mask_token_id=")
         if "AutoModel" in (getattr(config, "auto_map", None) or {}):
             # remote-code dLLMs (LLaDA, Dream) register their LM class as AutoModel and attend bidirectionally
-            model = AutoModel.from_pretrained(path, trust_remote_code=True).eval()
+            model = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code, dtype=dtype).eval()
             kwargs.setdefault("attention", "native")
             kwargs.setdefault("context", "window")
         else:  # a stock architecture trained as a diffusion LM (like the zoo's): bidirectional through our mask
             from transformers import AutoModelForCausalLM
 
-            model = AutoModelForCausalLM.from_pretrained(path).eval()
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
         return cls(model, mask_token_id, convention=convention, **kwargs)
 
     # ------------------------------------------------------------------ lifecycle
@@ -190,8 +192,14 @@ class DiffusionLM:
         cache.commit(j.expand(B, m), need)
         return self._pick(out.logits, need - 1 - first, m - first, k)
 
-    def _contexts(self, state: DecodeState) -> list[torch.Tensor]:
-        limit = None if self.context == "full" else self.window
+    def _window(self, k: int) -> int:
+        """The re-encoded context length: ``window``, cut so that context + k slots fit the model's positions."""
+        if self.max_positions is None:
+            return self.window
+        return max(1, min(self.window, self.max_positions - k))
+
+    def _contexts(self, state: DecodeState, k: int) -> list[torch.Tensor]:
+        limit = None if self.context == "full" else self._window(k)
         rows = []
         for b in range(state.batch_size):
             row = state.row(b)
@@ -201,14 +209,14 @@ class DiffusionLM:
     def _check_length(self, n: int) -> None:
         if self.max_positions is not None and n > self.max_positions:
             raise ValueError(f"diffusion drafter input of {n} tokens exceeds its max_position_embeddings "
-                             f"({self.max_positions}); use context='window'")
+                             f"({self.max_positions}); use context='window' (or fewer draft slots)")
 
     def _reencode(self, state: DecodeState, k: int) -> torch.Tensor:
         """Left-padded batch of ``context + slots``, bidirectional within each row's real tokens: one gather
         of each row's last ``n`` buffer slots, the slots before its context masked out."""
         dev = self.model.device
         lengths, starts = state.lengths.to(dev), state.starts.to(dev)
-        first = starts if self.context == "full" else torch.maximum(starts, lengths - self.window)
+        first = starts if self.context == "full" else torch.maximum(starts, lengths - self._window(k))
         n = int((lengths - first).max())
         T = n + k
         self._check_length(T)
@@ -230,7 +238,7 @@ class DiffusionLM:
         """Remote-code dLLMs: one row at a time, no padding, the model's own (bidirectional) attention."""
         dev = self.model.device
         outs = []
-        for r in self._contexts(state):
+        for r in self._contexts(state, k):
             self._check_length(r.numel() + k)
             ids = torch.cat([r.to(dev), torch.full((k,), self.mask_token_id, dtype=torch.long, device=dev)])[None]
             logits = self.model(input_ids=ids).logits

@@ -1,5 +1,6 @@
 """Feature drafters in the decoding loop: plain EAGLE-style, MSD (decoupled visual inputs) and FLASH
-(compressed visual tokens + semi-autoregressive head), on chains, static trees and EAGLE-2 dynamic trees.
+(compressed visual tokens + semi-autoregressive head), on chains, static trees and EAGLE-2 dynamic trees;
+FLASH also on static *lattice* trees over its independent slots.
 
 Bookkeeping. ``features[b, t]`` holds the target's last-layer feature at token position t, known for every
 token in the target's cache (the prefill, then each accepted path from the verifier's tree forward). The
@@ -34,9 +35,9 @@ class FeatureDrafter(AutoregressiveDrafter):
         if problem:
             raise ValueError(f"this feature drafter was trained against another target: {problem}")
         sar = net.config.sar_tokens
-        if sar > 1 and tree is not None:
-            raise ValueError("a semi-autoregressive (FLASH) drafter drafts a chain of sar_tokens per forward; "
-                             "tree drafting needs sar_tokens = 1")
+        if sar > 1 and tree is not None and not (isinstance(tree, TreeTemplate) and tree.depth <= sar):
+            raise ValueError(f"a semi-autoregressive (FLASH) drafter emits {sar} slots per forward: it drafts a "
+                             f"chain or a static lattice tree (TreeTemplate of depth <= {sar}), not {tree!r}")
         if num_tokens is None:
             num_tokens = sar if sar > 1 else 4
         if sar > 1 and num_tokens != sar:
@@ -128,6 +129,20 @@ class FeatureDrafter(AutoregressiveDrafter):
             drafts = torch.multinomial(q.reshape(B * k, V), 1, generator=generator).view(B, k)
             return DraftTree.chain(roots, drafts, q=q)
         return DraftTree.chain(roots, slot_logits.argmax(-1))
+
+    def _tree(self, roots, root_logits, sampling, generator) -> DraftTree:
+        if self.net.config.sar_tokens == 1:
+            return super()._tree(roots, root_logits, sampling, generator)
+        # FLASH lattice (beyond the paper): the slots are independent given the context, so a static tree
+        # whose depth-d nodes take slot d's ranked tokens covers the best combinations in one target pass.
+        # Drafts are deterministic (point-mass proposals), which keeps sampling verification lossless.
+        t = self.tree
+        depth = torch.tensor([len(p) - 1 for p in t.rank_paths], device=roots.device)
+        rank = torch.tensor([p[-1] for p in t.rank_paths], device=roots.device)
+        ranked = self._slot_logits[:, : t.depth].topk(int(rank.max()) + 1, dim=-1).indices  # [B, depth, r]
+        tokens = torch.cat([roots[:, None], ranked[:, depth, rank]], dim=1)
+        parents = torch.tensor(t.parents, device=roots.device).expand_as(tokens)
+        return DraftTree(tokens, parents.contiguous())
 
     def observe(self, state: DecodeState, tree: DraftTree, result: AcceptResult,
                 hidden: torch.Tensor | None = None) -> None:

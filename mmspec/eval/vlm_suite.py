@@ -3,22 +3,24 @@
 Methods: plain decoding; the baselines — the text-only zoo drafter (``vlm-drafter``, no picture) as a
 chain and a static tree, prompt lookup (mmspec's and HF's), and the plain feature drafter
 (``vlm-eagle``: no decoupling, no compression); MSD (``vlm-msd``) as a chain and an EAGLE-2 dynamic
-tree; FLASH (``vlm-flash``) at 8, 4 and 1 compressed tokens per image. Every method stops at EOS, as a
+tree; FLASH (``vlm-flash``) at 8, 4 and 1 compressed tokens per image, and as a lattice tree. Every method stops at EOS, as a
 user's VLM answers do, and greedy outputs are compared with plain decoding's."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .. import DEFAULT_TREE
+from .. import DEFAULT_TREE, TreeTemplate
 from ..drafters import AutoregressiveDrafter
 from ..drafters.feature import FeatureDrafter
 from ..zoo import load
 from .bench import compare
 
 VLM_METHODS = ["plain", "hf-prompt-lookup", "mmspec-prompt-lookup", "text-chain", "text-tree", "eagle-chain",
-               "eagle-dynamic", "msd-chain", "msd-dynamic", "flash-8", "flash-4", "flash-1"]
+               "eagle-dynamic", "msd-chain", "msd-dynamic", "flash-8", "flash-4", "flash-1", "flash-4-lattice"]
 DYNAMIC = dict(top_k=4, num_nodes=16)
+# FLASH's slots are independent given the context: a static lattice tree over their ranked tokens
+FLASH_LATTICE = TreeTemplate.full((3, 2, 1, 1))
 
 
 def feature_factories(home: str | Path | None = None, num_tokens: int = 4) -> dict:
@@ -45,6 +47,7 @@ def feature_factories(home: str | Path | None = None, num_tokens: int = 4) -> di
         "flash-8": feature("vlm-flash", compress_to=8),
         "flash-4": feature("vlm-flash", compress_to=4),
         "flash-1": feature("vlm-flash", compress_to=1),
+        "flash-4-lattice": feature("vlm-flash", compress_to=4, tree=FLASH_LATTICE),
     }
 
 

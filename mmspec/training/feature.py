@@ -8,7 +8,7 @@ further on, with weight ``slot_decay ** j``; each step draws the number of compr
 ``compress_choices`` so that one drafter serves every compression setting.
 
 The two-stage schedule is MSD's: stage 1 on text-only rows, stage 2 mixing multimodal rows in with a
-probability rising linearly from 0 to 1 over the stage.
+probability rising linearly from 0 to 1 (over the first ``mix_ramp`` of the stage, then all multimodal).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class FeatureTrainConfig:
     slot_decay: float = 0.8  # FLASH: weight of semi-autoregressive slot j
     feature_noise: float = 0.05  # EAGLE's robustness noise on the input features (uniform ± this)
     compress_choices: tuple[int, ...] = (1, 2, 4, 8)
+    mix_ramp: float = 0.5  # stage 2: the multimodal share reaches 1 after this fraction of the stage
     seed: int = 1234
 
 
@@ -158,7 +159,7 @@ def train_feature_drafter(net: FeatureDraftModel, target, batches, val_batches: 
             continue
 
         def next_batch(step: int, stage=stage, steps=steps):
-            mix = 0.0 if stage == 1 else min(1.0, (step + 1) / steps)
+            mix = 0.0 if stage == 1 else min(1.0, (step + 1) / max(1.0, cfg.mix_ramp * steps))
             return batches(step + (0 if stage == 1 else 1_000_000), mix), (rng.choice(choices) if compress else None)
 
         res = train_loop(net, next_batch, val_loss, loss_fn, max_steps=steps, budget_s=budget, lr=cfg.lr,
