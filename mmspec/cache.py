@@ -81,6 +81,7 @@ class SpecKVCache(Cache):
         self._pending_parents = torch.zeros(batch_size, 0, dtype=torch.long, device=self.device)
         self._pending_valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)
         self._pending_pos = torch.zeros(batch_size, 0, dtype=torch.long, device=self.device)
+        self._pending_anc = torch.zeros(batch_size, 0, 0, dtype=torch.bool, device=self.device)
         self._write_offset = 0
 
     @classmethod
@@ -141,7 +142,18 @@ class SpecKVCache(Cache):
             )
         all_parents = torch.cat([self._pending_parents, parents], dim=1)
         all_valid = torch.cat([self._pending_valid, valid], dim=1)
-        anc = ancestors if (ancestors is not None and old == 0) else ancestor_mask(all_parents)  # [B, old+T, old+T]
+        if ancestors is not None and old == 0:
+            anc = ancestors
+        elif old > 0 and bool((parents < old).all()):
+            # new nodes hang off already pending ones (drafting level by level): extend the stored mask
+            # instead of recomputing it over every pending node
+            rows = self._pending_anc.gather(1, parents.clamp(min=0)[..., None].expand(B, T, old))
+            rows = rows & (parents >= 0)[..., None]
+            eye = torch.eye(T, dtype=torch.bool, device=self.device).expand(B, T, T)
+            top = torch.cat([self._pending_anc, rows.new_zeros(B, old, T)], dim=2)
+            anc = torch.cat([top, torch.cat([rows, eye], dim=2)], dim=1)
+        else:
+            anc = ancestor_mask(all_parents)  # [B, old+T, old+T]
         new_anc = anc[:, old:, :] & all_valid[:, None, :]
         if depth is None:
             depth = new_anc.sum(-1) - 1
@@ -165,6 +177,7 @@ class SpecKVCache(Cache):
 
         self._pending_parents = all_parents
         self._pending_valid = all_valid
+        self._pending_anc = anc
         self._pending_pos = torch.cat([self._pending_pos, positions], dim=1)
         self._write_offset = base + old
         return positions, mask[:, None, :, :]
@@ -189,7 +202,11 @@ class SpecKVCache(Cache):
         if (src != dst).any():
             for layer in self.layers:
                 if layer.is_initialized:
-                    compact_kv_(layer.keys, layer.values, src, dst)
+                    # a model that runs each row several times (classifier-free guidance: cond and uncond
+                    # copies, stacked) stores rep * B rows that all keep the same path
+                    rep = layer.keys.shape[0] // B
+                    s, d = (src, dst) if rep == 1 else (src.repeat(rep, 1), dst.repeat(rep, 1))
+                    compact_kv_(layer.keys, layer.values, s, d)
         self.lengths = self.lengths + path_lengths
         self.discard_pending()
 
@@ -197,6 +214,7 @@ class SpecKVCache(Cache):
         self._pending_parents = self._pending_parents[:, :0]
         self._pending_valid = self._pending_valid[:, :0]
         self._pending_pos = self._pending_pos[:, :0]
+        self._pending_anc = self._pending_anc[:, :0, :0]
 
     def rollback(self, lengths: torch.LongTensor) -> None:
         """Forget committed tokens beyond ``lengths[b]`` (slots are simply overwritten later)."""

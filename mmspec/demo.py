@@ -20,7 +20,7 @@ from .zoo.common import write_json, zoo_home
 BEST_TEXT_METHODS = ["deer", "deer-lattice"]  # fastest and highest-tau diffusion methods (issue 4 bench)
 DIFFUSION_MODELS = ["code-dlm", "code-deer", "code-ngram"]
 # the VLM methods the demo shows besides plain decoding and the baselines, chosen from `mmspec bench --suite vlm`
-BEST_VLM_METHODS = ["msd-dynamic", "flash-4"]
+BEST_VLM_METHODS = ["msd-chain", "flash-1"]
 
 
 def print_table(report: dict, console: Console, title: str) -> None:

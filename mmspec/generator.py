@@ -30,6 +30,8 @@ class GenerationStats:
     draft_time: float = 0.0
     verify_time: float = 0.0
     total_time: float = 0.0
+    relaxation_bounds: list[float] = field(default_factory=list)  # relaxed acceptance: per step, the largest
+    # probability mass moved onto an accepted draft over the rows (the TV distance enforced)
 
     @property
     def mean_accepted_tokens(self) -> float:
@@ -44,6 +46,7 @@ class GenerationStats:
             "draft_time": self.draft_time,
             "verify_time": self.verify_time,
             "total_time": self.total_time,
+            "max_relaxation_bound": max(self.relaxation_bounds) if self.relaxation_bounds else None,
         }
 
 
@@ -71,10 +74,13 @@ def _as_id_list(ids) -> list[int]:
 class SpeculativeGenerator:
     """Speculative decoding with any drafter on a stock HF causal LM target."""
 
-    def __init__(self, target_model, drafter: Drafter, max_cache_len: int | None = None):
+    def __init__(self, target_model, drafter: Drafter, max_cache_len: int | None = None, relaxation=None):
+        """``relaxation``: None (lossless) or a :class:`~mmspec.verifiers.relaxed.Relaxation` (LANTERN /
+        LANTERN++: lossy by design, bounded and reported in ``stats.relaxation_bounds``)."""
         self.target = target_model.eval()
         self.drafter = drafter
         self.max_cache_len = max_cache_len
+        self.relaxation = relaxation
         self.vocab_size = _text_config(target_model).vocab_size
         if drafter.vocab_size is not None and drafter.vocab_size != self.vocab_size:
             raise ValueError(
@@ -166,7 +172,7 @@ class SpeculativeGenerator:
         cache_len = self._cache_len(P, max_new_tokens)
         cache = SpecKVCache.for_model(self.target, B, cache_len)
         stats = GenerationStats(accept_lengths=[[] for _ in range(B)])
-        verifier = TreeVerifier(sampling)
+        verifier = TreeVerifier(sampling, self.relaxation)
 
         # prefill: the whole prompt, then the first token (which becomes the first tree root)
         t0 = time.perf_counter()
@@ -215,6 +221,8 @@ class SpeculativeGenerator:
             stats.verify_time += t2 - t1
             stats.target_forwards += 1
             stats.row_forwards += int(state.active.sum())
+            if result.bound is not None:
+                stats.relaxation_bounds.append(float(result.bound[state.active].max()))
 
             new, counts = result.emitted_tokens(tree)
             counts = torch.where(state.active, torch.minimum(counts, max_new_tokens - generated), 0)

@@ -26,6 +26,7 @@ class AcceptResult:
     paths: torch.LongTensor  # [B, D+1] node indices root -> last accepted node (padded with 0)
     path_lengths: torch.LongTensor  # [B] nodes on the path including the root (= accepted drafts + 1)
     bonus: torch.LongTensor  # [B] the token the target emits after the path
+    bound: torch.Tensor | None = None  # [B] relaxed acceptance: the largest probability mass moved (TV)
 
     @property
     def num_accepted(self) -> torch.LongTensor:
@@ -78,8 +79,10 @@ def greedy_accept(tree: DraftTree, logits: torch.Tensor) -> AcceptResult:
 
 
 def sampling_accept(tree: DraftTree, target_probs: torch.Tensor,
-                    generator: torch.Generator | None = None) -> AcceptResult:
-    """target_probs: [B, N, V] warped target distribution at every node."""
+                    generator: torch.Generator | None = None, relax=None) -> AcceptResult:
+    """target_probs: [B, N, V] warped target distribution at every node. ``relax`` (a
+    :class:`~mmspec.verifiers.relaxed.Relaxation`) judges each child against p̃, the current distribution
+    relaxed towards it (LANTERN); None is the lossless rule."""
     B, N, V = target_probs.shape
     dev = target_probs.device
     rows = torch.arange(B, device=dev)
@@ -90,6 +93,7 @@ def sampling_accept(tree: DraftTree, target_probs: torch.Tensor,
     paths = torch.zeros(B, width, dtype=torch.long, device=dev)
     lengths = torch.ones(B, dtype=torch.long, device=dev)
     without_replacement = tree.sibling_rule == "without_replacement"
+    bound = torch.zeros(B, dtype=torch.float64, device=dev)
 
     for level in range(1, width):
         children = (tree.parents == cur[:, None]) & tree.valid & walking[:, None]
@@ -116,13 +120,17 @@ def sampling_accept(tree: DraftTree, target_probs: torch.Tensor,
                 point = q[rows, x] <= 0
                 if point.any():
                     q = torch.where(point[:, None], torch.nn.functional.one_hot(x, V).double(), q)
-            p_x = residual[rows, x]
+            judged = residual
+            if relax is not None:
+                judged, shifted = relax.apply(residual, x)
+                bound = torch.where(trying, torch.maximum(bound, shifted), bound)
+            p_x = judged[rows, x]
             ratio = p_x / q[rows, x]
             u = torch.rand(B, generator=generator, device=dev, dtype=torch.float64)
             accept = trying & (u < ratio.clamp(max=1.0))
             reject = trying & ~accept
             if reject.any():
-                leftover = (residual - q).clamp_min(0.0)
+                leftover = (judged - q).clamp_min(0.0)
                 total = leftover.sum(-1, keepdim=True)
                 leftover = torch.where(total > 0, leftover / total.clamp_min(1e-300), residual)
                 residual = torch.where(reject[:, None], leftover, residual)
@@ -139,4 +147,4 @@ def sampling_accept(tree: DraftTree, target_probs: torch.Tensor,
             break
 
     bonus = torch.multinomial(residual.float().clamp_min(0), 1, generator=generator).squeeze(1)
-    return AcceptResult(paths, lengths, bonus)
+    return AcceptResult(paths, lengths, bonus, bound=bound if relax is not None else None)

@@ -10,6 +10,7 @@ from ..cache import SpecKVCache
 from ..tree import DraftTree
 from .acceptance import AcceptResult, greedy_accept, sampling_accept
 from .logits import SamplingConfig
+from .relaxed import relaxed_greedy_accept
 from .tree_forward import tree_forward
 
 
@@ -26,8 +27,9 @@ class TreeVerifier:
     The cache is left with the tree as pending nodes; the caller commits the accepted path.
     """
 
-    def __init__(self, sampling: SamplingConfig):
+    def __init__(self, sampling: SamplingConfig, relaxation=None):
         self.sampling = sampling
+        self.relaxation = relaxation  # None: lossless; a Relaxation: LANTERN / LANTERN++
 
     def verify(self, model, cache: SpecKVCache, tree: DraftTree, generator: torch.Generator | None = None,
                output_hidden_states: bool = False) -> Verification:
@@ -39,5 +41,9 @@ class TreeVerifier:
 
     def accept(self, tree: DraftTree, logits: torch.Tensor, generator: torch.Generator | None = None) -> AcceptResult:
         if not self.sampling.do_sample:
+            if self.relaxation is not None:
+                return relaxed_greedy_accept(tree, logits, self.relaxation)
             return greedy_accept(tree, logits)
+        if self.relaxation is not None:
+            return sampling_accept(tree, self.sampling.probs(logits), generator, relax=self.relaxation)
         return sampling_accept(tree, self.sampling.probs(logits), generator)

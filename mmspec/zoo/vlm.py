@@ -526,6 +526,8 @@ def checksum_inputs(processor_or_tokenizer, image: bool = True) -> dict:
 @torch.no_grad()
 def checksum(entry: ZooEntry) -> dict:
     """``logits_checksum`` of the entry's forward pass on ``checksum_inputs``."""
+    if entry.name in vlm_drafters.NAMES:
+        return vlm_drafters.checksum(entry)
     inputs = checksum_inputs(entry.tokenizer, image=entry.name == "vlm-target")
     return logits_checksum(entry.model(**inputs).logits)
 

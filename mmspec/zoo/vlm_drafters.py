@@ -95,14 +95,27 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
                                        val_batches, run_cfg, progress=progress)
         path = home / name
         net.save_pretrained(path)
-        write_json(path / "zoo.json", {"family": "vlm", "name": name, "micro": micro, "method": method,
-                                       "target": "vlm-target", "seed": SEED,
-                                       "params": sum(p.numel() for p in net.parameters()),
-                                       "drafter_config": asdict(net.config)})
+        info = {"family": "vlm", "name": name, "micro": micro, "method": method, "target": "vlm-target",
+                "seed": SEED, "params": sum(p.numel() for p in net.parameters()), "drafter_config": asdict(net.config)}
+        write_json(path / "zoo.json", info)
+        write_json(path / "zoo.json", {**info, "checksum": checksum(load(name, path))})
         report["params"] = sum(p.numel() for p in net.parameters())
         write_json(path / "metrics.json", report)
         results[name] = report
     return results
+
+
+@torch.no_grad()
+def checksum(entry: ZooEntry) -> dict:
+    """``logits_checksum`` of the drafter's feature heads on a fixed synthetic input (sequence of 6)."""
+    from .common import logits_checksum
+
+    net = entry.model.eval()
+    H = net.config.hidden_size
+    g = torch.Generator().manual_seed(0)
+    tokens, feats = torch.randn(1, 6, H, generator=g), torch.randn(1, 6, H, generator=g)
+    h = net.body(inputs_embeds=net.fuse(tokens, feats)).last_hidden_state
+    return logits_checksum(net.heads(h))
 
 
 def load(name: str, path: Path) -> ZooEntry:
@@ -114,4 +127,4 @@ def load(name: str, path: Path) -> ZooEntry:
                     config=read_json(path / "zoo.json"), path=Path(path))
 
 
-__all__ = ["NAMES", "METHODS", "build", "load", "zoo_batches", "train_config"]
+__all__ = ["NAMES", "METHODS", "build", "load", "checksum", "zoo_batches", "train_config"]

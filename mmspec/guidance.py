@@ -1,0 +1,116 @@
+"""Classifier-free guidance as a model: one row in, guided logits out (LlamaGen-style visual AR models).
+
+``CFGModel(model, scale, null_token_id, allowed_ids)`` runs every row twice in one batch — the row as given
+(conditional) and a copy whose condition token is the null token (unconditional) — and returns
+``uncond + scale · (cond − uncond)``, with every id outside ``allowed_ids`` (e.g. class tokens) at −inf. The
+KV cache holds the 2B stacked rows; ``SpecKVCache.commit`` keeps the same accepted path in both halves.
+So the decoding loop, the tree verifier and any drafter see an ordinary causal LM whose logits are already
+guided: accepted tokens are appended to both halves, and the drafter (wrapped the same way) and the
+verifier read guided distributions, as LANTERN's CFG setting requires.
+
+The condition is the first real token of each row (``[class token] + codes``); at the prefill (empty cache)
+the unconditional copy gets ``null_token_id`` there.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+
+class CFGModel(nn.Module):
+    def __init__(self, model, scale: float, null_token_id: int | None, allowed_ids=None):
+        super().__init__()
+        if scale != 1.0 and null_token_id is None:
+            raise ValueError("classifier-free guidance (scale != 1) needs a null condition token (null_token_id)")
+        self.model = model.eval()
+        self.scale = float(scale)
+        self.null_token_id = null_token_id
+        vocab = self.config.get_text_config().vocab_size if hasattr(self.config, "get_text_config") else \
+            self.config.vocab_size
+        allowed = torch.zeros(vocab, dtype=torch.bool)
+        if allowed_ids is None:
+            allowed[:] = True
+        else:
+            allowed[torch.as_tensor(allowed_ids, dtype=torch.long)] = True
+        self.register_buffer("allowed", allowed, persistent=False)
+
+    # what the engine reads from a model
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def generation_config(self):
+        return getattr(self.model, "generation_config", None)
+
+    @property
+    def device(self):
+        return self.model.device
+
+    @property
+    def dtype(self):
+        return self.model.dtype
+
+    def get_input_embeddings(self):
+        return self.model.get_input_embeddings()
+
+    def get_output_embeddings(self):
+        return self.model.get_output_embeddings()
+
+    @property
+    def guided(self) -> bool:
+        return self.scale != 1.0
+
+    def _uncond_ids(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None, prefill: bool):
+        if not prefill:
+            return input_ids
+        ids = input_ids.clone()
+        if attention_mask is not None and attention_mask.dim() == 4:
+            # our 4-D masks: a real token sees itself; padding (left) rows are marked by seeing only themselves
+            # too, so use the first column that the last query attends to within this block
+            T = ids.shape[1]
+            block = attention_mask[:, 0, -1, -T:]
+            real = block if block.dtype == torch.bool else block == 0
+        elif attention_mask is not None:
+            real = attention_mask.bool()
+        else:
+            real = torch.ones_like(ids, dtype=torch.bool)
+        first = real.long().argmax(1)
+        ids[torch.arange(ids.shape[0], device=ids.device), first] = self.null_token_id
+        return ids
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
+                inputs_embeds=None, use_cache=True, output_hidden_states=False, **kwargs):
+        if inputs_embeds is not None:
+            raise ValueError("CFGModel takes input_ids")
+        if not self.guided:
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                             past_key_values=past_key_values, use_cache=use_cache,
+                             output_hidden_states=output_hidden_states, **kwargs)
+            out.logits = out.logits.masked_fill(~self.allowed, float("-inf"))
+            return out
+        B = input_ids.shape[0]
+        lengths = getattr(past_key_values, "lengths", None)  # SpecKVCache: committed tokens per row
+        if past_key_values is None:
+            prefill = True
+        elif lengths is not None:
+            prefill = int(lengths.max()) == 0
+        else:
+            prefill = past_key_values.get_seq_length() == 0
+        uncond = self._uncond_ids(input_ids, attention_mask, prefill)
+        both = torch.cat([input_ids, uncond])
+        mask = torch.cat([attention_mask, attention_mask]) if attention_mask is not None else None
+        pos = torch.cat([position_ids, position_ids]) if position_ids is not None else None
+        out = self.model(input_ids=both, attention_mask=mask, position_ids=pos, past_key_values=past_key_values,
+                         use_cache=use_cache, output_hidden_states=output_hidden_states, **kwargs)
+        logits = out.logits.float()
+        cond, unc = logits[:B], logits[B:]
+        guided = unc + self.scale * (cond - unc)
+        guided = guided.masked_fill(~self.allowed, float("-inf"))
+        hidden = tuple(h[:B] for h in out.hidden_states) if output_hidden_states and out.hidden_states else None
+        return CausalLMOutputWithPast(logits=guided, past_key_values=past_key_values, hidden_states=hidden)
+
+
+__all__ = ["CFGModel"]

@@ -1,0 +1,155 @@
+"""LANTERN / LANTERN++ relaxed acceptance for visual AR models (Jang et al., 2024; Park et al., 2025).
+
+Visual AR targets spread probability over many similar codes, so a draft x̂ is judged together with its
+*latent neighbours* A_k(x̂): the k codes nearest to it in the VQ codebook (L2). With the neighbours sorted
+by distance, n_1 … n_k, and S_m = Σ_{i ≤ m} p(n_i):
+
+* LANTERN (additive): the largest m with S_m ≤ δ, so TV(p, p̃) = S_m ≤ δ;
+* LANTERN++ (multiplicative): the largest m with S_m ≤ (λ − 1)·p(x̂), so p̃(x̂) ≤ λ·p(x̂);
+
+then p̃ = p with the mass of n_1 … n_m moved onto x̂. Acceptance uses p̃ in place of p: under greedy, x̂
+is accepted iff it is the argmax of p̃; under sampling, with probability min(1, p̃(x̂)/q(x̂)), the residual
+after a rejection being norm(max(p̃ − q, 0)) (for a point-mass draft: x̂ and its moved neighbours zeroed).
+δ = 0 or λ = 1 moves nothing, so the rule is then exactly the lossless verifier's. The relaxation in force
+— S_m, the total-variation distance actually moved — is returned per row and step, so a run reports the
+bound it enforced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..tree import DraftTree
+from .acceptance import AcceptResult, _path_to
+
+
+@torch.no_grad()
+def latent_neighbours(codebook: torch.Tensor, k: int, chunk: int = 2048) -> torch.LongTensor:
+    """[V, k] indices of each code's k nearest *other* codes by L2 distance, nearest first.
+
+    Distances are computed ``chunk`` rows at a time (``chunk × V`` floats in memory), so a 16k-entry
+    codebook needs 2048 × 16384 × 4 bytes = 128 MiB at a time, on whatever device ``codebook`` is on."""
+    V = codebook.shape[0]
+    if not 1 <= k < V:
+        raise ValueError(f"k must be in [1, {V - 1}] for a codebook of {V} entries, got {k}")
+    e = codebook.float()
+    sq = (e * e).sum(1)
+    out = torch.empty(V, k, dtype=torch.long, device=e.device)
+    for s in range(0, V, chunk):
+        a = e[s: s + chunk]
+        d = sq[s: s + chunk, None] - 2.0 * a @ e.T + sq[None, :]
+        rows = torch.arange(a.shape[0], device=e.device)
+        d[rows, s + rows] = float("inf")  # not its own neighbour
+        out[s: s + chunk] = d.topk(k, dim=1, largest=False).indices
+    return out
+
+
+def cached_neighbours(codebook: torch.Tensor, k: int, cache_dir: str | Path | None = None) -> torch.LongTensor:
+    """``latent_neighbours`` computed once per codebook and k: kept in memory and, with ``cache_dir``, on disk
+    (keyed by a hash of the codebook's bytes)."""
+    digest = hashlib.sha1(codebook.detach().float().cpu().numpy().tobytes()).hexdigest()[:16]
+    key = (digest, k)
+    if key in _MEMORY:
+        return _MEMORY[key].to(codebook.device)
+    path = Path(cache_dir) / f"neighbours-{digest}-k{k}.pt" if cache_dir is not None else None
+    if path is not None and path.exists():
+        table = torch.load(path)
+    else:
+        table = latent_neighbours(codebook, k).cpu()
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(table, path)
+    _MEMORY[key] = table
+    return table.to(codebook.device)
+
+
+_MEMORY: dict[tuple[str, int], torch.Tensor] = {}
+
+
+@dataclass
+class Relaxation:
+    """LANTERN (``delta``) or LANTERN++ (``lam``) over a token-level neighbour table.
+
+    ``neighbours``: [vocab, k] token ids (−1 = none, e.g. for non-code tokens)."""
+
+    neighbours: torch.LongTensor
+    delta: float | None = None
+    lam: float | None = None
+
+    def __post_init__(self):
+        if (self.delta is None) == (self.lam is None):
+            raise ValueError("give exactly one of delta (LANTERN) and lam (LANTERN++)")
+        if self.delta is not None and self.delta < 0:
+            raise ValueError(f"delta must be >= 0, got {self.delta}")
+        if self.lam is not None and self.lam < 1:
+            raise ValueError(f"lam must be >= 1, got {self.lam}")
+
+    @classmethod
+    def from_codebook(cls, codebook: torch.Tensor, vocab_size: int, k: int, code_offset: int = 0,
+                      delta: float | None = None, lam: float | None = None,
+                      cache_dir: str | Path | None = None) -> "Relaxation":
+        """Token-level table for a model whose code ids are ``code_offset + codebook index``."""
+        n = codebook.shape[0]
+        if code_offset < 0 or code_offset + n > vocab_size:
+            raise ValueError(f"codebook of {n} codes at offset {code_offset} does not fit the target's "
+                             f"vocabulary of {vocab_size} ids")
+        codes = cached_neighbours(codebook, k, cache_dir)
+        table = torch.full((vocab_size, k), -1, dtype=torch.long, device=codebook.device)
+        table[code_offset: code_offset + n] = codes + code_offset
+        return cls(table, delta, lam)
+
+    @property
+    def name(self) -> str:
+        return f"lantern(δ={self.delta})" if self.delta is not None else f"lantern++(λ={self.lam})"
+
+    def apply(self, p: torch.Tensor, x: torch.LongTensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """p: [M, V] distributions, x: [M] draft tokens -> (p̃ [M, V], moved mass S_m [M])."""
+        table = self.neighbours.to(p.device)
+        nb = table[x]  # [M, k]
+        has = nb >= 0
+        idx = nb.clamp(min=0)
+        rows = torch.arange(p.shape[0], device=p.device)
+        pn = torch.where(has, p.gather(1, idx), torch.zeros((), dtype=p.dtype, device=p.device))
+        cum = pn.cumsum(1)
+        if self.delta is not None:
+            limit = torch.full_like(p[:, 0], self.delta)
+        else:
+            limit = (self.lam - 1.0) * p[rows, x]
+        keep = has & (cum <= limit[:, None])
+        keep = keep.long().cumprod(1).bool()  # the nearest m: a prefix of the sorted neighbours
+        moved = (pn * keep).sum(1)
+        gone = torch.zeros_like(p, dtype=torch.bool).scatter_(1, idx, keep)
+        out = p.masked_fill(gone, 0.0)
+        out[rows, x] = out[rows, x] + moved
+        return out, moved
+
+
+def relaxed_greedy_accept(tree: DraftTree, logits: torch.Tensor, relax: Relaxation) -> AcceptResult:
+    """A child is accepted iff it is the argmax of p̃ (p relaxed towards it) at its parent; deepest wins;
+    the bonus is the plain argmax there. ``bound`` = the largest mass moved along the accepted path."""
+    B, N, V = logits.shape
+    probs = torch.softmax(logits.float(), -1)
+    parents = tree.parents.clamp(min=0)
+    at_parent = probs.gather(1, parents[..., None].expand(B, N, V))
+    relaxed, moved = relax.apply(at_parent.reshape(B * N, V), tree.tokens.reshape(-1))
+    match = (relaxed.argmax(-1).view(B, N) == tree.tokens) & tree.valid
+    match[:, 0] = True
+    accepted = match.clone()
+    for _ in range(tree.max_depth):
+        accepted = match & accepted.gather(1, parents)
+    score = torch.where(accepted, tree.depth, -1)
+    best = score.argmax(1)
+    paths, lengths = _path_to(tree, best)
+    moved = moved.view(B, N)
+    moved[:, 0] = 0.0
+    j = torch.arange(paths.shape[1], device=paths.device)[None, :]
+    on_path = moved.gather(1, paths).masked_fill(j >= lengths[:, None], 0.0)
+    bonus = logits.argmax(-1).gather(1, best[:, None]).squeeze(1)
+    return AcceptResult(paths, lengths, bonus, bound=on_path.max(1).values)
+
+
+__all__ = ["latent_neighbours", "cached_neighbours", "Relaxation", "relaxed_greedy_accept"]

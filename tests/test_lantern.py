@@ -1,0 +1,170 @@
+"""LANTERN / LANTERN++ relaxed acceptance, latent neighbourhoods and classifier-free guidance in the loop."""
+
+import os
+
+import pytest
+import torch
+
+from mmspec import SpeculativeGenerator, TreeTemplate
+from mmspec.drafters import AutoregressiveDrafter
+from mmspec.guidance import CFGModel
+from mmspec.tiny import tiny_model
+from mmspec.verifiers.relaxed import Relaxation, cached_neighbours, latent_neighbours
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+CODES, CLASSES = 24, 3
+NULL = CODES + CLASSES
+VOCAB = NULL + 1
+
+
+def test_latent_neighbours_match_brute_force_when_chunked():
+    g = torch.Generator().manual_seed(0)
+    book = torch.randn(50, 6, generator=g)
+    d = torch.cdist(book, book)
+    d.fill_diagonal_(float("inf"))
+    want = d.argsort(1)[:, :5]
+    for chunk in (7, 64):
+        assert torch.equal(latent_neighbours(book, 5, chunk=chunk), want)
+    assert torch.equal(cached_neighbours(book, 5), want)
+    with pytest.raises(ValueError, match="k must be"):
+        latent_neighbours(book, 50)
+
+
+def _relax(delta=None, lam=None, k=4):
+    book = torch.randn(CODES, 4, generator=torch.Generator().manual_seed(1))
+    return Relaxation.from_codebook(book, VOCAB, k, delta=delta, lam=lam)
+
+
+def test_relaxation_moves_bounded_mass_towards_the_draft():
+    g = torch.Generator().manual_seed(2)
+    p = torch.softmax(torch.randn(200, VOCAB, generator=g) * 2, -1).double()
+    p[:, CODES:] = 0
+    p = p / p.sum(1, keepdim=True)
+    x = torch.randint(0, CODES, (200,), generator=g)
+    for delta in (0.0, 0.05, 0.3):
+        r = _relax(delta=delta)
+        pt, moved = r.apply(p, x)
+        tv = 0.5 * (pt - p).abs().sum(1)
+        assert torch.allclose(tv, moved, atol=1e-12) and (moved <= delta + 1e-12).all()
+        assert torch.allclose(pt.sum(1), torch.ones(200, dtype=torch.float64))
+        if delta == 0.0:
+            assert torch.equal(pt, p)
+        else:
+            assert (moved > 0).any()
+    for lam in (1.0, 2.0):
+        pt, moved = _relax(lam=lam).apply(p, x)
+        rows = torch.arange(200)
+        assert (pt[rows, x] <= lam * p[rows, x] + 1e-12).all()
+        if lam == 1.0:
+            assert torch.equal(pt, p)
+
+
+def test_relaxation_errors():
+    book = torch.randn(CODES, 4)
+    with pytest.raises(ValueError, match="delta must be >= 0"):
+        Relaxation.from_codebook(book, VOCAB, 3, delta=-0.1)
+    with pytest.raises(ValueError, match="lam must be >= 1"):
+        Relaxation.from_codebook(book, VOCAB, 3, lam=0.5)
+    with pytest.raises(ValueError, match="exactly one"):
+        Relaxation.from_codebook(book, VOCAB, 3)
+    with pytest.raises(ValueError, match="does not fit"):
+        Relaxation.from_codebook(torch.randn(VOCAB, 4), VOCAB, 3, code_offset=1, delta=0.1)
+
+
+def _models():
+    target = tiny_model("llama", seed=0, vocab_size=VOCAB, hidden_size=32)
+    draft = tiny_model("llama", seed=3, vocab_size=VOCAB, hidden_size=32, num_layers=1)
+    return target, draft
+
+
+@torch.no_grad()
+def guided_greedy(model: CFGModel, cls: torch.LongTensor, n: int) -> torch.LongTensor:
+    """Reference: re-run the whole sequence every step (no cache), cond and uncond rows explicitly."""
+    seq = cls[:, None]
+    for _ in range(n):
+        unc = seq.clone()
+        unc[:, 0] = NULL
+        c = model.model(seq).logits[:, -1].float()
+        u = model.model(unc).logits[:, -1].float()
+        logits = (u + model.scale * (c - u)).masked_fill(~model.allowed, float("-inf"))
+        seq = torch.cat([seq, logits.argmax(-1, keepdim=True)], 1)
+    return seq
+
+
+@pytest.mark.parametrize("tree", [None, TreeTemplate.full((2, 2, 1))])
+@pytest.mark.parametrize("delta", [None, 0.0])
+def test_cfg_speculative_greedy_is_exact(tree, delta):
+    """CFG rows run stacked with one cache; with the lossless rule (or δ = 0) greedy output equals guided
+    greedy decoding."""
+    target, draft = _models()
+    allowed = torch.arange(CODES)
+    t, d = CFGModel(target, 3.0, NULL, allowed), CFGModel(draft, 3.0, NULL, allowed)
+    relax = _relax(delta=delta) if delta is not None else None
+    cls = torch.tensor([CODES, CODES + 2])
+    drafter = AutoregressiveDrafter(d, num_tokens=3, tree=tree)
+    out = SpeculativeGenerator(t, drafter, relaxation=relax).generate(cls[:, None], max_new_tokens=10,
+                                                                      eos_token_id=[])
+    assert torch.equal(out.sequences, guided_greedy(t, cls, 10))
+    assert (out.sequences[:, 1:] < CODES).all()  # only codes are ever emitted
+    if relax is not None:
+        assert max(out.stats.relaxation_bounds) == 0.0
+
+
+def test_relaxed_greedy_accepts_more_and_reports_its_bound():
+    target, draft = _models()
+    allowed = torch.arange(CODES)
+    t, d = CFGModel(target, 2.0, NULL, allowed), CFGModel(draft, 2.0, NULL, allowed)
+    cls = torch.tensor([CODES, CODES + 1, CODES + 2, CODES])
+    base = SpeculativeGenerator(t, AutoregressiveDrafter(d, num_tokens=4, adaptive=False)).generate(
+        cls[:, None], max_new_tokens=24, eos_token_id=[])
+    loose = SpeculativeGenerator(t, AutoregressiveDrafter(d, num_tokens=4, adaptive=False),
+                                 relaxation=_relax(delta=0.5, k=8)).generate(cls[:, None], max_new_tokens=24,
+                                                                            eos_token_id=[])
+    assert loose.stats.mean_accepted_tokens > base.stats.mean_accepted_tokens
+    assert 0.0 < max(loose.stats.relaxation_bounds) <= 0.5
+
+
+def test_relaxed_sampling_bound_never_exceeded():
+    target, draft = _models()
+    allowed = torch.arange(CODES)
+    t, d = CFGModel(target, 2.0, NULL, allowed), CFGModel(draft, 2.0, NULL, allowed)
+    cls = torch.tensor([CODES, CODES + 1] * 4)
+    for relax, limit in ((_relax(delta=0.2, k=6), 0.2), (_relax(lam=3.0, k=6), 1.0)):
+        out = SpeculativeGenerator(t, AutoregressiveDrafter(d, tree=TreeTemplate.full((2, 1, 1))),
+                                   relaxation=relax).generate(cls[:, None], max_new_tokens=20, do_sample=True,
+                                                              eos_token_id=[], generator=torch.Generator().manual_seed(0))
+        assert out.stats.relaxation_bounds and max(out.stats.relaxation_bounds) <= limit
+        assert (out.sequences[:, 1:] < CODES).all()
+
+
+def test_cfg_needs_a_null_condition():
+    target, _ = _models()
+    with pytest.raises(ValueError, match="null"):
+        CFGModel(target, 3.0, None)
+    CFGModel(target, 1.0, None)  # no guidance: no null token needed
+
+
+@pytest.mark.slow
+def test_zoo_image_cli_and_suite(tmp_path):
+    """`mmspec image` writes a grid and stats with the bound it enforced; the image suite's report is
+    consistent (plain AR τ = 1, LANTERN's moved mass within δ, quality figures finite)."""
+    import json
+    import math
+
+    from mmspec.cli import main
+    from mmspec.eval.image_suite import run_image_suite
+
+    out = tmp_path / "img"
+    assert main(["image", "--method", "lantern", "--delta", "0.1", "--tree", "chain", "--classes", "0,3",
+                 "--out", str(out)]) == 0
+    stats = json.loads((out / "stats.json").read_text())
+    assert (out / "grid.png").exists() and stats["images"] == 2
+    assert 0.0 <= stats["max_relaxation_bound"] <= 0.1 and stats["tau"] >= 1.0
+    report = run_image_suite(per_class=1, sweep=False, out_dir=tmp_path / "bench", progress=False)
+    rows = {r["name"]: r for r in report["results"]}
+    assert rows["plain AR"]["tau"] == 1.0 and rows["plain AR"]["speedup_vs_ar"] == 1.0
+    assert rows["LANTERN δ=0.1 chain"]["max_bound"] <= 0.1
+    for r in report["results"]:
+        assert math.isfinite(r["fd_vs_reference"]) and 0.0 <= r["precision"] <= 1.0 and r["tau"] >= 1.0
+    for name in ("image_bench.json", "image_bench.md", "speed_quality.png", "samples_ar.png"):
+        assert (tmp_path / "bench" / name).exists()
