@@ -33,8 +33,7 @@ def cmd_bench(args) -> int:
     if args.suite == "image":
         from .eval.image_suite import run_image_suite, to_markdown
 
-        report = run_image_suite(per_class=args.per_class, sweep=not args.no_sweep, repeats=args.repeats,
-                                 out_dir=args.out)
+        report = run_image_suite(per_class=args.per_class, sweep=not args.no_sweep, out_dir=args.out)
         Console().print(to_markdown(report))
         Console().print(f"wrote {args.out}/image_bench.json, image_bench.md, speed_quality.png, samples_*.png")
         return 0
@@ -190,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="'models': --model/--draft specs; 'code': the zoo's held-out code prompts with every "
                        "text method (AR drafter, prompt lookup, DEER, DiffuSpec, lattice trees); 'vlm': held-out "
                        "zoo scenes with every VLM method (text-only drafter, prompt lookup, EAGLE-style, MSD, FLASH)")
-    bench.add_argument("--per-class", type=int, default=4, help="image suite: pictures per class")
+    bench.add_argument("--per-class", type=int, default=8, help="image suite: pictures per class (quality)")
     bench.add_argument("--no-sweep", action="store_true", help="image suite: skip the δ / λ / k sweep")
     bench.add_argument("--vlm-prompts", choices=["mixed", "caption", "question"], default="mixed",
                        help="vlm suite: captions, questions, or both alternating")

@@ -160,7 +160,7 @@ def test_zoo_image_cli_and_suite(tmp_path):
     stats = json.loads((out / "stats.json").read_text())
     assert (out / "grid.png").exists() and stats["images"] == 2
     assert 0.0 <= stats["max_relaxation_bound"] <= 0.1 and stats["tau"] >= 1.0
-    report = run_image_suite(per_class=1, sweep=False, out_dir=tmp_path / "bench", progress=False)
+    report = run_image_suite(per_class=1, sweep=False, latency_images=2, out_dir=tmp_path / "bench", progress=False)
     rows = {r["name"]: r for r in report["results"]}
     assert rows["plain AR"]["tau"] == 1.0 and rows["plain AR"]["speedup_vs_ar"] == 1.0
     assert rows["LANTERN δ=0.1 chain"]["max_bound"] <= 0.1
@@ -168,3 +168,48 @@ def test_zoo_image_cli_and_suite(tmp_path):
         assert math.isfinite(r["fd_vs_reference"]) and 0.0 <= r["precision"] <= 1.0 and r["tau"] >= 1.0
     for name in ("image_bench.json", "image_bench.md", "speed_quality.png", "samples_ar.png"):
         assert (tmp_path / "bench" / name).exists()
+
+
+@pytest.mark.parametrize("case", ["chain", "tree", "tree-delta0"])
+def test_cfg_sampling_is_lossless(case):
+    """Under sampling, speculative decoding through CFGModel (and LANTERN with δ = 0) draws two codes from
+    exactly the guided target's joint (chi-square, α = 1e-4; cells with expected count < 5 left out)."""
+    from scipy import stats
+
+    C, K = 6, 2
+    null = C + K
+    V = null + 1
+    t = tiny_model("llama", seed=0, vocab_size=V, hidden_size=32)
+    d = tiny_model("llama", seed=5, vocab_size=V, hidden_size=32, num_layers=1)
+    with torch.no_grad():
+        t.lm_head.weight.mul_(4)
+        d.lm_head.weight.mul_(4)
+    allowed = torch.arange(C)
+    T, D = CFGModel(t, 2.0, null, allowed), CFGModel(d, 2.0, null, allowed)
+
+    @torch.no_grad()
+    def guided_probs(seq):
+        unc = seq.clone()
+        unc[:, 0] = null
+        c, u = t(seq).logits[:, -1].float(), t(unc).logits[:, -1].float()
+        return torch.softmax((u + 2.0 * (c - u)).masked_fill(~T.allowed, float("-inf")), -1).double()
+
+    cls = C
+    p1 = guided_probs(torch.tensor([[cls]]))[0]
+    joint = torch.stack([p1[a] * guided_probs(torch.tensor([[cls, a]]))[0] for a in range(V)])
+    drafter = AutoregressiveDrafter(D, num_tokens=2, adaptive=False) if case == "chain" else \
+        AutoregressiveDrafter(D, tree=TreeTemplate.full((2, 1)))
+    relax = None
+    if case == "tree-delta0":
+        relax = Relaxation.from_codebook(torch.randn(C, 3, generator=torch.Generator().manual_seed(0)), V, 3, delta=0.0)
+    n = 6000
+    out = SpeculativeGenerator(T, drafter, relaxation=relax).generate(
+        torch.full((n, 1), cls), max_new_tokens=2, do_sample=True, eos_token_id=[],
+        generator=torch.Generator().manual_seed(1 + ["chain", "tree", "tree-delta0"].index(case)))
+    new = out.sequences[:, 1:]
+    counts = torch.bincount(new[:, 0] * V + new[:, 1], minlength=V * V).double()
+    exp = joint.flatten() * n
+    assert counts[exp == 0].sum() == 0
+    keep = exp >= 5
+    scaled = exp[keep] * counts[keep].sum() / exp[keep].sum()
+    assert stats.chisquare(counts[keep].numpy(), scaled.numpy()).pvalue > 1e-4

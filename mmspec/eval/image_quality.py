@@ -22,11 +22,16 @@ def features(classifier, images: torch.Tensor, batch: int = 256) -> torch.Tensor
     return torch.cat(out).double()
 
 
-def frechet_distance(a: torch.Tensor, b: torch.Tensor) -> float:
+def frechet_distance(a: torch.Tensor, b: torch.Tensor, eps: float = 1e-6) -> float:
+    """FD with both covariances regularised by ``eps`` × their mean variance on the diagonal: the classifier's
+    ReLU features have dead units, and a singular Σ₁Σ₂ makes the matrix square root (and FD) unstable."""
     from scipy import linalg
 
     mu1, mu2 = a.mean(0).numpy(), b.mean(0).numpy()
     s1, s2 = np.cov(a.numpy(), rowvar=False), np.cov(b.numpy(), rowvar=False)
+    d = s1.shape[0]
+    reg = eps * max(np.trace(s1), np.trace(s2)) / d * np.eye(d)
+    s1, s2 = s1 + reg, s2 + reg
     covmean, _ = linalg.sqrtm(s1 @ s2, disp=False)
     covmean = covmean.real
     return float(((mu1 - mu2) ** 2).sum() + np.trace(s1 + s2 - 2.0 * covmean))
