@@ -18,6 +18,9 @@ import torch
 from torch import nn
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from .cache import SpecKVCache
+from .verifiers.tree_forward import direct_logits
+
 
 class CFGModel(nn.Module):
     def __init__(self, model, scale: float, null_token_id: int | None, allowed_ids=None):
@@ -103,8 +106,14 @@ class CFGModel(nn.Module):
         both = torch.cat([input_ids, uncond])
         mask = torch.cat([attention_mask, attention_mask]) if attention_mask is not None else None
         pos = torch.cat([position_ids, position_ids]) if position_ids is not None else None
-        out = self.model(input_ids=both, attention_mask=mask, position_ids=pos, past_key_values=past_key_values,
-                         use_cache=use_cache, output_hidden_states=output_hidden_states, **kwargs)
+        ours = isinstance(past_key_values, SpecKVCache) and mask is not None and pos is not None
+        direct = direct_logits(self.model, both, mask, pos, past_key_values) if ours and not output_hidden_states \
+            else None
+        if direct is not None:
+            out = CausalLMOutputWithPast(logits=direct, past_key_values=past_key_values)
+        else:
+            out = self.model(input_ids=both, attention_mask=mask, position_ids=pos, past_key_values=past_key_values,
+                             use_cache=use_cache, output_hidden_states=output_hidden_states, **kwargs)
         logits = out.logits.float()
         cond, unc = logits[:B], logits[B:]
         guided = unc + self.scale * (cond - unc)

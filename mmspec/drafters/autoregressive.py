@@ -24,7 +24,7 @@ from ..cache import SpecKVCache
 from ..state import DecodeState
 from ..tree import DraftTree, TreeTemplate, select_best_nodes, subtree
 from ..verifiers.acceptance import AcceptResult
-from ..verifiers.tree_forward import chain_parents, prefill_cache, tree_forward
+from ..verifiers.tree_forward import chain_parents, draft_forward, prefill_cache
 from .base import Drafter
 
 
@@ -88,9 +88,9 @@ class AutoregressiveDrafter(Drafter):
         valid = j < need[:, None]
         idx = (cache.lengths[:, None] + j).clamp(max=state.tokens.shape[1] - 1)
         chunk = state.tokens.to(dev).gather(1, idx)
-        out = tree_forward(self.model, cache, chunk, chain_parents(valid), valid)
+        logits = draft_forward(self.model, cache, chunk, chain_parents(valid), valid)
         cache.commit(j.expand(B, m), need)
-        return out.logits[torch.arange(B, device=dev), need - 1].float()
+        return logits[torch.arange(B, device=dev), need - 1].float()
 
     def observe(self, state: DecodeState, tree: DraftTree, result: AcceptResult) -> None:
         """Commit the accepted nodes the drafter already fed; the rest is re-fed next step."""
@@ -112,8 +112,7 @@ class AutoregressiveDrafter(Drafter):
     # ------------------------------------------------------------------ drafting
     def _feed(self, tokens: torch.LongTensor, pending_parents: torch.LongTensor) -> torch.Tensor:
         valid = torch.ones_like(tokens, dtype=torch.bool)
-        out = tree_forward(self.model, self.cache, tokens, pending_parents, valid)
-        return out.logits.float()
+        return draft_forward(self.model, self.cache, tokens, pending_parents, valid).float()
 
     def _chain(self, roots, logits, sampling, generator) -> DraftTree:
         B, dev = roots.shape[0], roots.device
