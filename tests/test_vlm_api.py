@@ -77,3 +77,31 @@ def test_train_cli_writes_a_loadable_drafter(tmp_path, zoo_target):
                          eos_token_id=processor.tokenizer.eos_token_id)
     want = processor.tokenizer.decode(ref[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True).strip()
     assert res.texts == [want]
+
+
+def test_jsonl_training_rows(tmp_path, zoo_target):
+    """A user's .jsonl (image path, prompt with the placeholder, response) becomes right-padded training rows:
+    with pictures when multimodal, without the placeholder otherwise."""
+    import json
+
+    from mmspec.training.feature import jsonl_batches
+
+    model, processor = zoo_target
+    rows = []
+    for i, sc in enumerate(vd.scenes("train", 3)):
+        path = tmp_path / f"{i}.png"
+        sc.image().save(path)
+        rows.append({"image": str(path), "prompt": vd.with_image(vd.CAPTION_PROMPT), "response": " " + sc.caption})
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    batches = jsonl_batches(str(data), processor, batch_size=4, seed=0)
+    image_id = model.config.image_token_id
+    mm = batches(0, 1.0)
+    assert mm["pixel_values"].shape[0] == 4 and (mm["input_ids"] == image_id).sum() == 4 * 9
+    assert mm["attention_mask"][:, 0].all()  # right padding: every row starts with a real token
+    text = batches(0, 0.0)
+    assert text["pixel_values"] is None and not (text["input_ids"] == image_id).any()
+    from mmspec.training.feature import target_features
+
+    feats, images, mask = target_features(model, mm)
+    assert feats.shape[:2] == mm["input_ids"].shape and images is not None and int(mask.sum()) == 36

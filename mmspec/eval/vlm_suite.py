@@ -3,8 +3,8 @@
 Methods: plain decoding; the baselines — the text-only zoo drafter (``vlm-drafter``, no picture) as a
 chain and a static tree, prompt lookup (mmspec's and HF's), and the plain feature drafter
 (``vlm-eagle``: no decoupling, no compression); MSD (``vlm-msd``) as a chain and an EAGLE-2 dynamic
-tree; FLASH (``vlm-flash``) at 8, 4 and 1 compressed tokens per image, and as a lattice tree. Every method stops at EOS, as a
-user's VLM answers do, and greedy outputs are compared with plain decoding's."""
+tree; FLASH (``vlm-flash``) at 8, 4 and 1 compressed tokens per image, and as a lattice tree. Every method
+stops at EOS, as a user's VLM answers do, and greedy outputs are compared with plain decoding's."""
 
 from __future__ import annotations
 

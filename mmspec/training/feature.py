@@ -185,7 +185,8 @@ def jsonl_batches(path: str, processor, batch_size: int, seed: int):
 
     from PIL import Image
 
-    rows = [json.loads(line) for line in open(path) if line.strip()]
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
     if not rows:
         raise ValueError(f"{path} holds no rows")
     placeholder = getattr(processor, "image_token", "<image>")
