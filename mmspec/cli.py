@@ -104,7 +104,8 @@ def cmd_image(args) -> int:
     images = torch.cat(pictures)
     grid = out / "grid.png"
     image_grid(images, nrow=min(len(classes), gen.layout.num_classes), scale=3).save(grid)
-    summary = {**kw, "classes": classes, "seed": args.seed, "images": len(classes), "seconds": stats["seconds"],
+    used = {k: res.config[k] for k in ("delta", "lam")}  # the bounds in force, defaults resolved
+    summary = {**kw, **used, "classes": classes, "seed": args.seed, "images": len(classes), "seconds": stats["seconds"],
                "tau": stats["new_tokens"] / stats["row_forwards"] if stats["row_forwards"] else 1.0,
                "max_relaxation_bound": max(stats["bounds"]) if stats["bounds"] else None, "grid": str(grid)}
     (out / "stats.json").write_text(json.dumps(summary, indent=2))

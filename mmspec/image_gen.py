@@ -101,9 +101,11 @@ class ImageGenerator:
         else:
             relax = None
             if method == "lantern":
-                relax = self.relaxation(k, delta=0.1 if delta is None else delta)
+                delta = 0.1 if delta is None else delta
+                relax = self.relaxation(k, delta=delta)
             elif method == "lantern++":
-                relax = self.relaxation(k, lam=2.0 if lam is None else lam)
+                lam = 2.0 if lam is None else lam
+                relax = self.relaxation(k, lam=lam)
             target = CFGModel(self.target, cfg_scale, self.layout.null_id, self._codes())
             engine = SpeculativeGenerator(target, self.drafter(cfg_scale, tree, num_tokens), relaxation=relax)
             ids = self.layout.class_tokens(class_ids)[:, None]
