@@ -26,6 +26,18 @@ def _print_report(report: dict, console: Console, title: str) -> None:
     console.print(table)
 
 
+def _finish_suite(report: dict, args, suite: str, what: str) -> int:
+    """Print a suite's table and write its JSON / Markdown."""
+    from .eval import write_report
+
+    console = Console()
+    mode = f"T={args.temperature}" if args.do_sample else "greedy"
+    _print_report(report, console, f"mmspec bench --suite {suite} ({mode}): {what}")
+    js, md = write_report(report, args.out)
+    console.print(f"wrote {js} and {md}")
+    return 0
+
+
 def cmd_bench(args) -> int:
     from .eval import run_bench, write_report
 
@@ -43,12 +55,7 @@ def cmd_bench(args) -> int:
         report = run_vlm_suite(methods, num_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
                                do_sample=args.do_sample, temperature=args.temperature, repeats=args.repeats,
                                num_tokens=args.num_tokens, kind=args.vlm_prompts)
-        console = Console()
-        mode = f"T={args.temperature}" if args.do_sample else "greedy"
-        _print_report(report, console, f"mmspec bench --suite vlm ({mode}): zoo vlm-target, stops at EOS")
-        js, md = write_report(report, args.out)
-        console.print(f"wrote {js} and {md}")
-        return 0
+        return _finish_suite(report, args, "vlm", "zoo vlm-target, stops at EOS")
     if args.suite == "code":
         from .eval.code_suite import run_code_suite
 
@@ -56,12 +63,7 @@ def cmd_bench(args) -> int:
                                 do_sample=args.do_sample, temperature=args.temperature, repeats=args.repeats,
                                 num_tokens=args.num_tokens, deer_tokens=args.deer_tokens,
                                 diffuspec_tokens=args.deer_tokens, context=args.dlm_context)
-        console = Console()
-        mode = f"T={args.temperature}" if args.do_sample else "greedy"
-        _print_report(report, console, f"mmspec bench --suite code ({mode}): zoo code-target")
-        js, md = write_report(report, args.out)
-        console.print(f"wrote {js} and {md}")
-        return 0
+        return _finish_suite(report, args, "code", "zoo code-target")
     report = run_bench(model=args.model, draft=None if args.draft == "none" else args.draft, methods=methods,
                        num_prompts=args.prompts, prompt_length=args.prompt_length,
                        max_new_tokens=args.max_new_tokens, num_tokens=args.num_tokens, do_sample=args.do_sample,

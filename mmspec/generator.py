@@ -16,7 +16,7 @@ from .cache import SpecKVCache
 from .drafters.base import Drafter, TargetContext
 from .state import DecodeState
 from .verifiers.logits import SamplingConfig
-from .verifiers.tree_forward import prefill_parents, tree_forward
+from .verifiers.tree_forward import prefill_parents, text_config, tree_forward
 from .verifiers.tree_verifier import TreeVerifier
 from .vision import capture_image_embeds, check_image_tokens, image_token_id
 
@@ -56,11 +56,6 @@ class GenerationOutput:
     stats: GenerationStats
 
 
-def _text_config(model):
-    cfg = model.config
-    return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-
-
 def _as_id_list(ids) -> list[int]:
     if ids is None:
         return []
@@ -81,7 +76,7 @@ class SpeculativeGenerator:
         self.drafter = drafter
         self.max_cache_len = max_cache_len
         self.relaxation = relaxation
-        self.vocab_size = _text_config(target_model).vocab_size
+        self.vocab_size = text_config(target_model).vocab_size
         if drafter.vocab_size is not None and drafter.vocab_size != self.vocab_size:
             raise ValueError(
                 f"drafter vocabulary ({drafter.vocab_size} tokens) does not match the target's "
@@ -126,7 +121,7 @@ class SpeculativeGenerator:
 
     def _cache_len(self, prompt_len: int, max_new_tokens: int) -> int:
         need = prompt_len + max_new_tokens + self.drafter.max_nodes + 1
-        max_pos = getattr(_text_config(self.target), "max_position_embeddings", None)
+        max_pos = getattr(text_config(self.target), "max_position_embeddings", None)
         if max_pos is not None and prompt_len + max_new_tokens > max_pos:
             raise ValueError(
                 f"request longer than the model supports: prompt {prompt_len} + max_new_tokens "

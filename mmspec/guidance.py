@@ -19,7 +19,7 @@ from torch import nn
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .cache import SpecKVCache
-from .verifiers.tree_forward import direct_logits
+from .verifiers.tree_forward import direct_logits, text_config
 
 
 class CFGModel(nn.Module):
@@ -30,8 +30,7 @@ class CFGModel(nn.Module):
         self.model = model.eval()
         self.scale = float(scale)
         self.null_token_id = null_token_id
-        vocab = self.config.get_text_config().vocab_size if hasattr(self.config, "get_text_config") else \
-            self.config.vocab_size
+        vocab = text_config(self.model).vocab_size
         allowed = torch.zeros(vocab, dtype=torch.bool)
         if allowed_ids is None:
             allowed[:] = True

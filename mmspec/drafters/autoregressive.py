@@ -24,13 +24,8 @@ from ..cache import SpecKVCache
 from ..state import DecodeState
 from ..tree import DraftTree, TreeTemplate, select_best_nodes, subtree
 from ..verifiers.acceptance import AcceptResult
-from ..verifiers.tree_forward import chain_parents, draft_forward, prefill_cache
+from ..verifiers.tree_forward import chain_parents, draft_forward, prefill_cache, text_config
 from .base import Drafter
-
-
-def text_config(model):
-    cfg = model.config
-    return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
 
 
 class AutoregressiveDrafter(Drafter):

@@ -72,12 +72,10 @@ class FeatureDrafter(AutoregressiveDrafter):
                                     images, self.compress_to, align="left")
         S = x.shape[1]
         self.cache = SpecKVCache.for_model(self.net.body, B, S + (max_length - P) + 2 * self.max_nodes + 4)
-        if ok.any():
+        if ok.any():  # (one-token prompts leave nothing to pair: the cache starts empty)
             self.net.append(self.cache, x, prefill_parents(ok.long()), ok)
             self.cache.commit(torch.arange(S, device=dev).expand(B, S), torch.full((B,), S, device=dev))
-        self.cache.starts = (S - ok.sum(1)).to(dev) if ok.any() else torch.zeros(B, dtype=torch.long, device=dev)
-        if not ok.any():
-            self.cache.lengths = torch.zeros(B, dtype=torch.long, device=dev)
+            self.cache.starts = S - ok.sum(1)
         self.fed = torch.full((B,), P, dtype=torch.long, device=dev)  # token positions < fed are in the cache
         self.prompt_entries = S
         self._pending: list[torch.Tensor] = []

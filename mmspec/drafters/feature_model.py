@@ -26,12 +26,9 @@ import torch
 from torch import nn
 from transformers import LlamaConfig, LlamaModel
 
+from ..verifiers.tree_forward import text_config
+
 METHODS = ("eagle", "msd", "flash")
-
-
-def text_config(model):
-    cfg = model.config
-    return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
 
 
 def target_signature(target) -> dict:

@@ -60,30 +60,39 @@ def target_features(target, batch: dict) -> tuple[torch.Tensor, torch.Tensor | N
     return out.hidden_states[-1], embeds, mask
 
 
+def drafter_heads(net: FeatureDraftModel, embed, batch: dict, inputs, images, image_mask,
+                  compress_to: int | None = None) -> tuple[torch.Tensor, torch.LongTensor]:
+    """Teacher-forced drafter outputs over a right-padded batch: (heads [B, S, k, H], token_pos [B, S])."""
+    x, ok, token_pos = drafter_sequence(net, embed, batch["input_ids"], batch["attention_mask"].bool(), inputs,
+                                        image_mask, images, compress_to, align="right")
+    return net.heads(net.body(inputs_embeds=x, attention_mask=ok.long()).last_hidden_state), token_pos
+
+
+def slot_targets(features, token_pos, j: int, valid, image_mask):
+    """For slot j (the feature j positions after an entry's token): which entries have a text-position
+    target, and those targets' features [n, H]."""
+    T = features.shape[1]
+    text = valid & ~image_mask if image_mask is not None else valid
+    tp = (token_pos + j).clamp(0, T - 1)
+    ok = (token_pos >= 0) & (token_pos + j < T) & text.gather(1, tp)
+    return ok, features.gather(1, tp[..., None].expand(*tp.shape, features.shape[-1]))[ok]
+
+
 def feature_loss(net: FeatureDraftModel, embed, lm_head, batch: dict, features, images, image_mask,
                  cfg: FeatureTrainConfig, compress_to: int | None = None, generator: torch.Generator | None = None
                  ) -> torch.Tensor:
-    ids, valid = batch["input_ids"], batch["attention_mask"].bool()
-    B, T = ids.shape
+    valid = batch["attention_mask"].bool()
     inputs = features
     if net.training and cfg.feature_noise > 0:
         noise = torch.rand(features.shape, generator=generator) * 2 - 1
         inputs = features + cfg.feature_noise * noise.to(features)
-    x, ok, token_pos = drafter_sequence(net, embed, ids, valid, inputs, image_mask, images, compress_to,
-                                        align="right")
-    h = net.body(inputs_embeds=x, attention_mask=ok.long()).last_hidden_state
-    heads = net.heads(h)  # [B, S, k, H]
-    text = valid & ~image_mask if image_mask is not None else valid
-    total = h.new_zeros(())
+    heads, token_pos = drafter_heads(net, embed, batch, inputs, images, image_mask, compress_to)  # [B, S, k, H]
+    total = heads.new_zeros(())
     weight_sum = 0.0
     for j in range(heads.shape[2]):
-        tp = token_pos + j
-        ok_j = (token_pos >= 0) & (tp < T)
-        tp = tp.clamp(max=T - 1)
-        ok_j &= text.gather(1, tp.clamp(min=0))
+        ok_j, target_f = slot_targets(features, token_pos, j, valid, image_mask)
         if not ok_j.any():
             continue
-        target_f = features.gather(1, tp.clamp(min=0)[..., None].expand(*tp.shape, features.shape[-1]))[ok_j]
         pred = heads[:, :, j][ok_j]
         l1 = F.smooth_l1_loss(pred, target_f)
         with torch.no_grad():
@@ -103,23 +112,15 @@ def slot_accuracy(net: FeatureDraftModel, target, batches: list[dict], compress_
     hits, counts = None, None
     for batch in batches:
         features, images, image_mask = target_features(target, batch)
-        ids, valid = batch["input_ids"], batch["attention_mask"].bool()
-        T = ids.shape[1]
-        x, ok, token_pos = drafter_sequence(net, embed, ids, valid, features, image_mask, images, compress_to,
-                                            align="right")
-        heads = net.heads(net.body(inputs_embeds=x, attention_mask=ok.long()).last_hidden_state)
-        text = valid & ~image_mask if image_mask is not None else valid
+        heads, token_pos = drafter_heads(net, embed, batch, features, images, image_mask, compress_to)
         k = heads.shape[2]
         hits = hits or [0] * k
         counts = counts or [0] * k
         for j in range(k):
-            tp = token_pos + j
-            ok_j = (token_pos >= 0) & (tp < T)
-            tp = tp.clamp(0, T - 1)
-            ok_j &= text.gather(1, tp)
+            ok_j, target_f = slot_targets(features, token_pos, j, batch["attention_mask"].bool(), image_mask)
             if not ok_j.any():
                 continue
-            want = lm_head(features.gather(1, tp[..., None].expand(*tp.shape, features.shape[-1]))[ok_j]).argmax(-1)
+            want = lm_head(target_f).argmax(-1)
             got = lm_head(heads[:, :, j][ok_j]).argmax(-1)
             hits[j] += int((want == got).sum())
             counts[j] += int(ok_j.sum())

@@ -65,17 +65,24 @@ def greedy_accept(tree: DraftTree, logits: torch.Tensor) -> AcceptResult:
         paths = torch.arange(N, device=argmax.device).expand(B, N)
         bonus = argmax.gather(1, n_acc[:, None]).squeeze(1)
         return AcceptResult(paths, n_acc + 1, bonus)
+    match = tree.tokens == argmax.gather(1, tree.parents.clamp(min=0))
+    best, paths, lengths = deepest_accepted(tree, match)
+    bonus = argmax.gather(1, best[:, None]).squeeze(1)
+    return AcceptResult(paths, lengths, bonus)
+
+
+def deepest_accepted(tree: DraftTree, match: torch.BoolTensor):
+    """Given which nodes their parent accepts (``match`` [B, N]), the first deepest node whose whole
+    ancestry is accepted: (node [B], root-first path [B, D+1], path lengths [B])."""
     parents = tree.parents.clamp(min=0)
-    match = (tree.tokens == argmax.gather(1, parents)) & tree.valid
+    match = match & tree.valid
     match[:, 0] = True
     accepted = match.clone()
     for _ in range(tree.max_depth):
         accepted = match & accepted.gather(1, parents)
-    score = torch.where(accepted, tree.depth, -1)
-    best = score.argmax(1)  # first deepest accepted node
+    best = torch.where(accepted, tree.depth, -1).argmax(1)
     paths, lengths = _path_to(tree, best)
-    bonus = argmax.gather(1, best[:, None]).squeeze(1)
-    return AcceptResult(paths, lengths, bonus)
+    return best, paths, lengths
 
 
 def sampling_accept(tree: DraftTree, target_probs: torch.Tensor,

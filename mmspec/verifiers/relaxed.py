@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from ..tree import DraftTree
-from .acceptance import AcceptResult, _path_to
+from .acceptance import AcceptResult, deepest_accepted
 
 
 @torch.no_grad()
@@ -136,14 +136,7 @@ def relaxed_greedy_accept(tree: DraftTree, logits: torch.Tensor, relax: Relaxati
     parents = tree.parents.clamp(min=0)
     at_parent = probs.gather(1, parents[..., None].expand(B, N, V))
     relaxed, moved = relax.apply(at_parent.reshape(B * N, V), tree.tokens.reshape(-1))
-    match = (relaxed.argmax(-1).view(B, N) == tree.tokens) & tree.valid
-    match[:, 0] = True
-    accepted = match.clone()
-    for _ in range(tree.max_depth):
-        accepted = match & accepted.gather(1, parents)
-    score = torch.where(accepted, tree.depth, -1)
-    best = score.argmax(1)
-    paths, lengths = _path_to(tree, best)
+    best, paths, lengths = deepest_accepted(tree, relaxed.argmax(-1).view(B, N) == tree.tokens)
     moved = moved.view(B, N)
     moved[:, 0] = 0.0
     j = torch.arange(paths.shape[1], device=paths.device)[None, :]

@@ -26,6 +26,12 @@ def to_model_mask(mask: torch.BoolTensor, model, dtype: torch.dtype) -> torch.Te
     return additive.masked_fill(~mask, torch.finfo(dtype).min)
 
 
+def text_config(model):
+    """The language model's config (a multimodal config's text part, or the config itself)."""
+    cfg = model.config
+    return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+
+
 def model_dtype(model) -> torch.dtype:
     return model.dtype if hasattr(model, "dtype") else next(model.parameters()).dtype
 
