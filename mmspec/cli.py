@@ -91,7 +91,7 @@ def cmd_image(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     kw = dict(method=args.method, cfg_scale=args.cfg_scale, temperature=args.temperature, k=args.k,
-              delta=args.delta, lam=args.lam, tree=args.tree, num_tokens=args.num_tokens)
+              delta=args.delta, lam=args.lam, tree=args.tree, num_tokens=args.num_tokens, drafter=args.drafter)
     batches = [classes[i: i + args.batch] for i in range(0, len(classes), args.batch)]
     pictures, stats = [], {"new_tokens": 0, "target_forwards": 0, "row_forwards": 0, "seconds": 0.0, "bounds": []}
     for i, chunk in enumerate(tqdm(batches, desc=f"mmspec image ({args.method})")):
@@ -122,6 +122,10 @@ def cmd_train(args) -> int:
         from .training.deer import cli_train_deer
 
         return cli_train_deer(args)
+    if args.train_command == "image-drafter":
+        from .training.image_feature import cli_train_image_drafter
+
+        return cli_train_image_drafter(args)
     from .training.feature import cli_train_feature
 
     return cli_train_feature(args)
@@ -212,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     img.add_argument("--lam", type=float, default=None, help="LANTERN++: multiplicative bound λ (default 2)")
     img.add_argument("--tree", choices=["chain", "static", "dynamic"], default="static")
     img.add_argument("--num-tokens", type=int, default=4, help="chain length")
+    img.add_argument("--drafter", choices=["ar", "feature"], default="ar", help="ar: the zoo's small AR drafter "
+                     "(run with CFG); feature: the zoo's image-eagle feature drafter on the guided target's features")
     img.add_argument("--seed", type=int, default=0)
     img.add_argument("--batch", type=int, default=12)
     img.add_argument("--out", default="runs/image")
@@ -249,6 +255,23 @@ def build_parser() -> argparse.ArgumentParser:
             tf.add_argument("--sar-tokens", type=int, default=4, help="draft tokens per drafter forward")
         tf.add_argument("--out", required=True)
         tf.set_defaults(func=cmd_train)
+
+    ti = train_sub.add_parser("image-drafter", help="train a feature drafter for a guided visual AR target "
+                              "(LANTERN / LANTERN++ image generation)")
+    ti.add_argument("--target", default="zoo:image-target", help="zoo:image-target or a local checkpoint dir "
+                    "(a causal LM over [class token] + VQ codes)")
+    ti.add_argument("--layout", default=None, help="checkpoint targets: JSON file of the token layout (default: "
+                    "the config's mmspec_image_layout)")
+    ti.add_argument("--cfg-scale", type=float, default=3.0, help="the guidance scale the drafter will serve")
+    ti.add_argument("--sar-tokens", type=int, default=1, help="draft tokens per drafter forward (FLASH-style head)")
+    ti.add_argument("--samples", type=int, default=4096, help="guided target samples to train on")
+    ti.add_argument("--steps", type=int, default=3000)
+    ti.add_argument("--budget-s", type=float, default=600.0)
+    ti.add_argument("--batch-size", type=int, default=32)
+    ti.add_argument("--lr", type=float, default=2e-3)
+    ti.add_argument("--seed", type=int, default=0)
+    ti.add_argument("--out", required=True)
+    ti.set_defaults(func=cmd_train)
 
     zoo_p = sub.add_parser("zoo", help="the tiny model zoo: build or list")
     zoo_sub = zoo_p.add_subparsers(dest="zoo_command", required=True)

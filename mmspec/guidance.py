@@ -6,10 +6,13 @@
 KV cache holds the 2B stacked rows; ``SpecKVCache.commit`` keeps the same accepted path in both halves.
 So the decoding loop, the tree verifier and any drafter see an ordinary causal LM whose logits are already
 guided: accepted tokens are appended to both halves, and the drafter (wrapped the same way) and the
-verifier read guided distributions, as LANTERN's CFG setting requires.
+verifier read guided distributions, as LANTERN's CFG setting requires. Asked for hidden states, it returns
+the guided last-layer feature (see ``forward``), which is what a feature drafter of a guided target learns.
 
-The condition is the first real token of each row (``[class token] + codes``); at the prefill (empty cache)
-the unconditional copy gets ``null_token_id`` there.
+By default the condition is the first real token of each row (``[class token] + codes``): at the prefill
+(empty cache) the unconditional copy gets ``null_token_id`` there. Text-conditioned targets pass their own
+rule as ``uncond(input_ids, real_mask) -> input_ids`` (Janus: every prompt token but BOS and
+``<begin_of_image>`` becomes padding, see :mod:`mmspec.janus`).
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from .verifiers.tree_forward import direct_logits, text_config
 
 
 class CFGModel(nn.Module):
-    def __init__(self, model, scale: float, null_token_id: int | None, allowed_ids=None):
+    def __init__(self, model, scale: float, null_token_id: int | None, allowed_ids=None, uncond=None):
         super().__init__()
-        if scale != 1.0 and null_token_id is None:
-            raise ValueError("classifier-free guidance (scale != 1) needs a null condition token (null_token_id)")
+        if scale != 1.0 and null_token_id is None and uncond is None:
+            raise ValueError("classifier-free guidance (scale != 1) needs a null condition token (null_token_id) "
+                             "or an unconditional-prompt rule (uncond)")
+        self.uncond = uncond
         self.model = model.eval()
         self.scale = float(scale)
         self.null_token_id = null_token_id
@@ -79,6 +84,8 @@ class CFGModel(nn.Module):
             real = attention_mask.bool()
         else:
             real = torch.ones_like(ids, dtype=torch.bool)
+        if self.uncond is not None:
+            return self.uncond(ids, real)
         first = real.long().argmax(1)
         ids[torch.arange(ids.shape[0], device=ids.device), first] = self.null_token_id
         return ids
@@ -117,7 +124,13 @@ class CFGModel(nn.Module):
         cond, unc = logits[:B], logits[B:]
         guided = unc + self.scale * (cond - unc)
         guided = guided.masked_fill(~self.allowed, float("-inf"))
-        hidden = tuple(h[:B] for h in out.hidden_states) if output_hidden_states and out.hidden_states else None
+        hidden = None
+        if output_hidden_states and out.hidden_states:
+            # the last layer's *guided* feature h_u + s (h_c - h_u): the LM head is linear, so it maps this
+            # feature to the guided logits, and a feature drafter trained on it drafts under guidance with
+            # one row per image instead of two
+            *inner, last = out.hidden_states
+            hidden = tuple(h[:B] for h in inner) + (last[B:] + self.scale * (last[:B] - last[B:]),)
         return CausalLMOutputWithPast(logits=guided, past_key_values=past_key_values, hidden_states=hidden)
 
 

@@ -2,32 +2,44 @@
 
     gen = ImageGenerator.from_zoo()                        # image-target, image-drafter, image-vq
     out = gen.generate([0, 5, 11], method="lantern++", lam=2.0, k=8, tree="static", cfg_scale=3.0, seed=0)
+    out = gen.generate([0, 5, 11], method="lantern++", drafter="feature")   # the zoo's image-eagle drafter
     out.images          # [B, 3, H, W] in [-1, 1]
     out.stats           # tau, relaxation bounds, times
 
 Targets are LlamaGen-style: any HF causal LM over ``[class token] + VQ codes`` with a null class for
 classifier-free guidance, decoded by a diffusers ``VQModel``. Guidance runs through :class:`CFGModel` for
-the target *and* the drafter, so both see guided logits restricted to codes.
+the target *and* the drafter, so both see guided logits restricted to codes. Two drafters: ``"ar"``, a small
+AR model over codes (run with CFG itself: two rows per image), and ``"feature"``, a feature drafter trained on
+the guided target's features (``mmspec train image-drafter``; one row per image, the guidance already in
+the features it reads).
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 
 import torch
 
 from .drafters import AutoregressiveDrafter
+from .drafters.feature import FeatureDrafter
 from .generator import GenerationStats, SpeculativeGenerator
 from .guidance import CFGModel
 from .tree import TreeTemplate
 from .verifiers.relaxed import Relaxation
 
 IMAGE_METHODS = ("ar", "spec", "lantern", "lantern++")
+IMAGE_DRAFTERS = ("ar", "feature")
 # LANTERN++'s static tree: depth 5, wider near the root (all draft probabilities are low). Kept to 18 nodes:
 # on a CPU the verify forward costs in proportion to the nodes (a (4, 2, 2, 1, 1) tree of 60 nodes made a
 # 48-image batch 30x slower than plain AR in the first measurement)
 LANTERN_TREE = TreeTemplate.full((2, 2, 1, 1, 1))
+
+
+def lattice_tree(depth: int) -> TreeTemplate:
+    """The static tree for a semi-autoregressive drafter of ``depth`` slots: LANTERN_TREE's shape cut to it."""
+    return TreeTemplate.full((2, 2, 1, 1, 1)[:depth]) if depth < 5 else LANTERN_TREE
 
 
 @dataclass
@@ -40,11 +52,17 @@ class ImageOutput:
 
 
 class ImageGenerator:
-    def __init__(self, target, drafter_model, vq, layout, classes: list[str] | None = None):
+    def __init__(self, target, drafter_model, vq, layout, classes: list[str] | None = None, feature_drafter=None):
+        from .drafters.feature_model import signature_mismatch
         from .zoo.image import codebook
 
         self.target, self.drafter_model, self.vq, self.layout = target.eval(), drafter_model, vq, layout
         self.classes = classes
+        if feature_drafter is not None:
+            problem = signature_mismatch(feature_drafter.config.target, target)
+            if problem:
+                raise ValueError(f"the feature drafter was trained against another target: {problem}")
+        self.feature_drafter = feature_drafter
         book = codebook(vq)
         if book.shape[0] != layout.codebook_size:
             raise ValueError(f"the VQ codebook has {book.shape[0]} codes but the target's image vocabulary has "
@@ -58,14 +76,23 @@ class ImageGenerator:
     def from_zoo(cls, home=None) -> "ImageGenerator":
         from .zoo import load
 
+        from .zoo.common import zoo_home
+
         t, d = load("image-target", home), load("image-drafter", home)
-        return cls(t.model, d.model, t.extras["vq"], t.extras["layout"], t.extras.get("classes"))
+        built = (Path(home or zoo_home()) / "image-eagle" / "zoo.json").exists()
+        feature = load("image-eagle", home).model if built else None  # optional: `mmspec zoo build --only image-eagle`
+        return cls(t.model, d.model, t.extras["vq"], t.extras["layout"], t.extras.get("classes"), feature)
 
     def relaxation(self, k: int, delta: float | None = None, lam: float | None = None) -> Relaxation:
         return Relaxation.from_codebook(self.codebook, self.layout.vocab_size, k, self.layout.code_offset,
                                         delta=delta, lam=lam)
 
-    def drafter(self, cfg_scale: float, tree="chain", num_tokens: int = 4, top_k: int = 4, num_nodes: int = 24):
+    def drafter(self, cfg_scale: float, tree="chain", num_tokens: int = 4, top_k: int = 4, num_nodes: int = 24,
+                kind: str = "ar"):
+        if kind not in IMAGE_DRAFTERS:
+            raise ValueError(f"unknown image drafter {kind!r}; choose from {IMAGE_DRAFTERS}")
+        if kind == "feature":
+            return self._feature_drafter(cfg_scale, tree, num_tokens, top_k, num_nodes)
         d = CFGModel(self.drafter_model, cfg_scale, self.layout.null_id, self._codes())
         if tree == "chain":
             return AutoregressiveDrafter(d, num_tokens=num_tokens, adaptive=False)
@@ -77,13 +104,31 @@ class ImageGenerator:
             return AutoregressiveDrafter(d, tree=tree)
         raise ValueError(f"tree must be 'chain', 'static', 'dynamic' or a TreeTemplate, got {tree!r}")
 
+    def _feature_drafter(self, cfg_scale: float, tree, num_tokens: int, top_k: int, num_nodes: int):
+        net = self.feature_drafter
+        if net is None:
+            raise ValueError("no feature drafter loaded: build it (`mmspec zoo build --only image-eagle`) or train "
+                             "one (`mmspec train image-drafter`) and pass it as feature_drafter=")
+        guided = CFGModel(self.target, cfg_scale, self.layout.null_id, self._codes())
+        sar = net.config.sar_tokens
+        if tree == "chain":
+            return FeatureDrafter(net, guided, num_tokens=sar if sar > 1 else num_tokens)
+        if tree == "static":
+            # a semi-autoregressive drafter drafts a lattice over its slots (depth <= its slots)
+            return FeatureDrafter(net, guided, tree=LANTERN_TREE if sar == 1 else lattice_tree(sar))
+        if tree == "dynamic":
+            return FeatureDrafter(net, guided, num_tokens=5, tree="dynamic", top_k=top_k, num_nodes=num_nodes)
+        if isinstance(tree, TreeTemplate):
+            return FeatureDrafter(net, guided, tree=tree)
+        raise ValueError(f"tree must be 'chain', 'static', 'dynamic' or a TreeTemplate, got {tree!r}")
+
     def _codes(self) -> torch.Tensor:
         return torch.arange(self.layout.code_offset, self.layout.code_offset + self.layout.codebook_size)
 
     @torch.no_grad()
     def generate(self, class_ids, method: str = "lantern++", cfg_scale: float = 3.0, temperature: float = 1.0,
                  k: int = 8, delta: float | None = None, lam: float | None = None, tree="static",
-                 num_tokens: int = 4, seed: int = 0) -> ImageOutput:
+                 num_tokens: int = 4, seed: int = 0, drafter: str = "ar") -> ImageOutput:
         from .zoo.image import decode_codes, generate_codes
 
         if method not in IMAGE_METHODS:
@@ -107,7 +152,8 @@ class ImageGenerator:
                 lam = 2.0 if lam is None else lam
                 relax = self.relaxation(k, lam=lam)
             target = CFGModel(self.target, cfg_scale, self.layout.null_id, self._codes())
-            engine = SpeculativeGenerator(target, self.drafter(cfg_scale, tree, num_tokens), relaxation=relax)
+            engine = SpeculativeGenerator(target, self.drafter(cfg_scale, tree, num_tokens, kind=drafter),
+                                          relaxation=relax)
             ids = self.layout.class_tokens(class_ids)[:, None]
             out = engine.generate(ids, max_new_tokens=self.layout.num_codes, do_sample=temperature > 0,
                                   temperature=max(temperature, 1e-5), eos_token_id=[], generator=gen)
@@ -116,8 +162,8 @@ class ImageGenerator:
         seconds = time.perf_counter() - t0
         images = decode_codes(self.vq, codes, self.layout.grid)
         config = dict(method=method, cfg_scale=cfg_scale, temperature=temperature, k=k, delta=delta, lam=lam,
-                      tree=str(tree), seed=seed, class_ids=class_ids)
+                      tree=str(tree), seed=seed, class_ids=class_ids, drafter=drafter if method != "ar" else None)
         return ImageOutput(images, codes, stats, seconds, config)
 
 
-__all__ = ["ImageGenerator", "ImageOutput", "IMAGE_METHODS", "LANTERN_TREE"]
+__all__ = ["ImageGenerator", "ImageOutput", "IMAGE_METHODS", "IMAGE_DRAFTERS", "LANTERN_TREE", "lattice_tree"]

@@ -137,6 +137,64 @@ def test_relaxed_sampling_bound_never_exceeded():
         assert (out.sequences[:, 1:] < CODES).all()
 
 
+def _feature_net(guided: CFGModel, sar: int = 1, seed: int = 7):
+    from mmspec.drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
+
+    torch.manual_seed(seed)
+    cfg = FeatureDrafterConfig.for_target(guided, "eagle", sar_tokens=sar, guidance_scale=guided.scale)
+    net = FeatureDraftModel(cfg)
+    if sar > 1:  # the SAR head starts at zero (slots = slot 0); give it something to draft with
+        torch.nn.init.normal_(net.sar[2].weight, std=0.3)
+    return net.eval()
+
+
+def test_guided_feature_maps_to_the_guided_logits():
+    """CFGModel's last hidden state is h_u + s (h_c - h_u): the LM head turns it into the guided logits (what
+    an image feature drafter learns to predict)."""
+    target, _ = _models()
+    t = CFGModel(target, 3.0, NULL, torch.arange(CODES))
+    ids = torch.tensor([[CODES, 1, 2, 3], [CODES + 1, 4, 5, 6]])
+    with torch.no_grad():
+        out = t(input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True)
+        via_head = target.lm_head(out.hidden_states[-1]).float().masked_fill(~t.allowed, float("-inf"))
+    assert out.hidden_states[-1].shape == (2, 4, 32)
+    finite = torch.isfinite(out.logits)
+    assert torch.equal(finite, torch.isfinite(via_head)) and finite[..., :CODES].all()
+    torch.testing.assert_close(via_head[finite], out.logits[finite], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("tree,sar", [("chain", 1), ("static", 1), ("dynamic", 1), ("chain", 3), ("lattice", 3)])
+def test_image_feature_drafter_is_exact_under_cfg(tree, sar):
+    """A feature drafter reading the guided target's features drafts only codes, and greedy output equals
+    guided greedy decoding (chain, static tree, dynamic tree; semi-autoregressive chain and lattice)."""
+    from mmspec.drafters.feature import FeatureDrafter
+
+    target, _ = _models()
+    t = CFGModel(target, 3.0, NULL, torch.arange(CODES))
+    net = _feature_net(t, sar)
+    if tree == "chain":
+        drafter = FeatureDrafter(net, t, num_tokens=sar if sar > 1 else 3)
+    elif tree == "static":
+        drafter = FeatureDrafter(net, t, tree=TreeTemplate.full((2, 2, 1)))
+    elif tree == "lattice":
+        drafter = FeatureDrafter(net, t, tree=TreeTemplate.full((2, 2, 1)))
+    else:
+        drafter = FeatureDrafter(net, t, num_tokens=3, tree="dynamic", top_k=3, num_nodes=8)
+    cls = torch.tensor([CODES, CODES + 2])
+    seen = []
+    inner = drafter.propose
+
+    def spy(*a, **kw):
+        tree_ = inner(*a, **kw)
+        seen.append(tree_.tokens[:, 1:])
+        return tree_
+
+    drafter.propose = spy
+    out = SpeculativeGenerator(t, drafter).generate(cls[:, None], max_new_tokens=10, eos_token_id=[])
+    assert torch.equal(out.sequences, guided_greedy(t, cls, 10))
+    assert seen and all((d < CODES).all() for d in seen)  # drafts are codes only, like the target's output
+
+
 def test_cfg_needs_a_null_condition():
     target, _ = _models()
     with pytest.raises(ValueError, match="null"):
@@ -170,7 +228,7 @@ def test_zoo_image_cli_and_suite(tmp_path):
         assert (tmp_path / "bench" / name).exists()
 
 
-@pytest.mark.parametrize("case", ["chain", "tree", "tree-delta0"])
+@pytest.mark.parametrize("case", ["chain", "tree", "tree-delta0", "feature-tree"])
 def test_cfg_sampling_is_lossless(case):
     """Under sampling, speculative decoding through CFGModel (and LANTERN with δ = 0) draws two codes from
     exactly the guided target's joint (chi-square, α = 1e-4; cells with expected count < 5 left out)."""
@@ -199,13 +257,17 @@ def test_cfg_sampling_is_lossless(case):
     joint = torch.stack([p1[a] * guided_probs(torch.tensor([[cls, a]]))[0] for a in range(V)])
     drafter = AutoregressiveDrafter(D, num_tokens=2, adaptive=False) if case == "chain" else \
         AutoregressiveDrafter(D, tree=TreeTemplate.full((2, 1)))
+    if case == "feature-tree":  # a feature drafter on the guided target's features
+        from mmspec.drafters.feature import FeatureDrafter
+
+        drafter = FeatureDrafter(_feature_net(T, seed=11), T, tree=TreeTemplate.full((2, 1)))
     relax = None
     if case == "tree-delta0":
         relax = Relaxation.from_codebook(torch.randn(C, 3, generator=torch.Generator().manual_seed(0)), V, 3, delta=0.0)
     n = 6000
     out = SpeculativeGenerator(T, drafter, relaxation=relax).generate(
         torch.full((n, 1), cls), max_new_tokens=2, do_sample=True, eos_token_id=[],
-        generator=torch.Generator().manual_seed(1 + ["chain", "tree", "tree-delta0"].index(case)))
+        generator=torch.Generator().manual_seed(1 + ["chain", "tree", "tree-delta0", "feature-tree"].index(case)))
     new = out.sequences[:, 1:]
     counts = torch.bincount(new[:, 0] * V + new[:, 1], minlength=V * V).double()
     exp = joint.flatten() * n

@@ -105,6 +105,23 @@ def test_micro_build_writes_everything(micro_zoo):
         assert 0.0 <= metrics[name]["class_fidelity"] <= 1.0
         assert metrics[name]["test_loss"] > 0
         assert (home / name / "samples.png").exists()
+    eagle = metrics["image-eagle"]  # the feature drafter of the guided target
+    assert eagle["cfg_scale"] == 3.0 and len(eagle["slot_accuracy"]["None"]) == 1
+    assert 0.0 <= eagle["slot_accuracy"]["None"][0] <= 1.0
+
+
+def test_micro_feature_drafter_is_exact_in_the_image_generator(micro_zoo):
+    """The zoo's image feature drafter, on its guided target: greedy LANTERN at δ = 0 and lossless speculative
+    decoding give plain guided AR's codes."""
+    from mmspec.image_gen import ImageGenerator
+
+    home, _ = micro_zoo
+    gen = ImageGenerator.from_zoo(home)
+    assert gen.feature_drafter is not None and gen.feature_drafter.config.guidance_scale == 3.0
+    ref = gen.generate([0, 3], method="ar", temperature=0, seed=0).codes
+    for method, tree, kw in (("spec", "chain", {}), ("lantern", "static", dict(delta=0.0)), ("spec", "dynamic", {})):
+        out = gen.generate([0, 3], method=method, tree=tree, drafter="feature", temperature=0, seed=0, **kw)
+        assert torch.equal(out.codes, ref)
 
 
 @pytest.mark.parametrize("name", image.NAMES)

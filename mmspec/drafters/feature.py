@@ -49,6 +49,9 @@ class FeatureDrafter(AutoregressiveDrafter):
         self.net = net.eval()
         self.embed = target.get_input_embeddings()
         self.lm_head = target.get_output_embeddings()
+        # a target that restricts its vocabulary (CFGModel: image codes only) restricts the drafts the same way
+        allowed = getattr(target, "allowed", None)
+        self.blocked = None if allowed is None else ~allowed.to(self.net.fc.weight.device)
         self.vocab_size = net.config.vocab_size
         self.compress_to = compress_to
         self.method = net.config.method
@@ -99,7 +102,7 @@ class FeatureDrafter(AutoregressiveDrafter):
         self._root_feature = h
         self._pending = []
         heads = self.net.heads(h)  # [B, k, H]
-        self._slot_logits = self.lm_head(heads).float()
+        self._slot_logits = self._logits(heads)
         return self._slot_logits[:, 0]
 
     def _feed(self, tokens: torch.LongTensor, pending_parents: torch.LongTensor) -> torch.Tensor:
@@ -115,7 +118,11 @@ class FeatureDrafter(AutoregressiveDrafter):
         valid = torch.ones_like(tokens, dtype=torch.bool)
         h = self.net.append(self.cache, x, pending_parents, valid)
         self._pending.append(h)
-        return self.lm_head(h).float()
+        return self._logits(h)
+
+    def _logits(self, features: torch.Tensor) -> torch.Tensor:
+        logits = self.lm_head(features).float()
+        return logits if self.blocked is None else logits.masked_fill(self.blocked, float("-inf"))
 
     def _chain(self, roots, logits, sampling, generator) -> DraftTree:
         if self.net.config.sar_tokens == 1:

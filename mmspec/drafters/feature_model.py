@@ -69,6 +69,7 @@ class FeatureDrafterConfig:
     compress_tokens: int = 0  # FLASH: learned queries per image (0 = no compression)
     sar_tokens: int = 1  # FLASH: features emitted per forward
     target: dict = field(default_factory=dict)  # target_signature() of the target it was trained against
+    guidance_scale: float | None = None  # image targets: the CFG scale whose guided features it learned
 
     def __post_init__(self):
         if self.method not in METHODS:

@@ -26,11 +26,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import ZooEntry
+from . import ZooEntry, image_drafters
 from . import image_data as data
 from .common import TrainResult, logits_checksum, read_json, seed_everything, train_loop, write_json
 
-NAMES = ["image-vq", "image-target", "image-drafter", "image-classifier"]
+BASE_NAMES = ["image-vq", "image-target", "image-drafter", "image-classifier"]
+NAMES = BASE_NAMES + image_drafters.NAMES  # the feature drafter of the guided target: see image_drafters.py
 FAMILY = "image"
 SEED = 1234
 LAYOUT_KEY = "mmspec_image_layout"
@@ -368,6 +369,10 @@ def checksum_tokens(layout: TokenLayout) -> torch.Tensor:
 @torch.no_grad()
 def checksum_output(name: str, model, layout: TokenLayout | None = None) -> torch.Tensor:
     """The output a zoo.json checksum fingerprints, for model ``name``."""
+    if name in image_drafters.NAMES:
+        from .vlm_drafters import checksum_output as feature_checksum_output
+
+        return feature_checksum_output(model)
     if name == "image-vq":
         return model(checksum_images()).sample
     if name == "image-classifier":
@@ -609,9 +614,20 @@ def _save_llama_fp16(model, path: Path):
 
 
 def build(home: Path, micro: bool = False, progress: bool = True, names: list[str] | None = None) -> dict[str, dict]:
-    """Train the image family into ``home/<name>/``; returns {name: metrics}."""
-    if names and set(names) != set(NAMES):
-        raise ValueError(f"the image family builds as a whole (its models depend on each other): {NAMES}")
+    """Train the image family into ``home/<name>/``; returns {name: metrics}. The base models build as a
+    whole (they depend on each other); the feature drafter alone needs a built ``image-target``."""
+    names = names or NAMES
+    base = [n for n in BASE_NAMES if n in names]
+    if base and set(base) != set(BASE_NAMES):
+        raise ValueError(f"the image family's base models build as a whole (they depend on each other): {BASE_NAMES}")
+    out = _build_base(home, micro, progress) if base else {}
+    extra = [n for n in image_drafters.NAMES if n in names]
+    if extra:
+        out.update(image_drafters.build(Path(home), micro, progress, extra))
+    return out
+
+
+def _build_base(home: Path, micro: bool, progress: bool) -> dict[str, dict]:
     from diffusers import VQModel
     from diffusers.utils import logging as dlog
     from transformers.utils import logging as tlog
@@ -734,6 +750,8 @@ def load(name: str, path: Path) -> ZooEntry:
     from diffusers import VQModel
     from transformers import LlamaForCausalLM
 
+    if name in image_drafters.NAMES:
+        return image_drafters.load(name, path)
     if name not in NAMES:
         raise ValueError(f"unknown image zoo model {name!r}; choose from {NAMES}")
     path = Path(path)
@@ -755,4 +773,4 @@ def load(name: str, path: Path) -> ZooEntry:
 
 __all__ = ["NAMES", "TokenLayout", "layout_of", "encode_images", "decode_codes", "codebook", "cfg_logits",
            "restrict_to_codes", "sample_from_logits", "generate_codes", "generate_images", "ImageClassifier",
-           "checksum", "checksum_output", "build", "load"]
+           "checksum", "checksum_output", "build", "load", "BASE_NAMES"]

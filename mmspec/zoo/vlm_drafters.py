@@ -110,12 +110,18 @@ def checksum(entry: ZooEntry) -> dict:
     """``logits_checksum`` of the drafter's feature heads on a fixed synthetic input (sequence of 6)."""
     from .common import logits_checksum
 
-    net = entry.model.eval()
+    return logits_checksum(checksum_output(entry.model))
+
+
+@torch.no_grad()
+def checksum_output(net) -> torch.Tensor:
+    """A feature drafter's fingerprint output: its feature heads on a fixed synthetic input (sequence of 6)."""
+    net = net.eval()
     H = net.config.hidden_size
     g = torch.Generator().manual_seed(0)
     tokens, feats = torch.randn(1, 6, H, generator=g), torch.randn(1, 6, H, generator=g)
     h = net.body(inputs_embeds=net.fuse(tokens, feats)).last_hidden_state
-    return logits_checksum(net.heads(h))
+    return net.heads(h)
 
 
 def load(name: str, path: Path) -> ZooEntry:
@@ -127,4 +133,4 @@ def load(name: str, path: Path) -> ZooEntry:
                     config=read_json(path / "zoo.json"), path=Path(path))
 
 
-__all__ = ["NAMES", "METHODS", "build", "load", "checksum", "zoo_batches", "train_config"]
+__all__ = ["NAMES", "METHODS", "build", "load", "checksum", "checksum_output", "zoo_batches", "train_config"]

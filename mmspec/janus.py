@@ -1,0 +1,189 @@
+"""Janus image generation through mmspec's loop: the stock ``JanusForConditionalGeneration``, unmodified.
+
+Janus generates images with its own embedding table for codes (``prepare_embeddings_for_image_generation``)
+and its own head (``model.generation_head``), next to the text ones. :class:`JanusImageLM` presents that as
+an ordinary causal LM over one joint vocabulary — ids below the text vocabulary are prompt tokens, id
+``text_vocab + c`` is image code c — by calling the stock class's public modules in order (no modeling code
+copied): embeddings, ``model.language_model`` (a Llama body taking our 4-D mask, positions and cache), then
+the generation head. Text columns of its logits are −inf, so only codes can be drafted or accepted.
+
+Classifier-free guidance is Janus's own rule: the unconditional row is the prompt with every token except
+BOS and ``<begin_of_image>`` replaced by padding (:func:`janus_uncond`), run through :class:`CFGModel`.
+``JanusImageGenerator`` then runs plain AR, lossless speculative decoding, LANTERN or LANTERN++ with the
+codebook's latent neighbourhoods, and decodes with the stock ``decode_image_tokens``.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from .drafters import AutoregressiveDrafter
+from .generator import GenerationStats, SpeculativeGenerator
+from .guidance import CFGModel
+from .tree import TreeTemplate
+from .verifiers.relaxed import Relaxation
+
+
+class JanusImageLM(nn.Module):
+    """A ``JanusForConditionalGeneration`` seen as a causal LM over ``text vocabulary + VQ codes``."""
+
+    def __init__(self, janus):
+        super().__init__()
+        if type(janus).__name__ != "JanusForConditionalGeneration":
+            raise ValueError(f"JanusImageLM wraps a JanusForConditionalGeneration, got {type(janus).__name__}")
+        self.janus = janus.eval()
+        self.text_vocab = janus.config.text_config.vocab_size
+        self.codebook_size = janus.config.vq_config.num_embeddings
+        self.num_image_tokens = janus.config.vision_config.num_image_tokens
+        cfg = copy.deepcopy(janus.config.text_config)
+        cfg.vocab_size = self.text_vocab + self.codebook_size  # what the engine sees
+        self._config = cfg
+
+    @property
+    def config(self):
+        return self._config
+
+    @property
+    def generation_config(self):
+        return self.janus.generation_config
+
+    @property
+    def device(self):
+        return self.janus.device
+
+    @property
+    def dtype(self):
+        return self.janus.dtype
+
+    def code_ids(self) -> torch.LongTensor:
+        return torch.arange(self.text_vocab, self.text_vocab + self.codebook_size)
+
+    def codebook(self) -> torch.Tensor:
+        """The VQ codebook [n_codes, d] the latent neighbourhoods are computed from."""
+        return self.janus.model.vqmodel.quantize.embedding.weight.detach()
+
+    def embed(self, input_ids: torch.LongTensor) -> torch.Tensor:
+        is_code = input_ids >= self.text_vocab
+        text = self.janus.get_input_embeddings()(input_ids.masked_fill(is_code, 0))
+        if not is_code.any():
+            return text
+        codes = self.janus.prepare_embeddings_for_image_generation((input_ids - self.text_vocab).clamp(min=0))
+        return torch.where(is_code[..., None], codes.to(text.dtype), text)
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, use_cache=True,
+                output_hidden_states=False, **kwargs):
+        out = self.janus.model.language_model(inputs_embeds=self.embed(input_ids), attention_mask=attention_mask,
+                                              position_ids=position_ids, past_key_values=past_key_values,
+                                              use_cache=use_cache, output_hidden_states=output_hidden_states)
+        code_logits = self.janus.model.generation_head(out.last_hidden_state)
+        logits = code_logits.new_full((*code_logits.shape[:2], self.text_vocab + self.codebook_size), float("-inf"))
+        logits[..., self.text_vocab:] = code_logits
+        return CausalLMOutputWithPast(logits=logits, past_key_values=out.past_key_values,
+                                      hidden_states=out.hidden_states if output_hidden_states else None)
+
+
+def janus_uncond(bos_id: int, boi_id: int, pad_id: int):
+    """Janus's unconditional prompt: keep BOS and ``<begin_of_image>``, pad every other real token."""
+
+    def rule(input_ids: torch.LongTensor, real: torch.BoolTensor) -> torch.LongTensor:
+        keep = (input_ids == bos_id) | (input_ids == boi_id) | ~real
+        return input_ids.masked_fill(~keep, pad_id)
+
+    return rule
+
+
+def _special_ids(janus) -> tuple[int, int, int]:
+    gc = janus.generation_config
+    boi = (getattr(gc, "generation_kwargs", None) or {}).get("boi_token_id")
+    ids = (gc.bos_token_id, boi, gc.pad_token_id)
+    if any(i is None for i in ids):
+        raise ValueError("Janus image generation needs generation_config.bos_token_id, pad_token_id and "
+                         "generation_kwargs['boi_token_id'] (the <begin_of_image> token)")
+    return ids
+
+
+@dataclass
+class JanusOutput:
+    codes: torch.LongTensor  # [B, num_image_tokens] codebook indices
+    images: torch.Tensor | None  # decode_image_tokens(codes), or None when not decoded
+    stats: GenerationStats | None
+    seconds: float
+
+
+class JanusImageGenerator:
+    """Text-to-image with a Janus target and a (smaller) Janus drafter sharing its codebook."""
+
+    def __init__(self, target, drafter=None):
+        self.target = JanusImageLM(target)
+        self.drafter = JanusImageLM(drafter) if drafter is not None else None
+        if self.drafter is not None:
+            t, d = self.target, self.drafter
+            if (t.text_vocab, t.codebook_size) != (d.text_vocab, d.codebook_size):
+                raise ValueError(f"drafter vocabulary ({d.text_vocab} text + {d.codebook_size} codes) differs from "
+                                 f"the target's ({t.text_vocab} + {t.codebook_size})")
+        self.bos, self.boi, self.pad = _special_ids(target)
+
+    def _guided(self, lm: JanusImageLM, cfg_scale: float) -> CFGModel:
+        return CFGModel(lm, cfg_scale, None, lm.code_ids(), uncond=janus_uncond(self.bos, self.boi, self.pad))
+
+    def _check_prompts(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None):
+        if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+            raise ValueError("input_ids must be [batch, prompt length] with a non-empty prompt")
+        last = input_ids[:, -1]
+        if attention_mask is not None and not bool(attention_mask[:, -1].all()):
+            raise ValueError("pad prompts on the left (the last column must be real tokens)")
+        if not bool((last == self.boi).all()):
+            raise ValueError(f"every prompt must end with <begin_of_image> (id {self.boi})")
+
+    @torch.no_grad()
+    def generate(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
+                 method: str = "lantern++", cfg_scale: float = 5.0, do_sample: bool = False,
+                 temperature: float = 1.0, k: int = 8, delta: float | None = None, lam: float | None = None,
+                 tree: TreeTemplate | None = None, num_tokens: int = 4, seed: int = 0,
+                 decode: bool = True) -> JanusOutput:
+        from .image_gen import IMAGE_METHODS, LANTERN_TREE
+
+        if method not in IMAGE_METHODS:
+            raise ValueError(f"unknown method {method!r}; choose from {IMAGE_METHODS}")
+        self._check_prompts(input_ids, attention_mask)
+        gen = torch.Generator().manual_seed(seed)
+        target = self._guided(self.target, cfg_scale)
+        n = self.target.num_image_tokens
+        t0 = time.perf_counter()
+        if method == "ar":  # the stock generate: the baseline, and the reference the tests compare with
+            if cfg_scale <= 1 or (attention_mask is not None and not bool(attention_mask.all())):
+                raise ValueError("method 'ar' runs the stock Janus generate, which needs cfg_scale > 1 and "
+                                 "unpadded prompts")
+            codes = self.target.janus.generate(input_ids, attention_mask=torch.ones_like(input_ids),
+                                               generation_mode="image", do_sample=do_sample, temperature=temperature,
+                                               guidance_scale=cfg_scale)
+            seconds = time.perf_counter() - t0
+            images = self.target.janus.decode_image_tokens(codes) if decode else None
+            return JanusOutput(codes, images, None, seconds)
+        if self.drafter is None:
+            raise ValueError(f"method {method!r} needs a drafter Janus model")
+        relax = None
+        if method in ("lantern", "lantern++"):
+            bound = dict(delta=0.1 if delta is None else delta) if method == "lantern" else \
+                dict(lam=2.0 if lam is None else lam)
+            relax = Relaxation.from_codebook(self.target.codebook(), self.target.config.vocab_size, k,
+                                             self.target.text_vocab, **bound)
+        draft = self._guided(self.drafter, cfg_scale)
+        drafter = AutoregressiveDrafter(draft, tree=tree or LANTERN_TREE) if method == "lantern++" else \
+            AutoregressiveDrafter(draft, num_tokens=num_tokens, adaptive=False, tree=tree)
+        engine = SpeculativeGenerator(target, drafter, relaxation=relax)
+        out = engine.generate(input_ids, attention_mask=attention_mask, max_new_tokens=n, do_sample=do_sample,
+                              temperature=temperature, eos_token_id=[], generator=gen)
+        codes = out.sequences[:, input_ids.shape[1]:] - self.target.text_vocab
+        seconds = time.perf_counter() - t0
+        images = self.target.janus.decode_image_tokens(codes) if decode else None
+        return JanusOutput(codes, images, out.stats, seconds)
+
+
+__all__ = ["JanusImageLM", "JanusImageGenerator", "JanusOutput", "janus_uncond"]
