@@ -30,7 +30,7 @@ from .tree import TreeTemplate
 from .verifiers.relaxed import Relaxation
 
 IMAGE_METHODS = ("ar", "spec", "lantern", "lantern++")
-IMAGE_DRAFTERS = ("ar", "feature")
+IMAGE_DRAFTERS = ("ar", "feature", "sar")  # small AR model; image-eagle; image-sar (4 drafts per forward)
 # LANTERN++'s static tree: depth 5, wider near the root (all draft probabilities are low). Kept to 18 nodes:
 # on a CPU the verify forward costs in proportion to the nodes (a (4, 2, 2, 1, 1) tree of 60 nodes made a
 # 48-image batch 30x slower than plain AR in the first measurement)
@@ -52,17 +52,18 @@ class ImageOutput:
 
 
 class ImageGenerator:
-    def __init__(self, target, drafter_model, vq, layout, classes: list[str] | None = None, feature_drafter=None):
+    def __init__(self, target, drafter_model, vq, layout, classes: list[str] | None = None, feature_drafter=None,
+                 sar_drafter=None):
         from .drafters.feature_model import signature_mismatch
         from .zoo.image import codebook
 
         self.target, self.drafter_model, self.vq, self.layout = target.eval(), drafter_model, vq, layout
         self.classes = classes
-        if feature_drafter is not None:
-            problem = signature_mismatch(feature_drafter.config.target, target)
+        for net in (feature_drafter, sar_drafter):
+            problem = signature_mismatch(net.config.target, target) if net is not None else None
             if problem:
                 raise ValueError(f"the feature drafter was trained against another target: {problem}")
-        self.feature_drafter = feature_drafter
+        self.feature_drafters = {"feature": feature_drafter, "sar": sar_drafter}
         book = codebook(vq)
         if book.shape[0] != layout.codebook_size:
             raise ValueError(f"the VQ codebook has {book.shape[0]} codes but the target's image vocabulary has "
@@ -79,9 +80,11 @@ class ImageGenerator:
         from .zoo.common import zoo_home
 
         t, d = load("image-target", home), load("image-drafter", home)
-        built = (Path(home or zoo_home()) / "image-eagle" / "zoo.json").exists()
-        feature = load("image-eagle", home).model if built else None  # optional: `mmspec zoo build --only image-eagle`
-        return cls(t.model, d.model, t.extras["vq"], t.extras["layout"], t.extras.get("classes"), feature)
+        def optional(name):  # `mmspec zoo build --only image-eagle,image-sar`
+            return load(name, home).model if (Path(home or zoo_home()) / name / "zoo.json").exists() else None
+
+        return cls(t.model, d.model, t.extras["vq"], t.extras["layout"], t.extras.get("classes"),
+                   optional("image-eagle"), optional("image-sar"))
 
     def relaxation(self, k: int, delta: float | None = None, lam: float | None = None) -> Relaxation:
         return Relaxation.from_codebook(self.codebook, self.layout.vocab_size, k, self.layout.code_offset,
@@ -91,8 +94,8 @@ class ImageGenerator:
                 kind: str = "ar"):
         if kind not in IMAGE_DRAFTERS:
             raise ValueError(f"unknown image drafter {kind!r}; choose from {IMAGE_DRAFTERS}")
-        if kind == "feature":
-            return self._feature_drafter(cfg_scale, tree, num_tokens, top_k, num_nodes)
+        if kind != "ar":
+            return self._feature_drafter(kind, cfg_scale, tree, num_tokens, top_k, num_nodes)
         d = CFGModel(self.drafter_model, cfg_scale, self.layout.null_id, self._codes())
         if tree == "chain":
             return AutoregressiveDrafter(d, num_tokens=num_tokens, adaptive=False)
@@ -104,11 +107,12 @@ class ImageGenerator:
             return AutoregressiveDrafter(d, tree=tree)
         raise ValueError(f"tree must be 'chain', 'static', 'dynamic' or a TreeTemplate, got {tree!r}")
 
-    def _feature_drafter(self, cfg_scale: float, tree, num_tokens: int, top_k: int, num_nodes: int):
-        net = self.feature_drafter
+    def _feature_drafter(self, kind: str, cfg_scale: float, tree, num_tokens: int, top_k: int, num_nodes: int):
+        net = self.feature_drafters[kind]
         if net is None:
-            raise ValueError("no feature drafter loaded: build it (`mmspec zoo build --only image-eagle`) or train "
-                             "one (`mmspec train image-drafter`) and pass it as feature_drafter=")
+            zoo_name, arg = ("image-eagle", "feature_drafter") if kind == "feature" else ("image-sar", "sar_drafter")
+            raise ValueError(f"no {kind} drafter loaded: build it (`mmspec zoo build --only {zoo_name}`) or train "
+                             f"one (`mmspec train image-drafter`) and pass it as {arg}=")
         guided = CFGModel(self.target, cfg_scale, self.layout.null_id, self._codes())
         sar = net.config.sar_tokens
         if tree == "chain":

@@ -105,9 +105,9 @@ def test_micro_build_writes_everything(micro_zoo):
         assert 0.0 <= metrics[name]["class_fidelity"] <= 1.0
         assert metrics[name]["test_loss"] > 0
         assert (home / name / "samples.png").exists()
-    eagle = metrics["image-eagle"]  # the feature drafter of the guided target
-    assert eagle["cfg_scale"] == 3.0 and len(eagle["slot_accuracy"]["None"]) == 1
-    assert 0.0 <= eagle["slot_accuracy"]["None"][0] <= 1.0
+    for name, slots in (("image-eagle", 1), ("image-sar", 4)):  # feature drafters of the guided target
+        acc = metrics[name]["slot_accuracy"]["None"]
+        assert metrics[name]["cfg_scale"] == 3.0 and len(acc) == slots and all(0.0 <= a <= 1.0 for a in acc)
 
 
 def test_micro_feature_drafter_is_exact_in_the_image_generator(micro_zoo):
@@ -117,10 +117,13 @@ def test_micro_feature_drafter_is_exact_in_the_image_generator(micro_zoo):
 
     home, _ = micro_zoo
     gen = ImageGenerator.from_zoo(home)
-    assert gen.feature_drafter is not None and gen.feature_drafter.config.guidance_scale == 3.0
+    assert gen.feature_drafters["feature"].config.guidance_scale == 3.0
+    assert gen.feature_drafters["sar"].config.sar_tokens == 4
     ref = gen.generate([0, 3], method="ar", temperature=0, seed=0).codes
-    for method, tree, kw in (("spec", "chain", {}), ("lantern", "static", dict(delta=0.0)), ("spec", "dynamic", {})):
-        out = gen.generate([0, 3], method=method, tree=tree, drafter="feature", temperature=0, seed=0, **kw)
+    for drafter, method, tree, kw in (("feature", "spec", "chain", {}), ("feature", "lantern", "static", dict(delta=0.0)),
+                                      ("feature", "spec", "dynamic", {}), ("sar", "spec", "chain", {}),
+                                      ("sar", "lantern++", "static", dict(lam=1.0))):
+        out = gen.generate([0, 3], method=method, tree=tree, drafter=drafter, temperature=0, seed=0, **kw)
         assert torch.equal(out.codes, ref)
 
 

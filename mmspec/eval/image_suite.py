@@ -29,13 +29,35 @@ MAIN_METHODS = [
     ("LANTERN++ λ=2 static", "lantern++", dict(lam=2.0, k=8, tree="static")),
     ("LANTERN++ λ=2 dynamic", "lantern++", dict(lam=2.0, k=8, tree="dynamic")),
 ]
+# the zoo's feature drafters of the guided target (when built): image-eagle (one token per forward) and
+# image-sar (4 tokens per forward: a chain or a lattice tree costs one drafter forward)
+FEATURE_METHODS = [
+    ("eagle: spec chain", "spec", dict(tree="chain", drafter="feature")),
+    ("eagle: LANTERN++ λ=2 static", "lantern++", dict(lam=2.0, k=8, tree="static", drafter="feature")),
+    ("eagle: LANTERN++ λ=2 dynamic", "lantern++", dict(lam=2.0, k=8, tree="dynamic", drafter="feature")),
+    ("sar: spec chain", "spec", dict(tree="chain", drafter="sar")),
+    ("sar: spec lattice", "spec", dict(tree="static", drafter="sar")),
+    ("sar: LANTERN δ=0.1 chain", "lantern", dict(delta=0.1, k=8, tree="chain", drafter="sar")),
+    ("sar: LANTERN++ λ=2 lattice", "lantern++", dict(lam=2.0, k=8, tree="static", drafter="sar")),
+]
 
 
-def sweep_methods() -> list[tuple[str, str, dict]]:
-    out = [(f"LANTERN δ={d} chain", "lantern", dict(delta=d, k=8, tree="chain")) for d in (0.05, 0.2, 0.4)]
-    out += [(f"LANTERN++ λ={lam} static", "lantern++", dict(lam=lam, k=8, tree="static")) for lam in (1.5, 3.0, 5.0)]
-    out += [(f"LANTERN++ λ=2 static k={k}", "lantern++", dict(lam=2.0, k=k, tree="static")) for k in (4, 16)]
+def sweep_methods(drafter: str = "ar") -> list[tuple[str, str, dict]]:
+    """δ, λ and k sweeps; with the SAR drafter the static tree is its lattice."""
+    tag = "" if drafter == "ar" else f"{'eagle' if drafter == 'feature' else drafter}: "
+    d = {} if drafter == "ar" else dict(drafter=drafter)
+    out = [(f"{tag}LANTERN δ={x} chain", "lantern", dict(delta=x, k=8, tree="chain", **d)) for x in (0.05, 0.2, 0.4)]
+    out += [(f"{tag}LANTERN++ λ={lam} static", "lantern++", dict(lam=lam, k=8, tree="static", **d))
+            for lam in (1.5, 3.0, 5.0)]
+    out += [(f"{tag}LANTERN++ λ=2 static k={k}", "lantern++", dict(lam=2.0, k=k, tree="static", **d)) for k in (4, 16)]
     return out
+
+
+def _same_drafter_spec(results: list[dict], r: dict) -> dict | None:
+    """The plain speculative chain run with r's drafter (the 'vs spec' baseline)."""
+    want = r.get("drafter", "ar")
+    return next((x for x in results if x["method"] == "spec" and x.get("tree") == "chain"
+                 and x.get("drafter", "ar") == want), None)
 
 
 def run_image_suite(per_class: int = 8, cfg_scale: float = 3.0, sweep: bool = True, latency_images: int = 12,
@@ -54,7 +76,11 @@ def run_image_suite(per_class: int = 8, cfg_scale: float = 3.0, sweep: bool = Tr
     clf = load("image-classifier", home).model
     n_cls = gen.layout.num_classes
     classes = [c for _ in range(per_class) for c in range(n_cls)]  # a grid row per round
-    methods = MAIN_METHODS + (sweep_methods() if sweep else [])
+    methods = list(MAIN_METHODS)
+    have = [k for k, net in gen.feature_drafters.items() if net is not None]
+    methods += [m for m in FEATURE_METHODS if m[2]["drafter"] in have]
+    if sweep:
+        methods += sweep_methods() + (sweep_methods("sar") if "sar" in have else [])
 
     def batched(method, kw, seed):
         outs = [gen.generate(classes[i: i + quality_batch], method=method, cfg_scale=cfg_scale, seed=seed + i, **kw)
@@ -98,10 +124,10 @@ def run_image_suite(per_class: int = 8, cfg_scale: float = 3.0, sweep: bool = Tr
                 "class_fidelity": class_fidelity(clf, images, classes), "images": images,
             })
     base = next(r for r in results if r["method"] == "ar")
-    spec = next(r for r in results if r["name"].startswith("spec chain"))
     for r in results:
         r["speedup_vs_ar"] = base["seconds_per_image"] / r["seconds_per_image"]
-        r["speedup_vs_spec"] = spec["seconds_per_image"] / r["seconds_per_image"]
+        spec = _same_drafter_spec(results, r)
+        r["speedup_vs_spec"] = spec["seconds_per_image"] / r["seconds_per_image"] if spec else None
     report = {
         "config": dict(per_class=per_class, images=len(classes), latency_images=latency_images, cfg_scale=cfg_scale,
                        temperature=1.0, torch=torch.__version__, threads=torch.get_num_threads(),
@@ -128,12 +154,17 @@ def to_markdown(report: dict) -> str:
         f"plain AR's own run-to-run FD, 4 other seeds: mean **{report['ar_run_to_run_fd']:.2f}** "
         f"(range {min(report['ar_run_to_run_fd_all']):.2f}–{max(report['ar_run_to_run_fd_all']):.2f}).",
         "",
+        "Drafters: the small AR drafter (run with CFG) unless the name says `eagle:` (image-eagle, a feature drafter "
+        "on the guided target's features) or `sar:` (image-sar, the same with 4 drafts per forward). "
+        "\"vs spec\": against plain speculative decoding (chain) with the same drafter.",
+        "",
         "| method | τ (step compression) | latency speedup vs AR | vs spec | max TV moved | FD | precision | recall | class fidelity |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["results"]:
         bound = f"{r['max_bound']:.3f}" if r["max_bound"] is not None else "–"
-        lines.append(f"| {r['name']} | {r['tau']:.2f} | {r['speedup_vs_ar']:.2f}× | {r['speedup_vs_spec']:.2f}× | "
+        vs_spec = f"{r['speedup_vs_spec']:.2f}×" if r["speedup_vs_spec"] is not None else "–"
+        lines.append(f"| {r['name']} | {r['tau']:.2f} | {r['speedup_vs_ar']:.2f}× | {vs_spec} | "
                      f"{bound} | {r['fd_vs_reference']:.3f} | {r['precision']:.2f} | {r['recall']:.2f} | "
                      f"{100 * r['class_fidelity']:.0f}% |")
     return "\n".join(lines) + "\n"
@@ -153,7 +184,8 @@ def write_image_report(report: dict, results: list[dict], out: Path, gen: ImageG
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for r in report["results"]:
         marker = {"ar": "s", "spec": "o", "lantern": "^", "lantern++": "D"}[r["method"]]
-        ax.scatter(r["fd_vs_reference"], r["speedup_vs_ar"], marker=marker)
+        colour = {"ar": "tab:blue", "feature": "tab:orange", "sar": "tab:green"}[r.get("drafter", "ar")]
+        ax.scatter(r["fd_vs_reference"], r["speedup_vs_ar"], marker=marker, c=colour)
         ax.annotate(r["name"], (r["fd_vs_reference"], r["speedup_vs_ar"]), fontsize=6)
     ax.axvline(report["ar_run_to_run_fd"], ls="--", c="grey", lw=0.8, label="plain AR run-to-run FD")
     ax.axvline(1.1 * report["ar_run_to_run_fd"], ls=":", c="grey", lw=0.8, label="+10%")
@@ -164,9 +196,11 @@ def write_image_report(report: dict, results: list[dict], out: Path, gen: ImageG
     fig.savefig(out / "speed_quality.png", dpi=150)
     plt.close(fig)
     for r in results:
-        if r["name"] in ("plain AR", "LANTERN++ λ=2 static"):
-            slug = "ar" if r["method"] == "ar" else "lantern_pp_static"
+        slugs = {"plain AR": "ar", "LANTERN++ λ=2 static": "lantern_pp_static",
+                 "sar: LANTERN++ λ=2 lattice": "sar_lantern_pp_lattice"}
+        if r["name"] in slugs:
+            slug = slugs[r["name"]]
             image_grid(r["images"], nrow=gen.layout.num_classes, scale=3).save(out / f"samples_{slug}.png")
 
 
-__all__ = ["run_image_suite", "to_markdown", "MAIN_METHODS", "sweep_methods"]
+__all__ = ["run_image_suite", "to_markdown", "MAIN_METHODS", "FEATURE_METHODS", "sweep_methods"]

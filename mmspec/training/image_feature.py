@@ -56,8 +56,9 @@ def sequence_batches(seqs: torch.LongTensor, batch_size: int, seed: int):
 
 def train_image_drafter(target, layout, cfg_scale: float = 3.0, sar_tokens: int = 1, samples: int = 4096,
                         val_samples: int = 256, train_cfg: FeatureTrainConfig | None = None, seed: int = 0,
-                        progress: bool = True):
-    """Returns (drafter network, report). ``target``: the raw visual AR model (it gets wrapped here)."""
+                        progress: bool = True, seqs: torch.LongTensor | None = None):
+    """Returns (drafter network, report). ``target``: the raw visual AR model (it gets wrapped here).
+    ``seqs``: ``samples + val_samples`` guided target samples already drawn (else drawn here)."""
     from ..drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
 
     if cfg_scale != 1.0 and layout.null_id is None:
@@ -66,7 +67,10 @@ def train_image_drafter(target, layout, cfg_scale: float = 3.0, sar_tokens: int 
     guided = CFGModel(target, cfg_scale, layout.null_id, codes)
     cfg = train_cfg or FeatureTrainConfig(stage1_steps=3000, stage1_budget_s=600.0, stage2_steps=0)
     t0 = time.perf_counter()
-    seqs = target_samples(target, layout, samples + val_samples, cfg_scale, seed, progress=progress)
+    if seqs is None:
+        seqs = target_samples(target, layout, samples + val_samples, cfg_scale, seed, progress=progress)
+    elif len(seqs) != samples + val_samples:
+        raise ValueError(f"{len(seqs)} sequences given for {samples} + {val_samples} samples")
     sample_seconds = time.perf_counter() - t0
     train, val = seqs[:samples], seqs[samples:]
     val_fn = sequence_batches(val, min(64, len(val)), seed + 99)

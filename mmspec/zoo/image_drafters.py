@@ -1,9 +1,12 @@
-"""The image family's feature drafter, trained against the frozen, guided ``image-target``:
+"""The image family's feature drafters, trained against the frozen, guided ``image-target``:
 
 - ``image-eagle``: an EAGLE-style feature drafter (one decoder layer the target's width; the target's
   embeddings and LM head reused frozen) that reads the target's *guided* last-layer features at CFG 3 and
-  predicts the next one, so its LM-head output is the guided distribution LANTERN verifies. Trained by
-  :mod:`mmspec.training.image_feature` on the guided target's own samples.
+  predicts the next one, so its LM-head output is the guided distribution LANTERN verifies;
+- ``image-sar``: the same with a semi-autoregressive head (FLASH's, Sec. 3.3) emitting 4 features per forward,
+  so a whole chain or lattice tree costs one drafter forward (on a CPU the per-forward cost dominates).
+
+Both trained by :mod:`mmspec.training.image_feature` on the same guided target samples.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import torch
 from . import ZooEntry
 from .common import read_json, seed_everything
 
-NAMES = ["image-eagle"]
+NAMES = ["image-eagle", "image-sar"]
+SAR_TOKENS = {"image-eagle": 1, "image-sar": 4}
 SEED = 5151
 CFG_SCALE = 3.0  # the scale image-target's own fidelity is measured at, and the benchmarks' default
 
@@ -32,28 +36,35 @@ def train_config(micro: bool):
 
 def build(home: Path, micro: bool = False, progress: bool = True, names: list[str] | None = None) -> dict:
     from ..drafters.feature_model import FeatureDraftModel
-    from ..training.image_feature import train_image_drafter
+    from ..training.image_feature import target_samples, train_image_drafter
     from .image import _write, load as load_image
 
+    names = names or NAMES
     target_entry = load_image("image-target", home / "image-target")
-    seed_everything(SEED)
+    target, layout = target_entry.model, target_entry.extras["layout"]
+    samples, val_samples = (48, 16) if micro else (6144, 256)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    out = {}
     try:
-        net, report = train_image_drafter(target_entry.model, target_entry.extras["layout"], CFG_SCALE,
-                                          samples=48 if micro else 6144, val_samples=16 if micro else 256,
-                                          train_cfg=train_config(micro), seed=SEED, progress=progress)
+        seqs = target_samples(target, layout, samples + val_samples, CFG_SCALE, SEED, progress=progress)
+        for name in names:
+            seed_everything(SEED)
+            net, report = train_image_drafter(target, layout, CFG_SCALE, SAR_TOKENS[name], samples, val_samples,
+                                              train_config(micro), SEED, progress, seqs=seqs)
+            path = home / name
+            net.save_pretrained(path)
+            stage = report["stage1"]
+            metrics = {**report, "train_steps": stage["steps"], "train_seconds": round(report["train_seconds"], 2),
+                       "stopped": stage["stopped"]}
+            facts = {"method": "eagle", "sar_tokens": SAR_TOKENS[name], "target": "image-target",
+                     "cfg_scale": CFG_SCALE, "drafter_seed": SEED, "params": report["params"],
+                     "drafter_config": asdict(net.config),
+                     "checksum": checksum(ZooEntry(name, FeatureDraftModel.from_pretrained(path)))}
+            out[name] = _write(home, name, metrics, facts, micro)
     finally:
         torch.set_num_threads(threads)
-    path = home / "image-eagle"
-    net.save_pretrained(path)
-    stage = report["stage1"]
-    metrics = {**report, "train_steps": stage["steps"], "train_seconds": round(report["train_seconds"], 2),
-               "stopped": stage["stopped"]}
-    facts = {"method": "eagle", "target": "image-target", "cfg_scale": CFG_SCALE, "drafter_seed": SEED,
-             "params": report["params"], "drafter_config": asdict(net.config),
-             "checksum": checksum(ZooEntry("image-eagle", FeatureDraftModel.from_pretrained(path)))}
-    return {"image-eagle": _write(home, "image-eagle", metrics, facts, micro)}
+    return out
 
 
 def checksum(entry: ZooEntry) -> dict:
@@ -71,4 +82,4 @@ def load(name: str, path: Path) -> ZooEntry:
                     config=read_json(path / "zoo.json"), path=Path(path))
 
 
-__all__ = ["NAMES", "build", "load", "checksum", "train_config", "CFG_SCALE"]
+__all__ = ["NAMES", "SAR_TOKENS", "build", "load", "checksum", "train_config", "CFG_SCALE"]
