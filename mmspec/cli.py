@@ -42,6 +42,13 @@ def cmd_bench(args) -> int:
     from .eval import run_bench, write_report
 
     methods = args.methods.split(",") if args.methods else None
+    if args.suite == "kernels":
+        from .eval.kernel_suite import run_kernel_suite, to_markdown
+
+        report = run_kernel_suite(out_dir=args.out)
+        Console().print(to_markdown(report))
+        Console().print(f"wrote {args.out}/kernels_bench.json and kernels_bench.md")
+        return 0 if report["sweep"]["passed"] == report["sweep"]["cases"] else 1
     if args.suite == "image":
         from .eval.image_suite import run_image_suite, to_markdown
 
@@ -192,10 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=1)
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--out", default="runs/bench")
-    bench.add_argument("--suite", choices=["models", "code", "vlm", "image"], default="models",
+    bench.add_argument("--suite", choices=["models", "code", "vlm", "image", "kernels"], default="models",
                        help="'models': --model/--draft specs; 'code': the zoo's held-out code prompts with every "
                        "text method (AR drafter, prompt lookup, DEER, DiffuSpec, lattice trees); 'vlm': held-out "
-                       "zoo scenes with every VLM method (text-only drafter, prompt lookup, EAGLE-style, MSD, FLASH)")
+                       "zoo scenes with every VLM method (text-only drafter, prompt lookup, EAGLE-style, MSD, FLASH); "
+                       "'kernels': Triton kernels vs their torch references (timings on CUDA, the interpreter's "
+                       "correctness sweep on CPU)")
     bench.add_argument("--per-class", type=int, default=8, help="image suite: pictures per class (quality)")
     bench.add_argument("--no-sweep", action="store_true", help="image suite: skip the δ / λ / k sweep")
     bench.add_argument("--vlm-prompts", choices=["mixed", "caption", "question"], default="mixed",

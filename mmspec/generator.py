@@ -14,6 +14,7 @@ import torch
 
 from .cache import SpecKVCache
 from .drafters.base import Drafter, TargetContext
+from .kernels.dispatch import backend_for_device
 from .state import DecodeState
 from .verifiers.logits import SamplingConfig
 from .verifiers.tree_forward import prefill_parents, text_config, tree_forward
@@ -32,6 +33,7 @@ class GenerationStats:
     total_time: float = 0.0
     relaxation_bounds: list[float] = field(default_factory=list)  # relaxed acceptance: per step, the largest
     # probability mass moved onto an accepted draft over the rows (the TV distance enforced)
+    kernel_backend: str = "torch"  # "triton" or "torch": which kernels ran (mmspec.kernels.dispatch)
 
     @property
     def mean_accepted_tokens(self) -> float:
@@ -47,6 +49,7 @@ class GenerationStats:
             "verify_time": self.verify_time,
             "total_time": self.total_time,
             "max_relaxation_bound": max(self.relaxation_bounds) if self.relaxation_bounds else None,
+            "kernel_backend": self.kernel_backend,
         }
 
 
@@ -166,7 +169,7 @@ class SpeculativeGenerator:
         B, P = input_ids.shape
         cache_len = self._cache_len(P, max_new_tokens)
         cache = SpecKVCache.for_model(self.target, B, cache_len)
-        stats = GenerationStats(accept_lengths=[[] for _ in range(B)])
+        stats = GenerationStats(accept_lengths=[[] for _ in range(B)], kernel_backend=backend_for_device(dev))
         verifier = TreeVerifier(sampling, self.relaxation)
 
         # prefill: the whole prompt, then the first token (which becomes the first tree root)

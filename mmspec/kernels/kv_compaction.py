@@ -1,15 +1,18 @@
 """KV compaction: move each row's accepted tree entries into contiguous committed slots.
 
-Torch reference implementation (the Triton version of issue "kernels" must match its signature).
-One gather and one scatter per tensor, vectorised over the batch; no per-token Python loop.
+``compact_kv_`` is what ``SpecKVCache.commit`` calls; it runs the Triton kernel on CUDA tensors and the
+torch reference otherwise (``dispatch.py``). Both are in place and vectorised over the batch.
 """
 
 from __future__ import annotations
 
 import torch
 
+from .dispatch import backend_for, triton_module
 
-def compact_kv_(keys: torch.Tensor, values: torch.Tensor, src: torch.LongTensor, dst: torch.LongTensor) -> None:
+
+def compact_kv_reference(keys: torch.Tensor, values: torch.Tensor, src: torch.LongTensor,
+                         dst: torch.LongTensor) -> None:
     """In place: ``keys[b, :, dst[b, j]] = keys[b, :, src[b, j]]`` (same for values), for all b, j.
 
     ``keys``/``values``: [B, H, S, D]. ``src``/``dst``: [B, L] slot indices. The gather happens before the
@@ -21,3 +24,15 @@ def compact_kv_(keys: torch.Tensor, values: torch.Tensor, src: torch.LongTensor,
     for buf in (keys, values):
         moved = buf[rows, :, src]  # [B, L, H, D]
         buf[rows, :, dst] = moved
+
+
+def compact_kv_(keys: torch.Tensor, values: torch.Tensor, src: torch.LongTensor, dst: torch.LongTensor) -> None:
+    """:func:`compact_kv_reference`'s contract, run by Triton on CUDA (moves longer than one program's
+    tile, e.g. a whole prompt, stay on the reference)."""
+    if backend_for(keys, values, src, dst) == "triton":
+        kernels = triton_module("triton_kv_compaction")
+        if src.shape[1] <= kernels.MAX_ENTRIES:
+            kernels.compact_(keys, src, dst)
+            kernels.compact_(values, src, dst)
+            return
+    compact_kv_reference(keys, values, src, dst)

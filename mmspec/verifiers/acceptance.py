@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..kernels.acceptance import greedy_tree_accept
+from ..kernels.dispatch import backend_for
 from ..tree import DraftTree
 
 
@@ -56,6 +58,10 @@ def _path_to(tree: DraftTree, node: torch.LongTensor) -> tuple[torch.LongTensor,
 
 def greedy_accept(tree: DraftTree, logits: torch.Tensor) -> AcceptResult:
     """logits: [B, N, V] target logits at every node."""
+    if backend_for(logits) == "triton":
+        # fused: argmax and the whole tree walk in two kernel launches (mmspec.kernels.acceptance)
+        depth = tree.num_nodes - 1 if tree.is_chain else tree.max_depth
+        return AcceptResult(*greedy_tree_accept(logits, tree.tokens, tree.parents, tree.valid, depth))
     argmax = logits.argmax(-1)  # [B, N]
     if tree.is_chain:
         # chain fast path: the accepted prefix is the run of drafts equal to the previous node's argmax

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..cache import SpecKVCache
+from ..kernels.tree_attention import ATTENTION_NAME
 
 
 def attn_implementation(model) -> str:
@@ -19,8 +20,8 @@ def attn_implementation(model) -> str:
 
 
 def to_model_mask(mask: torch.BoolTensor, model, dtype: torch.dtype) -> torch.Tensor:
-    """SDPA (and flex-free paths) take the bool mask as is; eager attention adds the mask to scores."""
-    if attn_implementation(model) == "sdpa":
+    """SDPA and mmspec's tree attention take the bool mask as is; eager attention adds the mask to scores."""
+    if attn_implementation(model) in ("sdpa", ATTENTION_NAME):
         return mask
     additive = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
     return additive.masked_fill(~mask, torch.finfo(dtype).min)

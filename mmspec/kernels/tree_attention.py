@@ -1,0 +1,76 @@
+"""Tree attention: every tree node attends to its row's committed prefix and to its own ancestors.
+
+The visibility pattern is the 4-D boolean mask ``SpecKVCache.prepare_append`` builds (``[B, 1, T, S]``:
+committed slots ``starts[b] <= s < lengths[b]`` plus the ancestor mask over the pending block, optionally
+cut by a sliding window), so one kernel serves tree verification, chunked prefill and drafters alike.
+
+* :func:`tree_attention_reference`: torch SDPA with that explicit mask (GQA by repeating K/V heads);
+* :func:`tree_attention`: the same contract, dispatched to Triton for CUDA tensors (``dispatch.py``);
+* ``"mmspec_tree"``: both registered with ``transformers.AttentionInterface``, so a stock model switched
+  with :func:`use_tree_attention` runs them inside its own attention modules. Masks it does not handle
+  (none, additive floats, dropout in training) go to the stock SDPA function unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from .dispatch import backend_for, triton_module
+
+ATTENTION_NAME = "mmspec_tree"
+
+
+def tree_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.BoolTensor,
+                             scale: float | None = None) -> torch.Tensor:
+    """``q`` [B, H, T, D], ``k`` [B, H_kv, S, D], ``v`` [B, H_kv, S, Dv], ``mask`` bool, broadcastable to
+    [B, H, T, S] (True = visible) -> [B, H, T, Dv]. A query that sees nothing gets zeros."""
+    group = q.shape[1] // k.shape[1]
+    return F.scaled_dot_product_attention(q, repeat_kv(k, group), repeat_kv(v, group), attn_mask=mask, scale=scale)
+
+
+def tree_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.BoolTensor,
+                   scale: float | None = None) -> torch.Tensor:
+    """:func:`tree_attention_reference`'s contract, run by Triton on CUDA (see ``dispatch.py``)."""
+    if backend_for(q, k, v, mask) == "triton":
+        return triton_module("triton_tree_attention").tree_attention(q, k, v, mask, scale)
+    return tree_attention_reference(q, k, v, mask, scale)
+
+
+def _handles(attention_mask, key: torch.Tensor, dropout: float, kwargs: dict) -> bool:
+    """Inputs tree attention covers; anything else (no mask, additive mask, biases, softcapping,
+    attention sinks, dropout) is left to the stock SDPA function."""
+    if attention_mask is None or attention_mask.dtype != torch.bool or attention_mask.dim() != 4:
+        return False
+    if attention_mask.shape[-1] != key.shape[-2]:
+        return False
+    return dropout == 0.0 and all(kwargs.get(name) is None for name in ("softcap", "position_bias", "s_aux"))
+
+
+def mmspec_tree_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                          attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                          **kwargs) -> tuple[torch.Tensor, None]:
+    """The ``AttentionInterface`` function: returns ``([B, T, H, Dv], None)`` like ``sdpa_attention_forward``."""
+    if not _handles(attention_mask, key, dropout, kwargs):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    out = tree_attention(query, key, value, attention_mask, scaling)
+    return out.transpose(1, 2).contiguous(), None
+
+
+# Stock models build their own masks from 2-D padding masks (e.g. in ``model.generate``) with the function
+# registered under the same name: SDPA's boolean mask is what tree attention expects.
+AttentionInterface.register(ATTENTION_NAME, mmspec_tree_attention)
+AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+
+
+def use_tree_attention(model):
+    """Switch a stock HF model (and its sub-models) to the ``"mmspec_tree"`` attention; returns the model.
+
+    Same effect as ``from_pretrained(..., attn_implementation="mmspec_tree")`` after ``import mmspec``.
+    """
+    model.set_attn_implementation(ATTENTION_NAME)
+    return model
