@@ -2,10 +2,11 @@
 
 from .cache import SpecKVCache
 from .generator import GenerationOutput, GenerationStats, SpeculativeGenerator
+from .pipeline import pipeline
 from .tree import DEFAULT_TREE, DraftTree, TreeTemplate
 from .vlm_generator import VLMGenerator, VLMOutput
 
 __version__ = "0.1.0"
 
-__all__ = ["SpeculativeGenerator", "GenerationOutput", "GenerationStats", "SpecKVCache", "DraftTree",
+__all__ = ["pipeline", "SpeculativeGenerator", "GenerationOutput", "GenerationStats", "SpecKVCache", "DraftTree",
            "TreeTemplate", "DEFAULT_TREE", "VLMGenerator", "VLMOutput", "__version__"]

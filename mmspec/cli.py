@@ -90,10 +90,10 @@ def cmd_image(args) -> int:
     import torch
     from tqdm.auto import tqdm
 
-    from .image_gen import ImageGenerator
+    from .pipeline import pipeline
     from .zoo.image_data import image_grid
 
-    gen = ImageGenerator.from_zoo()
+    gen = pipeline("zoo:image-target", method=args.method, drafter=args.drafter)  # checks the combination first
     classes = [int(c) for c in args.classes.split(",")] if args.classes else list(range(gen.layout.num_classes))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -143,6 +143,13 @@ def cmd_demo(args) -> int:
     from .demo import run_demo
 
     return run_demo(args.out, num_prompts=args.prompts, max_new_tokens=args.max_new_tokens)
+
+
+def cmd_eval(args) -> int:
+    """Suites x methods on the zoo or the user's models and data: a run directory with report.md, plots, config."""
+    from .eval.run import cli_eval
+
+    return cli_eval(args)
 
 
 def cmd_zoo(args) -> int:
@@ -281,6 +288,13 @@ def build_parser() -> argparse.ArgumentParser:
     ti.add_argument("--seed", type=int, default=0)
     ti.add_argument("--out", required=True)
     ti.set_defaults(func=cmd_train)
+
+    from .eval.config import add_eval_arguments
+
+    ev = sub.add_parser("eval", help="evaluation suites (code, chat, vlm, image) -> results.json, report.md, plots; "
+                        "also python -m mmspec.eval, and under accelerate launch")
+    add_eval_arguments(ev)
+    ev.set_defaults(func=cmd_eval)
 
     zoo_p = sub.add_parser("zoo", help="the tiny model zoo: build or list")
     zoo_sub = zoo_p.add_subparsers(dest="zoo_command", required=True)

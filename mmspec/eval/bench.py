@@ -139,15 +139,59 @@ def build_runner(method: str, target, draft, num_tokens: int, max_new_tokens: in
 def _speculative_runner(target, drafter, max_new_tokens: int, sampling: dict, eos_token_id: int | None = None):
     gen = SpeculativeGenerator(target, drafter)
     gen_kw = dict(do_sample=bool(sampling.get("do_sample")), temperature=sampling.get("temperature", 1.0))
+    seed = int(sampling.get("seed", 0))
 
     def run(prompt):
         ids, inputs = split_prompt(prompt)
-        g = torch.Generator().manual_seed(0)
+        g = torch.Generator().manual_seed(seed)
         out = gen.generate(ids, max_new_tokens=max_new_tokens, eos_token_id=[] if eos_token_id is None else eos_token_id,
                            generator=g, **gen_kw, **inputs)
         return out.sequences, out.stats
 
     return run
+
+
+def time_methods(runners: dict, prompts: list, repeats: int = 1, warmup: int = 1, seed: int = 0,
+                 progress: bool = True, desc: str = "bench") -> dict:
+    """Run ``runners`` (method -> callable prompt -> (output, stats or None)) over the prompts: ``warmup`` calls
+    each first, then ``repeats`` rounds with the methods interleaved, so slow drifts of the machine hit all of
+    them alike. Returns per method ``times`` ([round][prompt] seconds), ``outputs`` and ``stats`` (first round).
+    The global torch seed is reset to ``seed`` before every call (HF sampling draws from it)."""
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
+    runs = {m: {"times": [], "outputs": [], "stats": []} for m in runners}
+    total = len(runners) * (warmup + repeats * len(prompts))
+    with torch.inference_mode(), tqdm(total=total, desc=desc, disable=not progress) as bar:
+        for runner in runners.values():
+            for _ in range(warmup):
+                torch.manual_seed(seed)
+                runner(prompts[0])
+                bar.update(1)
+        for round_ in range(repeats):
+            for method, runner in runners.items():
+                times = []
+                for prompt in prompts:
+                    torch.manual_seed(seed)
+                    t0 = time.perf_counter()
+                    out, stats = runner(prompt)
+                    times.append(time.perf_counter() - t0)
+                    if round_ == 0:
+                        runs[method]["outputs"].append(out)
+                        runs[method]["stats"].append(stats)
+                    bar.update(1)
+                runs[method]["times"].append(times)
+    return runs
+
+
+def prompt_record(seconds: float, new_tokens: int, stats, exact: bool | None) -> dict:
+    """One method on one prompt: what reports aggregate (sums merge across prompts, categories and shards)."""
+    rec = {"seconds": seconds, "new_tokens": int(new_tokens), "exact": exact, "target_forwards": None,
+           "row_forwards": None, "accept_lengths": [], "draft_time": None, "verify_time": None}
+    if stats is not None:
+        rec.update(target_forwards=stats.target_forwards, row_forwards=stats.row_forwards,
+                   accept_lengths=[n for row in stats.accept_lengths for n in row],
+                   draft_time=stats.draft_time, verify_time=stats.verify_time)
+    return rec
 
 
 def run_bench(model: str = "tiny:llama", draft: str | None = "tiny:llama", methods: list[str] | None = None,
@@ -172,11 +216,14 @@ def run_bench(model: str = "tiny:llama", draft: str | None = "tiny:llama", metho
 
 def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str] | None = None,
             max_new_tokens: int = 64, num_tokens: int = 4, do_sample: bool = False, temperature: float = 1.0,
-            repeats: int = 1, progress: bool = True, extra: dict | None = None, eos_token_id: int | None = None) -> dict:
+            repeats: int = 1, progress: bool = True, extra: dict | None = None, eos_token_id: int | None = None,
+            seed: int = 0, warmup: int = 1, per_prompt: bool = False, desc: str = "bench") -> dict:
     """Run the methods side by side on ready models and prompts ([1, L] ids, or dicts with
     ``input_ids`` plus prefill inputs such as ``pixel_values``). ``extra`` maps further method names to
     zero-argument drafter factories (a fresh drafter per method). With ``eos_token_id`` every method
-    stops at EOS (answers of natural length); otherwise all generate exactly ``max_new_tokens``."""
+    stops at EOS (answers of natural length); otherwise all generate exactly ``max_new_tokens``.
+    ``per_prompt`` adds each method's per-prompt records (median seconds over rounds, tokens, forwards,
+    accepted lengths, exactness) for reports that regroup or merge prompts (``mmspec eval``)."""
     extra = extra or {}
     methods = methods or ALL_METHODS + list(extra)
     unknown = set(methods) - set(ALL_METHODS) - set(extra)
@@ -184,64 +231,54 @@ def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str]
         raise ValueError(f"unknown methods {sorted(unknown)}; choose from {ALL_METHODS + list(extra)}")
     if "plain" not in methods:
         methods = ["plain"] + list(methods)
-    sampling = dict(do_sample=do_sample, temperature=temperature)
+    sampling = dict(do_sample=do_sample, temperature=temperature, seed=seed)
     num_prompts = len(prompts)
 
     runners = {m: build_runner(m, target, draft_model, num_tokens, max_new_tokens, sampling, extra.get(m),
                                eos_token_id) for m in methods}
     runners = {m: r for m, r in runners.items() if r is not None}
+    # each method's time is the median over rounds of its time for the whole prompt set
+    runs = time_methods(runners, prompts, repeats, warmup, seed, progress, desc)
     results: dict[str, MethodResult] = {}
-    outputs: dict[str, list[torch.Tensor]] = {}
-    total = len(runners) * (1 + repeats * len(prompts))
-    # Methods are interleaved round by round, so slow drifts of the machine hit all of them alike;
-    # each method's time is the median over rounds of its time for the whole prompt set.
-    times = {m: [] for m in runners}
-    new = {m: 0 for m in runners}
-    rows = {m: 0 for m in runners}
-    lens = {m: [] for m in runners}
-    split = {m: [0.0, 0.0] for m in runners}
-    with torch.inference_mode(), tqdm(total=total, desc="bench", disable=not progress) as bar:
-        for method, runner in runners.items():
-            runner(prompts[0])  # warm-up
-            bar.update(1)
-        for round_ in range(repeats):
-            for method, runner in runners.items():
-                t0 = time.perf_counter()
-                seqs = []
-                for ids in prompts:
-                    seq, stats = runner(ids)
-                    seqs.append(seq)
-                    if stats is not None and round_ == 0:
-                        new[method] += stats.new_tokens
-                        rows[method] += stats.row_forwards
-                        lens[method].extend(stats.accept_lengths[0])
-                        split[method][0] += stats.draft_time
-                        split[method][1] += stats.verify_time
-                    bar.update(1)
-                times[method].append(time.perf_counter() - t0)
-                if round_ == 0:
-                    outputs[method] = seqs
-    for method in runners:
-        produced = sum(seq.shape[1] - split_prompt(p)[0].shape[1] for seq, p in zip(outputs[method], prompts))
-        results[method] = MethodResult(method, statistics.median(times[method]), produced,
-                                       new[method] / rows[method] if rows[method] else None,
-                                       accept_lengths=lens[method],
-                                       draft_share=split[method][0] / sum(split[method]) if sum(split[method]) else None)
+    records: dict[str, list[dict]] = {}
+    plain_out = runs["plain"]["outputs"]
+    for method, run in runs.items():
+        lens, new, rows, split = [], 0, 0, [0.0, 0.0]
+        records[method] = []
+        for i, (seq, stats, p) in enumerate(zip(run["outputs"], run["stats"], prompts)):
+            produced = seq.shape[1] - split_prompt(p)[0].shape[1]
+            same = None if do_sample else bool(seq.shape == plain_out[i].shape and torch.equal(seq, plain_out[i]))
+            records[method].append(prompt_record(statistics.median(t[i] for t in run["times"]), produced, stats, same))
+            if stats is not None:
+                new += stats.new_tokens
+                rows += stats.row_forwards
+                lens.extend(stats.accept_lengths[0])
+                split[0] += stats.draft_time
+                split[1] += stats.verify_time
+        produced = sum(r["new_tokens"] for r in records[method])
+        results[method] = MethodResult(method, statistics.median(sum(t) for t in run["times"]), produced,
+                                       new / rows if rows else None, accept_lengths=lens,
+                                       draft_share=split[0] / sum(split) if sum(split) else None)
 
     base = results["plain"]
     for r in results.values():
         r.speedup = base.seconds / r.seconds
         if not do_sample:
-            same = [a.shape == b.shape and torch.equal(a, b) for a, b in zip(outputs[r.method], outputs["plain"])]
-            r.exact = sum(same) / len(same)
+            r.exact = sum(rec["exact"] for rec in records[r.method]) / num_prompts
         if r.method == "plain":
             r.tau = 1.0
+    out = []
+    for r in results.values():
+        d = asdict(r)
+        if per_prompt:
+            d["per_prompt"] = records[r.method]
+        out.append(d)
     return {
         "config": dict(num_prompts=num_prompts, max_new_tokens=max_new_tokens, num_tokens=num_tokens,
                        stop_at_eos=eos_token_id is not None,
-                       do_sample=do_sample, temperature=temperature, repeats=repeats,
+                       do_sample=do_sample, temperature=temperature, repeats=repeats, seed=seed, warmup=warmup,
                        torch=torch.__version__, threads=torch.get_num_threads()),
-        "results": [asdict(r) for r in results.values()],
+        "results": out,
     }
 
 

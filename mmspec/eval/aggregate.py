@@ -1,0 +1,75 @@
+"""Per-prompt records -> the figures of a report, by method and by category.
+
+Every figure is a ratio of sums over the records it covers, so the same code summarises one process, one
+category, or the merged records of several processes (``accelerate launch``):
+
+* speedup = Σ seconds of the base method (plain decoding / plain AR) / Σ seconds of the method, over the same
+  prompts. Each prompt's base and method times come from the same process, so a merged speedup is a
+  time-weighted mean of the shards' own speedups;
+* τ = Σ new tokens / Σ (row, target forward) pairs — with one prompt per call, new tokens / target forwards;
+* tokens/s = Σ new tokens / Σ seconds; exact = share of prompts equal to the base's greedy output;
+* drafter share = Σ drafter time / Σ (drafter + verify) time; accepted-length histogram = counts over steps.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+
+def summarise(records: list[dict], base: str) -> list[dict]:
+    """One row per method (in first-seen order)."""
+    methods = list(dict.fromkeys(r["method"] for r in records))
+    base_by_item = {r["item"]: r["seconds"] for r in records if r["method"] == base}
+    rows = []
+    for m in methods:
+        recs = [r for r in records if r["method"] == m]
+        secs = sum(r["seconds"] for r in recs)
+        new = sum(r["new_tokens"] for r in recs)
+        base_secs = sum(base_by_item[r["item"]] for r in recs if r["item"] in base_by_item)
+        fwd = [r for r in recs if r.get("row_forwards") is not None]
+        rows_fwd = sum(r["row_forwards"] for r in fwd)
+        draft = sum(r["draft_time"] or 0.0 for r in fwd)
+        verify = sum(r["verify_time"] or 0.0 for r in fwd)
+        exact = [r["exact"] for r in recs if r.get("exact") is not None]
+        tau = new / rows_fwd if fwd and rows_fwd else (1.0 if m == base else None)
+        hist = Counter(n for r in recs for n in r.get("accept_lengths") or [])
+        rows.append({
+            "method": m, "prompts": len(recs), "seconds": secs, "new_tokens": new,
+            "target_forwards": sum(r["target_forwards"] for r in fwd) if fwd else None,
+            "row_forwards": rows_fwd if fwd else None, "tau": tau,
+            "speedup": base_secs / secs if secs > 0 and base_by_item else None,
+            "tokens_per_s": new / secs if secs > 0 else None,
+            "exact": sum(exact) / len(exact) if exact else None,
+            "draft_share": draft / (draft + verify) if draft + verify > 0 else None,
+            "accept_hist": {int(k): v for k, v in sorted(hist.items())},
+        })
+    return rows
+
+
+def by_category(records: list[dict], base: str) -> dict[str, list[dict]]:
+    cats = list(dict.fromkeys(r["category"] for r in records))
+    return {c: summarise([r for r in records if r["category"] == c], base) for c in cats}
+
+
+def by_shard(records: list[dict], base: str) -> dict[int, list[dict]]:
+    ranks = sorted({r.get("rank", 0) for r in records})
+    return {k: summarise([r for r in records if r.get("rank", 0) == k], base) for k in ranks}
+
+
+def merge_shards(shards: list[list[dict]]) -> list[dict]:
+    """Concatenate the processes' records in item order (each item was run by exactly one process)."""
+    records = [r for shard in shards for r in shard]
+    seen = Counter((r["item"], r["method"]) for r in records)
+    dup = [k for k, n in seen.items() if n > 1]
+    if dup:
+        raise ValueError(f"records of item {dup[0][0]} / method {dup[0][1]} came from more than one process")
+    return sorted(records, key=lambda r: r["item"])  # stable: method order within an item is kept
+
+
+def summarise_suite(records: list[dict], base: str) -> dict:
+    """Everything a report shows about one suite."""
+    return {"summary": summarise(records, base), "categories": by_category(records, base),
+            "shards": {str(k): v for k, v in by_shard(records, base).items()}}
+
+
+__all__ = ["summarise", "by_category", "by_shard", "merge_shards", "summarise_suite"]

@@ -1,0 +1,203 @@
+"""What one ``mmspec eval`` run is: a flat config, read from YAML/JSON, overridden by command-line flags, and
+written back *resolved* (suites, methods and classes spelled out) as ``config.yaml`` in the run directory, so
+``mmspec eval --config runs/x/config.yaml`` repeats the same run even if a suite's default method list changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+SUITES = ("code", "chat", "vlm", "image")
+ALL_SUITES = ("code", "vlm", "image")  # "all": one suite per zoo family (chat needs a question file)
+
+
+@dataclass
+class EvalConfig:
+    suites: list[str] = field(default_factory=lambda: list(ALL_SUITES))
+    methods: list[str] | dict | None = None  # None: every method of each suite; names or "suite:name"
+    out: str = "runs/eval"
+    num_prompts: int = 8  # per suite (0: every item of a data file)
+    max_new_tokens: int = 64
+    num_tokens: int = 4  # draft length k of AR drafters and prompt lookup
+    block_tokens: int = 8  # block length k of the diffusion drafters
+    do_sample: bool = False
+    temperature: float = 1.0
+    repeats: int = 1
+    warmup: int = 1
+    seed: int = 0
+    stop_at_eos: bool | None = None  # None: code runs exactly max_new_tokens, chat and vlm stop at EOS
+    model: str | None = None  # text target of code / chat (default zoo:code-target)
+    drafter: str | None = None  # small causal LM drafter of a checkpoint text target
+    dlm: str | None = None  # diffusion drafter of a checkpoint text target (deer, diffuspec)
+    vlm_model: str | None = None  # VLM target (default zoo:vlm-target)
+    vlm_drafter: str | None = None  # feature drafter dir or small causal LM of a checkpoint VLM target
+    code_data: str | None = None  # HumanEval-format .jsonl ("prompt" fields)
+    chat_data: str | None = None  # Spec-Bench question.jsonl (question_id, category, turns)
+    vlm_data: str | None = None  # .jsonl of {"image": path, "question": text}
+    image_classes: list[int] | None = None  # default: the first num_prompts classes
+    image_cfg_scale: float = 3.0
+    image_temperature: float = 1.0  # 0: greedy (then exactness against plain AR is checked)
+    image_quality: bool = True  # run the image suite's FD / precision / recall measurement
+    image_per_class: int = 2
+    image_latency: int = 2  # pictures the image suite itself times (its own table)
+    image_sweep: bool = False
+    device_map: str | None = None  # checkpoint targets: from_pretrained(device_map=...), e.g. "auto"
+    drafter_device: str | None = None
+    home: str | None = None  # zoo home (default $MMSPEC_HOME or the checkout's zoo/)
+    progress: bool = True
+    plots: bool = True
+
+    def __post_init__(self):
+        if isinstance(self.suites, str):
+            self.suites = parse_suites(self.suites)
+        bad = [s for s in self.suites if s not in SUITES]
+        if bad or not self.suites:
+            raise ValueError(f"unknown suites {bad}; choose from {list(SUITES)} or 'all'")
+        if isinstance(self.methods, str):
+            self.methods = [m for m in self.methods.split(",") if m]
+        if isinstance(self.image_classes, str):
+            self.image_classes = [int(c) for c in self.image_classes.split(",") if c]
+        if self.num_prompts < 0 or self.max_new_tokens < 1 or self.repeats < 1 or self.warmup < 0:
+            raise ValueError("num_prompts >= 0, max_new_tokens >= 1, repeats >= 1 and warmup >= 0 are required")
+
+    def methods_for(self, suite: str, available: list[str], default: list[str]) -> list[str]:
+        """The methods this run asks of ``suite``: a dict entry, or the names (bare or ``suite:name``) it knows."""
+        if self.methods is None:
+            return list(default)
+        if isinstance(self.methods, dict):
+            names = list(self.methods.get(suite) or default)
+        else:
+            names = [m.split(":", 1)[1] for m in self.methods if m.startswith(f"{suite}:")]
+            names += [m for m in self.methods if ":" not in m and m in available]
+            if not names:
+                raise ValueError(f"suite {suite}: none of the methods {self.methods} applies; its methods: {available}")
+        unknown = [m for m in names if m not in available]
+        if unknown:
+            raise ValueError(f"suite {suite}: unknown methods {unknown}; choose from {available}")
+        return list(dict.fromkeys(names))
+
+    def check_methods_known(self, known: dict[str, list[str]]) -> None:
+        """Every bare name must belong to some selected suite (a typo is an error, not a silent skip)."""
+        if not isinstance(self.methods, list):
+            return
+        for m in self.methods:
+            suite, _, name = m.rpartition(":")
+            if suite and suite not in self.suites:
+                raise ValueError(f"method {m!r} names suite {suite!r}, which this run does not select")
+            if not suite and not any(name in ms for ms in known.values()):
+                raise ValueError(f"method {m!r} belongs to none of the suites {self.suites}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def save(self, path: str | Path) -> Path:
+        import yaml
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True))
+        return path
+
+
+def parse_suites(text: str) -> list[str]:
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    out = []
+    for s in names:
+        out.extend(ALL_SUITES if s == "all" else [s])
+    return list(dict.fromkeys(out))
+
+
+def read_config_file(path: str | Path) -> dict:
+    """A YAML or JSON mapping of EvalConfig fields (unknown keys are an error)."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"config file {path} does not exist")
+    text = path.read_text()
+    if path.suffix == ".json":
+        data = json.loads(text)
+    else:
+        import yaml
+
+        data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a config file holds a mapping of settings, got {type(data).__name__}")
+    known = {f.name for f in fields(EvalConfig)}
+    if "suite" in data and "suites" not in data:
+        data["suites"] = data.pop("suite")
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"{path}: unknown settings {sorted(unknown)}; known: {sorted(known)}")
+    return data
+
+
+# command line: flag -> (field, type, help); every flag defaults to "not given" so a config file's values hold
+FLAGS = [
+    ("--suite", "suites", str, "comma list of code, chat, vlm, image, or 'all' (code,vlm,image)"),
+    ("--methods", "methods", str, "comma list (bare names, or suite:name); default every method of each suite"),
+    ("--out", "out", str, "run directory"),
+    ("--prompts", "num_prompts", int, "prompts per suite (0: all items of a data file)"),
+    ("--max-new-tokens", "max_new_tokens", int, None),
+    ("--num-tokens", "num_tokens", int, "draft length of AR drafters / prompt lookup"),
+    ("--block-tokens", "block_tokens", int, "block length of the diffusion drafters"),
+    ("--temperature", "temperature", float, "sampling temperature (with --do-sample)"),
+    ("--repeats", "repeats", int, "timed rounds per method (median per prompt)"),
+    ("--warmup", "warmup", int, "untimed calls per method before timing"),
+    ("--seed", "seed", int, None),
+    ("--model", "model", str, "text target: zoo:<name> or a checkpoint dir (default zoo:code-target)"),
+    ("--drafter", "drafter", str, "small causal LM drafter of a checkpoint text target"),
+    ("--dlm", "dlm", str, "diffusion drafter (Dream/LLaDA-style checkpoint) of a text target"),
+    ("--vlm-model", "vlm_model", str, "VLM target (default zoo:vlm-target)"),
+    ("--vlm-drafter", "vlm_drafter", str, "feature drafter dir (mmspec train msd|flash|eagle) or small causal LM"),
+    ("--data", None, str, "data file of the one selected suite (HumanEval .jsonl, Spec-Bench question.jsonl, or "
+                          "VLM .jsonl of image + question)"),
+    ("--code-data", "code_data", str, None),
+    ("--chat-data", "chat_data", str, None),
+    ("--vlm-data", "vlm_data", str, None),
+    ("--classes", "image_classes", str, "image suite: comma list of class ids"),
+    ("--cfg-scale", "image_cfg_scale", float, "image suite: guidance scale"),
+    ("--image-temperature", "image_temperature", float, "image suite: 1 samples, 0 is greedy"),
+    ("--per-class", "image_per_class", int, "image quality: pictures per class"),
+    ("--image-latency", "image_latency", int, "pictures the image suite's own table times"),
+    ("--device-map", "device_map", str, "checkpoint targets: e.g. auto"),
+    ("--drafter-device", "drafter_device", str, "where drafter models go (e.g. cuda:1)"),
+    ("--home", "home", str, "zoo home"),
+]
+SWITCHES = [  # (flag, field, value)
+    ("--do-sample", "do_sample", True), ("--greedy", "do_sample", False),
+    ("--stop-at-eos", "stop_at_eos", True), ("--no-stop-at-eos", "stop_at_eos", False),
+    ("--sweep", "image_sweep", True), ("--no-quality", "image_quality", False),
+    ("--no-progress", "progress", False), ("--no-plots", "plots", False),
+]
+
+
+def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--config", default=None, help="YAML/JSON run config (e.g. a run's config.yaml); flags "
+                        "given here override it")
+    for flag, dest, typ, help_ in FLAGS:
+        parser.add_argument(flag, dest=dest or flag[2:].replace("-", "_"), type=typ, default=argparse.SUPPRESS,
+                            help=help_)
+    for flag, dest, value in SWITCHES:
+        parser.add_argument(flag, dest=dest, action="store_const", const=value, default=argparse.SUPPRESS)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> EvalConfig:
+    """Defaults, then the config file, then the flags actually given."""
+    given = {k: v for k, v in vars(args).items() if k not in ("config", "func", "command")}
+    data = read_config_file(args.config) if getattr(args, "config", None) else {}
+    data.update(given)
+    if "data" in data:
+        suites = parse_suites(data["suites"]) if isinstance(data.get("suites"), str) else \
+            data.get("suites", list(ALL_SUITES))
+        if len(suites) != 1 or suites[0] == "image":
+            raise ValueError("--data goes with exactly one of the code, chat or vlm suites; use --code-data / "
+                             "--chat-data / --vlm-data otherwise")
+        data[f"{suites[0]}_data"] = data.pop("data")
+    return EvalConfig(**data)
+
+
+__all__ = ["EvalConfig", "SUITES", "ALL_SUITES", "add_eval_arguments", "config_from_args", "read_config_file",
+           "parse_suites"]

@@ -1,0 +1,142 @@
+"""``mmspec eval`` / ``python -m mmspec.eval``: run suites, merge the processes' records, write the run directory
+(``config.yaml``, ``results.json``, ``report.md``, PNG plots; ``image/`` from the image suite)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from .aggregate import merge_shards, summarise_suite
+from .config import EvalConfig, add_eval_arguments, config_from_args
+from .distributed import Processes
+from .suites import build_suite
+
+
+def environment(procs: Processes) -> dict:
+    import platform
+
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
+            "threads": torch.get_num_threads(), "processes": procs.world,
+            "device": "cuda" if torch.cuda.is_available() else "cpu"}
+
+
+def run_eval(cfg: EvalConfig) -> dict | None:
+    """Run ``cfg``; returns the results on the main process (None on the others)."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    procs = Processes()
+    if procs.device is not None and cfg.device_map is None:  # one GPU per process on a multi-GPU launch
+        cfg.device_map = procs.device
+    out = Path(cfg.out)
+    t_start = time.perf_counter()
+    torch.manual_seed(cfg.seed)
+    if "chat" in cfg.suites and cfg.chat_data is None:
+        from .datasets import sample_questions
+
+        cfg.chat_data = str(sample_questions())
+    suites = [build_suite(cfg, name) for name in cfg.suites]  # loads and validates everything before timing
+    cfg.check_methods_known({s.name: s.available for s in suites})
+    cfg.methods = {s.name: s.methods for s in suites}  # resolved: the re-run does exactly this
+    for s in suites:
+        if s.name == "image":
+            cfg.image_classes = [it.class_id for it in s.items]
+    if procs.is_main:
+        cfg.save(out / "config.yaml")
+    procs.start(out)
+    results = {"config": cfg.to_dict(), "environment": environment(procs), "suites": {}}
+    for suite in suites:
+        t0 = time.perf_counter()
+        mine = procs.shard(len(suite.items))
+        records = suite.run(mine, procs.rank) if mine else []
+        shards = procs.gather(out, suite.name, records)
+        if not procs.is_main:
+            continue
+        merged = merge_shards(shards)
+        entry = {"target": suite.target, "notes": suite.notes, "base": suite.base, "methods": suite.methods,
+                 "lossless": [m for m in suite.methods if m != suite.base and not m.startswith("lantern")],
+                 **summarise_suite(merged, suite.base), "records": merged}
+        if suite.name == "image" and cfg.image_quality:
+            entry.update(image_quality(cfg, suite, out))
+        entry["wall_seconds"] = time.perf_counter() - t0
+        results["suites"][suite.name] = entry
+    if not procs.is_main:
+        return None
+    results["wall_seconds"] = time.perf_counter() - t_start
+    if cfg.plots:
+        draw_plots(results, out)
+    from .report import write_outputs
+
+    write_outputs(results, out)
+    return results
+
+
+def image_quality(cfg: EvalConfig, suite, out: Path) -> dict:
+    """The image suite's quality run (main process): FD / precision / recall / class fidelity per method, its
+    own files under ``image/``, joined to this run's method names."""
+    from .image_suite import run_image_suite
+
+    report = run_image_suite(per_class=cfg.image_per_class, cfg_scale=cfg.image_cfg_scale, sweep=cfg.image_sweep,
+                             latency_images=cfg.image_latency, home=cfg.home, out_dir=out / "image",
+                             progress=cfg.progress)
+    by_name = {r["name"]: r for r in report["results"]}
+    joined = {slug: by_name[name] for slug, (name, _, _) in suite.table.items()
+              if name in by_name and slug in suite.methods}
+    files = sorted(str(p.relative_to(out)) for p in (out / "image").glob("*") if p.is_file())
+    return {"quality": report, "quality_by_method": joined, "extra_files": files}
+
+
+def draw_plots(results: dict, out: Path) -> None:
+    from .plots import plot_accept_hist, plot_speed_quality, plot_speedup
+
+    for name, s in results["suites"].items():
+        plots = {"speedup": plot_speedup(s["summary"], out / f"{name}_speedup.png", f"{name}: {s['target']}")}
+        hist = plot_accept_hist(s["summary"], out / f"{name}_accept.png", name)
+        if hist is not None:
+            plots["accepted lengths"] = hist
+        if s.get("quality_by_method"):
+            speed = {r["method"]: r["speedup"] for r in s["summary"]}
+            points = [{"method": m, "fd": q["fd_vs_reference"], "speedup": speed[m]}
+                      for m, q in s["quality_by_method"].items() if speed.get(m) is not None]
+            plots["speed–quality"] = plot_speed_quality(points, s["quality"]["ar_run_to_run_fd"],
+                                                        out / f"{name}_speed_quality.png")
+        s["plots"] = {k: str(Path(v).relative_to(out)) for k, v in plots.items()}
+
+
+def build_parser(prog: str = "mmspec eval") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="evaluate speculative decoding methods: suites code, "
+                                     "chat, vlm, image; writes results.json, report.md and plots to --out")
+    return add_eval_arguments(parser)
+
+
+def cli_eval(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    results = run_eval(cfg)
+    if results is None:
+        return 0
+    from .report import headline
+
+    print("\n".join(headline(results)))  # a Markdown table: not re-wrapped to the terminal's width
+    print(f"wrote {cfg.out}/report.md, results.json, config.yaml and plots in {results['wall_seconds']:.0f} s")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args = build_parser("python -m mmspec.eval").parse_args(argv)
+    try:
+        return cli_eval(args)
+    except ValueError as err:
+        print(f"mmspec eval: error: {err}", file=sys.stderr)
+        return 2
+
+
+__all__ = ["run_eval", "cli_eval", "main", "build_parser"]

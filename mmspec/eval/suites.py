@@ -1,0 +1,334 @@
+"""The suites of ``mmspec eval``. Each one loads its target through :mod:`mmspec.pipeline` (which checks the
+target is of the suite's kind and builds the drafters of checkpoint targets), lists its items and methods, and
+turns a slice of the items into per-prompt records — timed by the bench's own loop (warm-up, interleaved
+rounds, median per prompt), so ``mmspec bench`` and ``mmspec eval`` measure alike.
+
+The zoo's method tables come from the bench suites (``code_suite``, ``vlm_suite``, ``image_suite``); a user's
+checkpoint target gets the methods its drafters allow.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from ..pipeline import drafter_kind, load_drafter, load_target, pipeline, text_drafter, vlm_drafter
+from .bench import ALL_METHODS, compare, prompt_record, time_methods
+from .config import EvalConfig
+from .datasets import Item, chat_items, code_items, image_items, sample_questions, vlm_items
+
+NEEDS_DRAFT = ("hf-assisted", "mmspec-chain", "mmspec-tree", "mmspec-dynamic")
+
+
+@dataclass
+class Suite:
+    name: str
+    target: str  # what ran, in words
+    base: str  # the method speedups are measured against
+    available: list[str]
+    methods: list[str] = field(default_factory=list)
+    items: list[Item] = field(default_factory=list)
+    notes: str = ""
+    runner: Callable | None = None  # (indices, desc) -> records
+    table: dict = field(default_factory=dict)  # image: slug -> (image suite name, method, settings)
+
+    def run(self, indices: list[int], rank: int = 0) -> list[dict]:
+        desc = f"{self.name}" + (f" [rank {rank}]" if rank else "")
+        records = self.runner(indices, desc)
+        for r in records:
+            r["rank"] = rank
+        return records
+
+
+def _require(target, route: str, suite: str, spec: str) -> None:
+    if target.route != route:
+        kind = {"text": "a causal LM", "vlm": "a LLaVA-class VLM", "image": "a visual AR generator"}[route]
+        raise ValueError(f"the {suite} suite needs {kind} target; {spec} ({type(target.model).__name__}) is a "
+                         f"{target.route} target")
+
+
+def _records(suite: str, report: dict, items: list[Item], indices: list[int]) -> list[dict]:
+    out = []
+    for res in report["results"]:
+        for i, rec in zip(indices, res["per_prompt"]):
+            out.append({"suite": suite, "method": res["method"], "item": i, "id": items[i].id,
+                        "category": items[i].category, **rec})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------- text
+
+
+def chat_text(tokenizer, turns: list[str], answers: list[str]) -> str:
+    """A conversation up to the last user turn: the tokenizer's chat template, else a plain USER/ASSISTANT
+    layout (Vicuna-style, as Spec-Bench's default)."""
+    if getattr(tokenizer, "chat_template", None):
+        msgs = []
+        for j, t in enumerate(turns):
+            msgs.append({"role": "user", "content": t})
+            if j < len(turns) - 1:
+                msgs.append({"role": "assistant", "content": answers[j]})
+        return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    text = ""
+    for j, t in enumerate(turns):
+        text += f"USER: {t}\nASSISTANT:" + (f" {answers[j]}\n" if j < len(turns) - 1 else "")
+    return text
+
+
+def text_suite(cfg: EvalConfig, suite: str) -> Suite:
+    """code (zoo held-out functions / HumanEval file) or chat (Spec-Bench questions, turn by turn)."""
+    spec = cfg.model or "zoo:code-target"
+    target = load_target(spec, device_map=cfg.device_map, home=cfg.home)
+    _require(target, "text", suite, spec)
+    tok = target.tokenizer
+    if tok is None:
+        raise ValueError(f"the {suite} suite needs the target's tokenizer next to its weights ({spec})")
+    zoo = target.zoo == "code-target"
+    if zoo and (cfg.device_map or cfg.drafter_device):
+        raise ValueError("--device-map / --drafter-device place checkpoint models; the zoo runs where it loads (CPU)")
+    if zoo:
+        from .code_suite import CODE_METHODS, diffusion_factories
+
+        draft = load_drafter(cfg.drafter or "zoo:code-drafter", target, cfg.home)
+        extra = diffusion_factories(cfg.home, cfg.block_tokens, cfg.block_tokens)
+        available, default = ALL_METHODS + list(extra), CODE_METHODS
+    else:
+        draft = load_drafter(cfg.drafter, target, cfg.home, cfg.drafter_device) if cfg.drafter else None
+        if draft is not None:  # through the pipeline: kind and vocabulary checks
+            text_drafter(target, draft, "chain")
+        extra = {}
+        if cfg.dlm:
+            dlm = load_drafter(cfg.dlm, target, cfg.home, cfg.drafter_device)
+            if drafter_kind(dlm) != "diffusion":
+                raise ValueError(f"--dlm {cfg.dlm} is not a diffusion LM (pass small causal LMs with --drafter)")
+            extra = {m: (lambda m=m: text_drafter(target, dlm, m, num_tokens=cfg.block_tokens)[1])
+                     for m in ("deer", "diffuspec")}
+        available = [m for m in ALL_METHODS if draft is not None or m not in NEEDS_DRAFT] + list(extra)
+        default = available
+    methods = cfg.methods_for(suite, available, default)
+    if suite == "code":
+        items = code_items(cfg.num_prompts, cfg.code_data)
+        stop = bool(cfg.stop_at_eos)
+    else:
+        items = chat_items(cfg.chat_data or str(sample_questions()), cfg.num_prompts)
+        stop = cfg.stop_at_eos is not False
+    eos = tok.eos_token_id if stop else None
+    special = not zoo and not (suite == "chat" and getattr(tok, "chat_template", None))
+    answers: dict[tuple[str, int], str] = {}  # chat: the target's greedy answer to earlier turns
+
+    def answer(qid: str, turns: list[str]) -> str:
+        key = (qid, len(turns))
+        if key not in answers:
+            ids = tok(chat_text(tok, turns, [answer(qid, turns[:j + 1]) for j in range(len(turns) - 1)]),
+                      return_tensors="pt", add_special_tokens=special).input_ids.to(target.model.device)
+            with torch.no_grad():
+                seq = target.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                            max_new_tokens=cfg.max_new_tokens, eos_token_id=tok.eos_token_id,
+                                            pad_token_id=tok.pad_token_id or 0)
+            answers[key] = tok.decode(seq[0, ids.shape[1]:], skip_special_tokens=True).strip()
+        return answers[key]
+
+    def encode(item: Item) -> torch.Tensor:
+        if suite == "code":
+            text = item.text
+        else:
+            qid = item.id.rsplit("-", 1)[0]
+            text = chat_text(tok, item.turns, [answer(qid, item.turns[:j + 1]) for j in range(len(item.turns) - 1)])
+        return tok(text, return_tensors="pt", add_special_tokens=special).input_ids.to(target.model.device)
+
+    def run(indices: list[int], desc: str) -> list[dict]:
+        prompts = [encode(items[i]) for i in indices]
+        report = compare(target.model, draft, prompts, methods, max_new_tokens=cfg.max_new_tokens,
+                         num_tokens=cfg.num_tokens, do_sample=cfg.do_sample, temperature=cfg.temperature,
+                         repeats=cfg.repeats, progress=cfg.progress, extra={m: extra[m] for m in methods if m in extra},
+                         eos_token_id=eos, seed=cfg.seed, warmup=cfg.warmup, per_prompt=True, desc=desc)
+        return _records(suite, report, items, indices)
+
+    source = {"code": cfg.code_data or "held-out stdlib functions (zoo)",
+              "chat": cfg.chat_data or f"sample questions ({sample_questions().name})"}[suite]
+    notes = (f"{source}; {'up to ' if stop else ''}{cfg.max_new_tokens} new tokens"
+             + (", multi-turn questions continue from the target's greedy answers" if suite == "chat" else ""))
+    return Suite(suite, spec + (f", drafter {cfg.drafter}" if cfg.drafter else ""), "plain", available,
+                 ["plain"] + [m for m in methods if m != "plain"], items, notes, run)
+
+
+# ---------------------------------------------------------------------------------------------------- vlm
+
+BASE_VLM = ["plain", "hf-prompt-lookup", "mmspec-prompt-lookup"]
+
+
+def vlm_suite(cfg: EvalConfig) -> Suite:
+    """Zoo scenes (captions and questions) or a user file of image + question, every answer stopping at EOS."""
+    from ..tree import DEFAULT_TREE
+
+    spec = cfg.vlm_model or "zoo:vlm-target"
+    target = load_target(spec, device_map=cfg.device_map, home=cfg.home)
+    _require(target, "vlm", "vlm", spec)
+    proc = target.tokenizer
+    if proc is None:
+        raise ValueError(f"the vlm suite needs the target's processor next to its weights ({spec})")
+    zoo = target.zoo == "vlm-target"
+    k = cfg.num_tokens
+    if zoo:
+        from .vlm_suite import VLM_METHODS, feature_factories
+
+        if cfg.device_map or cfg.drafter_device:
+            raise ValueError("--device-map / --drafter-device place checkpoint models; the zoo runs where it loads")
+        extra = feature_factories(cfg.home, k)
+        available, default = BASE_VLM + list(extra), VLM_METHODS
+    else:
+        extra = {}
+        if cfg.vlm_drafter:
+            d = load_drafter(cfg.vlm_drafter, target, cfg.home, cfg.drafter_device)
+            method, d = vlm_drafter(target, d, None)
+
+            def make(**kw):
+                return lambda: pipeline(target.model, d, method, processor=proc, **kw).drafter
+
+            if method == "text":
+                extra = {"text-chain": make(num_tokens=k), "text-tree": make(tree=DEFAULT_TREE)}
+            elif method == "flash":
+                extra = {"flash": make()}
+            else:
+                extra = {f"{method}-chain": make(num_tokens=k),
+                         f"{method}-dynamic": make(num_tokens=k + 1, tree="dynamic", top_k=4, num_nodes=16)}
+        available = BASE_VLM + list(extra)
+        default = available
+    methods = cfg.methods_for("vlm", available, default)
+    items = vlm_items(cfg.num_prompts, cfg.vlm_data)
+    tok = getattr(proc, "tokenizer", proc)
+    eos = tok.eos_token_id if cfg.stop_at_eos is not False else None
+
+    def encode_all() -> list[dict]:
+        if cfg.vlm_data is None:
+            from .vlm_suite import vlm_prompts
+
+            return vlm_prompts(proc, len(items), "mixed")
+        from PIL import Image
+
+        out = []
+        for it in items:
+            p = proc(images=[Image.open(it.image).convert("RGB")], text=[vlm_text(proc, it.question, zoo)],
+                     return_tensors="pt")
+            out.append({"input_ids": p["input_ids"], "pixel_values": p["pixel_values"]})
+        return out
+
+    def run(indices: list[int], desc: str) -> list[dict]:
+        encoded = encode_all()
+        dev = target.model.device
+        prompts = [{k: v.to(dev) for k, v in encoded[i].items()} for i in indices]
+        report = compare(target.model, None, prompts, methods, max_new_tokens=cfg.max_new_tokens,
+                         num_tokens=k, do_sample=cfg.do_sample, temperature=cfg.temperature, repeats=cfg.repeats,
+                         progress=cfg.progress, extra={m: extra[m] for m in methods if m in extra},
+                         eos_token_id=eos, seed=cfg.seed, warmup=cfg.warmup, per_prompt=True, desc=desc)
+        return _records("vlm", report, items, indices)
+
+    source = cfg.vlm_data or "held-out zoo scenes, captions and questions"
+    notes = f"{source}; {'up to ' if eos is not None else ''}{cfg.max_new_tokens} new tokens"
+    return Suite("vlm", spec + (f", drafter {cfg.vlm_drafter}" if cfg.vlm_drafter else ""), "plain", available,
+                 ["plain"] + [m for m in methods if m != "plain"], items, notes, run)
+
+
+def vlm_text(processor, question: str, zoo: bool) -> str:
+    """The prompt for one picture: as given when it holds the placeholder; the zoo's question format; the
+    processor's chat template; else the placeholder, a newline and the question."""
+    placeholder = getattr(processor, "image_token", "<image>")
+    if placeholder in question:
+        return question
+    if zoo:
+        from ..zoo import vlm_data as vd
+
+        return vd.with_image(vd.QUESTION_PROMPT.format(question=question))
+    if getattr(processor, "chat_template", None):
+        conv = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
+        return processor.apply_chat_template(conv, add_generation_prompt=True)
+    return f"{placeholder}\n{question}"
+
+
+# ---------------------------------------------------------------------------------------------------- image
+
+
+def image_slug(method: str, kw: dict) -> str:
+    """A command-line name for an image-suite entry: method, tree, then any bound or k off its default."""
+    parts = [method] + ([kw["tree"]] if kw.get("tree") else [])
+    if kw.get("delta") not in (None, 0.1):
+        parts.append(f"d{kw['delta']}")
+    if kw.get("lam") not in (None, 2.0):
+        parts.append(f"lam{kw['lam']}")
+    if kw.get("k") not in (None, 8):
+        parts.append(f"k{kw['k']}")
+    if kw.get("drafter") not in (None, "ar"):
+        parts.append(kw["drafter"])
+    return "-".join(parts)
+
+
+def image_table(sweep: bool, have: list[str]) -> dict[str, tuple[str, str, dict]]:
+    """slug -> (the image suite's name, method, settings): the image suite's own method list, with its feature
+    drafter entries when those drafters are built (``have``)."""
+    from .image_suite import FEATURE_METHODS, MAIN_METHODS, sweep_methods
+
+    rows = MAIN_METHODS + [m for m in FEATURE_METHODS if m[2]["drafter"] in have]
+    if sweep:
+        rows += sweep_methods() + (sweep_methods("sar") if "sar" in have else [])
+    return {image_slug(m, kw): (name, m, kw) for name, m, kw in rows}
+
+
+def image_suite(cfg: EvalConfig) -> Suite:
+    """Class-conditional pictures one at a time (batch 1, the papers' latency setting), per class."""
+    pipe = pipeline("zoo:image-target", home=cfg.home)
+    have = [k for k, net in pipe.generator.feature_drafters.items() if net is not None]
+    table = image_table(cfg.image_sweep, have)
+    available = list(table)
+    methods = cfg.methods_for("image", available, available)
+    base = next(s for s, (_, m, _) in table.items() if m == "ar")
+    methods = [base] + [m for m in methods if m != base]
+    n_cls = pipe.layout.num_classes
+    classes = cfg.image_classes if cfg.image_classes is not None else list(range(min(cfg.num_prompts or n_cls, n_cls)))
+    bad = [c for c in classes if not -1 <= c < n_cls]
+    if bad or not classes:
+        raise ValueError(f"image classes must lie in -1..{n_cls - 1}, got {classes}")
+    items = image_items(classes, pipe.classes)
+    greedy = cfg.image_temperature <= 0
+
+    def runner(kw: dict):
+        def run(item: tuple[int, int]):
+            i, cid = item
+            out = pipe.generate([cid], seed=cfg.seed + i, cfg_scale=cfg.image_cfg_scale,
+                                temperature=cfg.image_temperature, **{"drafter": "ar", **kw})
+            return out.codes, out.stats
+        return run
+
+    def run(indices: list[int], desc: str) -> list[dict]:
+        runners = {s: runner({"method": table[s][1], **table[s][2]}) for s in methods}
+        runs = time_methods(runners, [(i, items[i].class_id) for i in indices], cfg.repeats, cfg.warmup, cfg.seed,
+                            cfg.progress, desc)
+        out = []
+        for s, r in runs.items():
+            for j, i in enumerate(indices):
+                codes = r["outputs"][j]
+                exact = bool(torch.equal(codes, runs[base]["outputs"][j])) if greedy else None
+                secs = statistics.median(t[j] for t in r["times"])
+                out.append({"suite": "image", "method": s, "item": i, "id": items[i].id,
+                            "category": items[i].category,
+                            **prompt_record(secs, codes.numel(), r["stats"][j], exact)})
+        return out
+
+    notes = (f"{len(classes)} classes, one picture each at batch 1 (CFG {cfg.image_cfg_scale}, "
+             f"{'greedy' if greedy else f'T = {cfg.image_temperature}'}, {pipe.layout.num_codes} codes per picture)")
+    return Suite("image", "zoo:image-target (CFG), drafter image-drafter", base, available, methods, items, notes, run,
+                 table)
+
+
+def build_suite(cfg: EvalConfig, name: str) -> Suite:
+    if name in ("code", "chat"):
+        return text_suite(cfg, name)
+    if name == "vlm":
+        return vlm_suite(cfg)
+    return image_suite(cfg)
+
+
+__all__ = ["Suite", "build_suite", "text_suite", "vlm_suite", "image_suite", "image_slug", "image_table",
+           "chat_text", "vlm_text"]
