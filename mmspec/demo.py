@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .eval.bench import compare, to_markdown
+from .pipeline import pipeline
 from .zoo import family_module, load
 from .zoo import metrics as zoo_metrics
 from .zoo.common import write_json, zoo_home
@@ -52,11 +53,11 @@ def code_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int
                      repeats=2, progress=False, extra=extra)
     report["config"].update(model="zoo:code-target", draft="zoo:code-drafter", prompts="held-out stdlib functions")
     print_table(report, console, f"code: {len(ids)} held-out completion prompts × {max_new_tokens} tokens, greedy")
-    with torch.no_grad():
-        sample = target.model.generate(ids[0], do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=0)
-    console.print("[dim]sample completion (code-target, greedy):[/dim]")
-    console.print(prompts[0].prompt + tok.decode(sample[0, ids[0].shape[1]:], skip_special_tokens=True),
-                  markup=False, highlight=False)
+    pipe = pipeline("zoo:code-target")  # the zoo default: DEER with the aligned diffusion drafter
+    sample = pipe(prompts[0].prompt, max_new_tokens=max_new_tokens, stop_at_eos=False)
+    console.print(f"[dim]sample completion (mmspec.pipeline: code-target, {pipe.method}, greedy, "
+                  f"τ {sample.stats.mean_accepted_tokens:.2f}):[/dim]")
+    console.print(prompts[0].prompt + sample.texts[0], markup=False, highlight=False)
     write_json(out / "code.json", report)
     (out / "code.md").write_text(to_markdown(report))
     return report
@@ -80,14 +81,16 @@ def vlm_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int)
                             prompts="held-out scenes: captions and questions")
     print_table(report, console, f"vlm: {len(prompts)} held-out scenes (captions and questions), up to {n_new} "
                                  "tokens, greedy, stopping at EOS")
-    tok = processor.tokenizer
-    with torch.no_grad():
-        for p in prompts[:2]:
-            gen = target.model.generate(**p, do_sample=False, max_new_tokens=n_new, pad_token_id=tok.pad_token_id,
-                                        eos_token_id=eos)
-            question = tok.decode(p["input_ids"][0], skip_special_tokens=True).replace("<image>", "").strip()
-            answer = tok.decode(gen[0, p["input_ids"].shape[1]:], skip_special_tokens=True).strip()
-            console.print(f"[dim]{question.splitlines()[0]}[/dim] → {answer}", markup=True, highlight=False)
+    from .eval.datasets import vlm_items
+    from .zoo import vlm_data as vd
+
+    pipe = pipeline("zoo:vlm-target")  # the zoo default: MSD
+    items, scenes = vlm_items(2), vd.scenes("test", 2)  # the first two prompts above
+    res = pipe.generate(images=[sc.image() for sc in scenes], prompts=[vd.with_image(it.question) for it in items],
+                        max_new_tokens=n_new)
+    for it, answer in zip(items, res.texts):
+        console.print(f"[dim]{it.question.splitlines()[0]}[/dim] → {answer}  [dim](mmspec.pipeline, {pipe.method})[/dim]",
+                      markup=True, highlight=False)
     write_json(out / "vlm.json", report)
     (out / "vlm.md").write_text(to_markdown(report))
     return report
@@ -96,18 +99,14 @@ def vlm_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int)
 def image_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int) -> dict:
     """Class-conditional sampling with classifier-free guidance, decoded by the VQ model and scored by the
     zoo's classifier. (Speculative decoding of image codes comes with relaxed acceptance.)"""
-    import time
+    from .zoo import image_data
 
-    from .zoo import image, image_data
-
-    entry, clf = load("image-target"), load("image-classifier")
-    vq, layout = entry.extras["vq"], entry.extras["layout"]
+    clf = load("image-classifier")
+    pipe = pipeline("zoo:image-target", method="ar")  # plain AR sampling with CFG
+    layout = pipe.layout
     classes = list(range(image_data.NUM_CLASSES))
-    gen = torch.Generator().manual_seed(0)
-    t0 = time.perf_counter()
-    pictures = image.generate_images(entry.model, vq, classes, cfg_scale=3.0, temperature=1.0, generator=gen,
-                                     layout=layout)
-    seconds = time.perf_counter() - t0
+    res = pipe.generate(classes, cfg_scale=3.0, temperature=1.0, seed=0)
+    pictures, seconds = res.images, res.seconds
     with torch.no_grad():
         fidelity = float((clf.model.predict(pictures) == torch.tensor(classes)).float().mean())
     grid = out / "image_samples.png"

@@ -27,7 +27,7 @@ import torch
 from .drafters import AutoregressiveDrafter, DEERDrafter, DiffusionLM, Drafter, PromptLookupDrafter
 from .drafters.feature_model import FeatureDraftModel, signature_mismatch
 from .generator import GenerationStats, SpeculativeGenerator
-from .tree import DEFAULT_TREE, TreeTemplate
+from .tree import DEFAULT_TREE
 from .verifiers.tree_forward import text_config
 
 # method -> what it is, per route (the descriptions make the error messages)
