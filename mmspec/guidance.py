@@ -113,10 +113,12 @@ class CFGModel(nn.Module):
         mask = torch.cat([attention_mask, attention_mask]) if attention_mask is not None else None
         pos = torch.cat([position_ids, position_ids]) if position_ids is not None else None
         ours = isinstance(past_key_values, SpecKVCache) and mask is not None and pos is not None
-        direct = direct_logits(self.model, both, mask, pos, past_key_values) if ours and not output_hidden_states \
-            else None
+        # stock Llama-family models: their modules called in order (the last hidden state is all a feature
+        # drafter reads, so hidden_states is then that one entry)
+        direct = direct_logits(self.model, both, mask, pos, past_key_values, return_hidden=True) if ours else None
         if direct is not None:
-            out = CausalLMOutputWithPast(logits=direct, past_key_values=past_key_values)
+            out = CausalLMOutputWithPast(logits=direct[0], past_key_values=past_key_values,
+                                         hidden_states=(direct[1],) if output_hidden_states else None)
         else:
             out = self.model(input_ids=both, attention_mask=mask, position_ids=pos, past_key_values=past_key_values,
                              use_cache=use_cache, output_hidden_states=output_hidden_states, **kwargs)

@@ -228,7 +228,7 @@ def test_zoo_image_cli_and_suite(tmp_path):
         assert (tmp_path / "bench" / name).exists()
 
 
-@pytest.mark.parametrize("case", ["chain", "tree", "tree-delta0", "feature-tree"])
+@pytest.mark.parametrize("case", ["chain", "tree", "tree-delta0", "feature-tree", "sar-lattice"])
 def test_cfg_sampling_is_lossless(case):
     """Under sampling, speculative decoding through CFGModel (and LANTERN with δ = 0) draws two codes from
     exactly the guided target's joint (chi-square, α = 1e-4; cells with expected count < 5 left out)."""
@@ -261,13 +261,17 @@ def test_cfg_sampling_is_lossless(case):
         from mmspec.drafters.feature import FeatureDrafter
 
         drafter = FeatureDrafter(_feature_net(T, seed=11), T, tree=TreeTemplate.full((2, 1)))
+    if case == "sar-lattice":  # two slots from one forward; children drawn from their slot without replacement
+        from mmspec.drafters.feature import FeatureDrafter
+
+        drafter = FeatureDrafter(_feature_net(T, sar=2, seed=11), T, tree=TreeTemplate.full((2, 1)))
     relax = None
     if case == "tree-delta0":
         relax = Relaxation.from_codebook(torch.randn(C, 3, generator=torch.Generator().manual_seed(0)), V, 3, delta=0.0)
     n = 6000
     out = SpeculativeGenerator(T, drafter, relaxation=relax).generate(
         torch.full((n, 1), cls), max_new_tokens=2, do_sample=True, eos_token_id=[],
-        generator=torch.Generator().manual_seed(1 + ["chain", "tree", "tree-delta0", "feature-tree"].index(case)))
+        generator=torch.Generator().manual_seed(1 + ["chain", "tree", "tree-delta0", "feature-tree", "sar-lattice"].index(case)))
     new = out.sequences[:, 1:]
     counts = torch.bincount(new[:, 0] * V + new[:, 1], minlength=V * V).double()
     exp = joint.flatten() * n

@@ -139,15 +139,39 @@ class FeatureDrafter(AutoregressiveDrafter):
         if self.net.config.sar_tokens == 1:
             return super()._tree(roots, root_logits, sampling, generator)
         # FLASH lattice (beyond the paper): the slots are independent given the context, so a static tree
-        # whose depth-d nodes take slot d's ranked tokens covers the best combinations in one target pass.
-        # Drafts are deterministic (point-mass proposals), which keeps sampling verification lossless.
+        # whose depth-d nodes take slot d's tokens covers several combinations in one target pass.
         t = self.tree
         depth = torch.tensor([len(p) - 1 for p in t.rank_paths], device=roots.device)
         rank = torch.tensor([p[-1] for p in t.rank_paths], device=roots.device)
+        parents = torch.tensor(t.parents, device=roots.device).expand(roots.shape[0], -1).contiguous()
+        if sampling.do_sample:
+            return self._sampled_lattice(roots, parents, depth, rank, sampling, generator)
+        # greedy: slot d's ranked tokens; deterministic drafts (point-mass proposals) are lossless anyway
         ranked = self._slot_logits[:, : t.depth].topk(int(rank.max()) + 1, dim=-1).indices  # [B, depth, r]
         tokens = torch.cat([roots[:, None], ranked[:, depth, rank]], dim=1)
-        parents = torch.tensor(t.parents, device=roots.device).expand_as(tokens)
-        return DraftTree(tokens, parents.contiguous())
+        return DraftTree(tokens, parents)
+
+    def _sampled_lattice(self, roots, parents, depth, rank, sampling, generator) -> DraftTree:
+        """Under sampling, each node's children are drawn from its depth's slot distribution q_d without
+        replacement (SpecInfer-style multi-draft): point-mass drafts of a high-entropy target (image codes) are
+        rarely accepted, while drawn ones are accepted with probability ~ 1 - TV(p, q). The slots do not
+        condition on the parent's token, so every child of a depth-d node is drawn from the same q_d; that q
+        is what the verifier is given, which keeps it lossless."""
+        B = roots.shape[0]
+        q = sampling.probs(self._slot_logits[:, : self.tree.depth])  # [B, D, V]
+        tokens = torch.empty(B, parents.shape[1], dtype=torch.long, device=roots.device)
+        tokens[:, 0] = roots
+        n_children: dict[int, int] = {}
+        for node, par in enumerate(self.tree.parents[1:], start=1):
+            n_children[par] = n_children.get(par, 0) + 1
+        for par, n in n_children.items():
+            kids = [i + 1 for i, p in enumerate(self.tree.parents[1:]) if p == par]
+            d = int(depth[kids[0] - 1])
+            drawn = torch.multinomial(q[:, d], n, replacement=False, generator=generator)  # [B, n], in draw order
+            for kid in kids:
+                tokens[:, kid] = drawn[:, int(rank[kid - 1])]
+        node_q = torch.cat([q[:, :1], q[:, depth]], dim=1)  # the root's entry is never read
+        return DraftTree(tokens, parents, q=node_q, sibling_rule="without_replacement")
 
     def observe(self, state: DecodeState, tree: DraftTree, result: AcceptResult,
                 hidden: torch.Tensor | None = None) -> None:

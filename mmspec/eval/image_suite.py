@@ -39,17 +39,22 @@ FEATURE_METHODS = [
     ("sar: spec lattice", "spec", dict(tree="static", drafter="sar")),
     ("sar: LANTERN δ=0.1 chain", "lantern", dict(delta=0.1, k=8, tree="chain", drafter="sar")),
     ("sar: LANTERN++ λ=2 lattice", "lantern++", dict(lam=2.0, k=8, tree="static", drafter="sar")),
+    ("sar: LANTERN++ λ=2 chain", "lantern++", dict(lam=2.0, k=8, tree="chain", drafter="sar")),
+    ("eagle: LANTERN δ=0.1 chain", "lantern", dict(delta=0.1, k=8, tree="chain", drafter="feature")),
 ]
 
 
 def sweep_methods(drafter: str = "ar") -> list[tuple[str, str, dict]]:
-    """δ, λ and k sweeps; with the SAR drafter the static tree is its lattice."""
+    """δ, λ and k sweeps: LANTERN on chains; LANTERN++ on the static tree (AR drafter) or on chains (the
+    SAR drafter, whose chain is one drafter forward and beats its lattice on a CPU)."""
     tag = "" if drafter == "ar" else f"{'eagle' if drafter == 'feature' else drafter}: "
     d = {} if drafter == "ar" else dict(drafter=drafter)
+    tree = "chain" if drafter == "sar" else "static"
     out = [(f"{tag}LANTERN δ={x} chain", "lantern", dict(delta=x, k=8, tree="chain", **d)) for x in (0.05, 0.2, 0.4)]
-    out += [(f"{tag}LANTERN++ λ={lam} static", "lantern++", dict(lam=lam, k=8, tree="static", **d))
+    out += [(f"{tag}LANTERN++ λ={lam} {tree}", "lantern++", dict(lam=lam, k=8, tree=tree, **d))
             for lam in (1.5, 3.0, 5.0)]
-    out += [(f"{tag}LANTERN++ λ=2 static k={k}", "lantern++", dict(lam=2.0, k=k, tree="static", **d)) for k in (4, 16)]
+    out += [(f"{tag}LANTERN δ=0.1 chain k={k}", "lantern", dict(delta=0.1, k=k, tree="chain", **d)) for k in (4, 16)]
+    out += [(f"{tag}LANTERN++ λ=2 {tree} k={k}", "lantern++", dict(lam=2.0, k=k, tree=tree, **d)) for k in (4, 16)]
     return out
 
 

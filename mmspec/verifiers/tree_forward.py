@@ -65,11 +65,13 @@ def tree_forward(model, cache: SpecKVCache, input_ids: torch.LongTensor | None, 
 DIRECT_CLASSES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
 
 
-def direct_logits(model, input_ids: torch.LongTensor, mask: torch.Tensor, positions: torch.LongTensor, cache):
+def direct_logits(model, input_ids: torch.LongTensor, mask: torch.Tensor, positions: torch.LongTensor, cache,
+                  return_hidden: bool = False):
     """The logits of a stock model in ``DIRECT_CLASSES`` computed by calling its own modules in order
     (embedding, rotary embedding, decoder layers, final norm, LM head) with our mask, positions and cache;
     None for any other model. Drafters run several times per step, and the model-level wrappers (output
-    capture, mask construction) cost a quarter of a small model's forward on CPU."""
+    capture, mask construction) cost a quarter of a small model's forward on CPU. ``return_hidden``: also
+    the last hidden state after the final norm (what ``hidden_states[-1]`` holds), as ``(logits, hidden)``."""
     if type(model).__name__ not in DIRECT_CLASSES:
         return None
     inner = model.model
@@ -77,7 +79,8 @@ def direct_logits(model, input_ids: torch.LongTensor, mask: torch.Tensor, positi
     rope = inner.rotary_emb(h, position_ids=positions)
     for layer in inner.layers[: model.config.num_hidden_layers]:
         h = layer(h, attention_mask=mask, position_ids=positions, past_key_values=cache, position_embeddings=rope)
-    return model.lm_head(inner.norm(h))
+    h = inner.norm(h)
+    return (model.lm_head(h), h) if return_hidden else model.lm_head(h)
 
 
 def draft_forward(model, cache: SpecKVCache, input_ids: torch.LongTensor, parents: torch.LongTensor,
