@@ -318,7 +318,8 @@ def image_suite(cfg: EvalConfig) -> Suite:
 
     notes = (f"{len(classes)} classes, one picture each at batch 1 (CFG {cfg.image_cfg_scale}, "
              f"{'greedy' if greedy else f'T = {cfg.image_temperature}'}, {pipe.layout.num_codes} codes per picture)")
-    return Suite("image", "zoo:image-target (CFG), drafter image-drafter", base, available, methods, items, notes, run,
+    drafters = ", ".join(["image-drafter"] + [{"feature": "image-eagle", "sar": "image-sar"}[k] for k in have])
+    return Suite("image", f"zoo:image-target (CFG); drafters {drafters}", base, available, methods, items, notes, run,
                  table)
 
 
