@@ -51,8 +51,7 @@ class EvalConfig:
     plots: bool = True
 
     def __post_init__(self):
-        if isinstance(self.suites, str):
-            self.suites = parse_suites(self.suites)
+        self.suites = parse_suites(self.suites if isinstance(self.suites, str) else ",".join(self.suites))
         bad = [s for s in self.suites if s not in SUITES]
         if bad or not self.suites:
             raise ValueError(f"unknown suites {bad}; choose from {list(SUITES)} or 'all'")

@@ -34,8 +34,6 @@ def run_eval(cfg: EvalConfig) -> dict | None:
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     procs = Processes()
-    if procs.device is not None and cfg.device_map is None:  # one GPU per process on a multi-GPU launch
-        cfg.device_map = procs.device
     out = Path(cfg.out)
     t_start = time.perf_counter()
     torch.manual_seed(cfg.seed)
@@ -43,7 +41,8 @@ def run_eval(cfg: EvalConfig) -> dict | None:
         from .datasets import sample_questions
 
         cfg.chat_data = str(sample_questions())
-    suites = [build_suite(cfg, name) for name in cfg.suites]  # loads and validates everything before timing
+    # load and validate everything before timing; on a multi-GPU launch each process takes its own GPU
+    suites = [build_suite(cfg, name, procs.device) for name in cfg.suites]
     cfg.check_methods_known({s.name: s.available for s in suites})
     cfg.methods = {s.name: s.methods for s in suites}  # resolved: the re-run does exactly this
     for s in suites:

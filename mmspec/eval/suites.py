@@ -78,17 +78,27 @@ def chat_text(tokenizer, turns: list[str], answers: list[str]) -> str:
     return text
 
 
-def text_suite(cfg: EvalConfig, suite: str) -> Suite:
+def placement(cfg: EvalConfig, spec: str, device: str | None) -> tuple[str | None, str | None]:
+    """(device_map, drafter device) for a target spec: the zoo runs where it loads (its models are a few MB and
+    its drafters come from the bench suites' factories); checkpoint targets take ``--device-map`` /
+    ``--drafter-device``, else this process's own device on a multi-GPU launch."""
+    if spec.startswith("zoo:"):
+        if cfg.device_map or cfg.drafter_device:
+            raise ValueError("--device-map / --drafter-device place checkpoint models; the zoo runs where it loads")
+        return None, None
+    return cfg.device_map or device, cfg.drafter_device or device
+
+
+def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:
     """code (zoo held-out functions / HumanEval file) or chat (Spec-Bench questions, turn by turn)."""
     spec = cfg.model or "zoo:code-target"
-    target = load_target(spec, device_map=cfg.device_map, home=cfg.home)
+    device_map, drafter_device = placement(cfg, spec, device)
+    target = load_target(spec, device_map=device_map, home=cfg.home)
     _require(target, "text", suite, spec)
     tok = target.tokenizer
     if tok is None:
         raise ValueError(f"the {suite} suite needs the target's tokenizer next to its weights ({spec})")
     zoo = target.zoo == "code-target"
-    if zoo and (cfg.device_map or cfg.drafter_device):
-        raise ValueError("--device-map / --drafter-device place checkpoint models; the zoo runs where it loads (CPU)")
     if zoo:
         from .code_suite import CODE_METHODS, diffusion_factories
 
@@ -96,12 +106,12 @@ def text_suite(cfg: EvalConfig, suite: str) -> Suite:
         extra = diffusion_factories(cfg.home, cfg.block_tokens, cfg.block_tokens)
         available, default = ALL_METHODS + list(extra), CODE_METHODS
     else:
-        draft = load_drafter(cfg.drafter, target, cfg.home, cfg.drafter_device) if cfg.drafter else None
+        draft = load_drafter(cfg.drafter, target, cfg.home, drafter_device) if cfg.drafter else None
         if draft is not None:  # through the pipeline: kind and vocabulary checks
             text_drafter(target, draft, "chain")
         extra = {}
         if cfg.dlm:
-            dlm = load_drafter(cfg.dlm, target, cfg.home, cfg.drafter_device)
+            dlm = load_drafter(cfg.dlm, target, cfg.home, drafter_device)
             if drafter_kind(dlm) != "diffusion":
                 raise ValueError(f"--dlm {cfg.dlm} is not a diffusion LM (pass small causal LMs with --drafter)")
             extra = {m: (lambda m=m: text_drafter(target, dlm, m, num_tokens=cfg.block_tokens)[1])
@@ -160,12 +170,13 @@ def text_suite(cfg: EvalConfig, suite: str) -> Suite:
 BASE_VLM = ["plain", "hf-prompt-lookup", "mmspec-prompt-lookup"]
 
 
-def vlm_suite(cfg: EvalConfig) -> Suite:
+def vlm_suite(cfg: EvalConfig, device: str | None = None) -> Suite:
     """Zoo scenes (captions and questions) or a user file of image + question, every answer stopping at EOS."""
     from ..tree import DEFAULT_TREE
 
     spec = cfg.vlm_model or "zoo:vlm-target"
-    target = load_target(spec, device_map=cfg.device_map, home=cfg.home)
+    device_map, drafter_device = placement(cfg, spec, device)
+    target = load_target(spec, device_map=device_map, home=cfg.home)
     _require(target, "vlm", "vlm", spec)
     proc = target.tokenizer
     if proc is None:
@@ -175,14 +186,12 @@ def vlm_suite(cfg: EvalConfig) -> Suite:
     if zoo:
         from .vlm_suite import VLM_METHODS, feature_factories
 
-        if cfg.device_map or cfg.drafter_device:
-            raise ValueError("--device-map / --drafter-device place checkpoint models; the zoo runs where it loads")
         extra = feature_factories(cfg.home, k)
         available, default = BASE_VLM + list(extra), VLM_METHODS
     else:
         extra = {}
         if cfg.vlm_drafter:
-            d = load_drafter(cfg.vlm_drafter, target, cfg.home, cfg.drafter_device)
+            d = load_drafter(cfg.vlm_drafter, target, cfg.home, drafter_device)
             method, d = vlm_drafter(target, d, None)
 
             def make(**kw):
@@ -323,11 +332,12 @@ def image_suite(cfg: EvalConfig) -> Suite:
                  table)
 
 
-def build_suite(cfg: EvalConfig, name: str) -> Suite:
+def build_suite(cfg: EvalConfig, name: str, device: str | None = None) -> Suite:
+    """``device``: this process's GPU on a multi-GPU launch (checkpoint targets only)."""
     if name in ("code", "chat"):
-        return text_suite(cfg, name)
+        return text_suite(cfg, name, device)
     if name == "vlm":
-        return vlm_suite(cfg)
+        return vlm_suite(cfg, device)
     return image_suite(cfg)
 
 
