@@ -15,7 +15,10 @@ from typing import Callable
 
 import torch
 
-from ..pipeline import drafter_kind, load_drafter, load_target, pipeline, text_drafter, vlm_drafter
+from ..pipeline import pipeline
+from ..routes.common import drafter_kind, load_drafter, load_target
+from ..routes.text import text_drafter
+from ..routes.vlm import vlm_drafter
 from .bench import ALL_METHODS, compare, prompt_record, time_methods
 from .config import EvalConfig
 from .datasets import Item, chat_items, code_items, image_items, sample_questions, vlm_items

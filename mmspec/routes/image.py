@@ -1,0 +1,114 @@
+"""The image routes: class-conditional visual AR targets (:class:`~mmspec.image_gen.ImageGenerator`) and
+Janus text-to-image (:class:`~mmspec.janus.JanusImageGenerator`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .common import IMAGE_METHODS, Target, check_vocab, drafter_kind, load_drafter, take_options, wrong_method
+
+IMAGE_OPTIONS = dict(cfg_scale=3.0, temperature=1.0, k=8, delta=None, lam=None, tree="static", num_tokens=4,
+                     vq=None, feature_drafter=None, sar_drafter=None)
+
+
+class ImagePipeline:
+    """Class ids in, pictures out: :class:`~mmspec.image_gen.ImageGenerator` with the method and drafter fixed
+    at construction (each overridable per call)."""
+    route = "image"
+
+    def __init__(self, generator, method: str, drafter: str, **defaults):
+        self.generator, self.method, self.drafter_kind, self.defaults = generator, method, drafter, defaults
+        self.target = generator.target
+
+    @property
+    def layout(self):
+        return self.generator.layout
+
+    @property
+    def classes(self):
+        return self.generator.classes
+
+    def generate(self, class_ids=None, *, prompts=None, images=None, **kw):
+        if prompts is not None or images is not None:
+            raise ValueError("a class-conditional image target takes class ids (-1: unconditional), not prompts or "
+                             "images")
+        if class_ids is None:
+            raise ValueError("give class ids")
+        opts = {**self.defaults, "method": self.method, "drafter": self.drafter_kind, **kw}
+        return self.generator.generate(class_ids, **opts)
+
+    __call__ = generate
+
+
+def image_pipeline(target: Target, drafter, method: str | None, home=None, device=None, **options):
+    from ..image_gen import IMAGE_DRAFTERS, ImageGenerator
+
+    opts = take_options(options, IMAGE_OPTIONS, "image")
+    method = method or "lantern++"
+    if method not in IMAGE_METHODS:
+        raise wrong_method(method, "image", target)
+    drafter = "ar" if drafter is None else drafter
+    if target.zoo == "image-target":
+        if not isinstance(drafter, str) or drafter not in IMAGE_DRAFTERS:
+            raise ValueError(f"the zoo image target drafts with one of {IMAGE_DRAFTERS} (its own drafters)")
+        gen = ImageGenerator.from_zoo(home)
+        if device is not None:
+            gen.target.to(device)
+        kind = drafter
+    else:  # a checkpoint over [class token] + VQ codes: an AR drafter over the same layout and the VQ decoder
+        from ..zoo.image import layout_of
+
+        vq = opts["vq"]
+        if vq is None:
+            raise ValueError("an image target from a checkpoint needs vq= (a diffusers VQModel or its directory)")
+        if isinstance(vq, (str, Path)):
+            from diffusers import VQModel
+
+            vq = VQModel.from_pretrained(vq, torch_dtype=torch.float32).eval()
+        model = load_drafter(drafter, target, home, device) if drafter != "ar" else None
+        if model is None or drafter_kind(model) != "causal":
+            raise ValueError("an image target from a checkpoint needs drafter= (a small AR model over its codes)")
+        check_vocab(model, target)
+        layout = layout_of(target.model)
+        gen = ImageGenerator(target.model, model, vq, layout, None, opts["feature_drafter"], opts["sar_drafter"])
+        kind = "ar"
+    if method != "ar" and kind != "ar" and gen.feature_drafters.get(kind) is None:
+        name = "image-eagle" if kind == "feature" else "image-sar"
+        raise ValueError(f"no {kind} drafter loaded for this target: build it (`mmspec zoo build --only {name}`)")
+    defaults = {k: v for k, v in opts.items() if k not in ("vq", "feature_drafter", "sar_drafter")}
+    return ImagePipeline(gen, method, kind, **defaults)
+
+
+JANUS_OPTIONS = dict(cfg_scale=5.0, do_sample=False, temperature=1.0, k=8, delta=None, lam=None, tree=None,
+                     num_tokens=4, decode=True)
+
+
+class JanusPipeline:
+    """Janus text-to-image: prompt ids ending with ``<begin_of_image>`` in, codes and pictures out."""
+    route = "janus"
+
+    def __init__(self, generator, method: str, **defaults):
+        self.generator, self.method, self.defaults = generator, method, defaults
+
+    def generate(self, input_ids=None, attention_mask=None, *, class_ids=None, images=None, **kw):
+        if class_ids is not None or images is not None or input_ids is None:
+            raise ValueError("a Janus target takes prompt ids (input_ids ending with <begin_of_image>)")
+        return self.generator.generate(input_ids, attention_mask, **{**self.defaults, "method": self.method, **kw})
+
+    __call__ = generate
+
+
+def janus_pipeline(target: Target, drafter, method: str | None, home=None, **options) -> JanusPipeline:
+    from ..janus import JanusImageGenerator
+    from .common import load_target
+
+    method = method or "lantern++"
+    if method not in IMAGE_METHODS:
+        raise wrong_method(method, "janus", target)
+    opts = take_options(options, JANUS_OPTIONS, "janus")
+    draft = load_target(drafter, None, None, home).model if isinstance(drafter, (str, Path)) else drafter
+    if draft is not None and drafter_kind(draft) != "janus":
+        raise ValueError("a Janus target drafts with a smaller Janus model sharing its codebook")
+    return JanusPipeline(JanusImageGenerator(target.model, draft), method, **opts)
