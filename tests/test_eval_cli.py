@@ -138,6 +138,12 @@ def test_user_data_and_checkpoint_targets(tmp_path):
                  "--out", str(out), "--no-progress", "--no-plots"]) == 0
     res = json.loads((out / "results.json").read_text())["suites"]["vlm"]
     assert list(res["categories"]) == ["colour"] and all(r["exact"] == 1.0 for r in res["summary"])
+    out = tmp_path / "vlm-dirs"  # a checkpoint VLM (saved in float16) with a feature drafter directory
+    assert main(["eval", "--suite", "vlm", "--vlm-model", str(home / "vlm-target"), "--vlm-drafter",
+                 str(home / "vlm-flash"), "--prompts", "2", "--max-new-tokens", "8", "--out", str(out),
+                 "--no-progress", "--no-plots"]) == 0
+    res = json.loads((out / "results.json").read_text())["suites"]["vlm"]
+    assert "flash" in res["methods"] and all(r["exact"] == 1.0 for r in res["summary"])
 
 
 def test_bad_requests_are_errors(tmp_path, capsys):

@@ -188,8 +188,9 @@ def load_drafter(spec, target: Target, home=None, device=None):
     path = Path(spec)
     if not path.is_dir():
         raise ValueError(f"drafter {spec!r} is neither 'zoo:<name>' nor a local checkpoint directory")
-    if (path / "feature_drafter.json").exists():
-        return place(FeatureDraftModel.from_pretrained(path, target=target.model), device)
+    if (path / "feature_drafter.json").exists():  # it reads the target's features: same dtype
+        net = FeatureDraftModel.from_pretrained(path, target=target.model).to(dtype=target.model.dtype)
+        return place(net, device)
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(path, local_files_only=True)
