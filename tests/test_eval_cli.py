@@ -110,6 +110,18 @@ def test_config_round_trip(run, tmp_path):
     assert fixed(a["suites"]["code"]["records"]) == fixed(b["suites"]["code"]["records"])
 
 
+def test_sampling_runs_repeat_with_their_seed(tmp_path):
+    args = ["eval", "--suite", "code", "--methods", "mmspec-chain,deer", "--prompts", "2", "--max-new-tokens", "12",
+            "--do-sample", "--temperature", "0.8", "--seed", "3", "--no-progress", "--no-plots"]
+    runs = []
+    for name in ("a", "b"):
+        assert main([*args, "--out", str(tmp_path / name)]) == 0
+        runs.append(json.loads((tmp_path / name / "results.json").read_text())["suites"]["code"])
+    assert fixed(runs[0]["records"]) == fixed(runs[1]["records"])
+    assert all(r["exact"] is None for r in runs[0]["summary"])  # no exactness claim under sampling
+    assert all(r["tau"] >= 1.0 for r in runs[0]["summary"])
+
+
 def test_user_data_and_checkpoint_targets(tmp_path):
     from mmspec.zoo import vlm_data as vd
     from mmspec.zoo.common import zoo_home

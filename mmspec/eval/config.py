@@ -175,11 +175,16 @@ SWITCHES = [  # (flag, field, value)
 def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--config", default=None, help="YAML/JSON run config (e.g. a run's config.yaml); flags "
                         "given here override it")
+    defaults = EvalConfig().to_dict()
     for flag, dest, typ, help_ in FLAGS:
+        shown = defaults.get(dest)
+        shown = ",".join(shown) if isinstance(shown, list) else shown
+        text = (help_ + "; " if help_ else "") + f"default {shown}" if shown is not None else help_
         parser.add_argument(flag, dest=dest or flag[2:].replace("-", "_"), type=typ, default=argparse.SUPPRESS,
-                            help=help_)
+                            help=text)
     for flag, dest, value in SWITCHES:
-        parser.add_argument(flag, dest=dest, action="store_const", const=value, default=argparse.SUPPRESS)
+        parser.add_argument(flag, dest=dest, action="store_const", const=value, default=argparse.SUPPRESS,
+                            help=f"sets {dest} = {value}")
     return parser
 
 
