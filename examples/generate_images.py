@@ -2,6 +2,7 @@
 
     python examples/generate_images.py                       # LANTERN++ (λ = 2, k = 8, static tree) vs plain AR
     python examples/generate_images.py --lam 3 --classes 0,1,2 --out runs/my_images
+    python examples/generate_images.py --drafter sar --tree chain    # image-sar: 4 drafts per drafter forward
 """
 
 import argparse
@@ -16,6 +17,9 @@ def main():
     p.add_argument("--classes", default=None, help="comma list of class ids; default: every class")
     p.add_argument("--lam", type=float, default=2.0)
     p.add_argument("--k", type=int, default=8)
+    p.add_argument("--drafter", choices=["ar", "feature", "sar"], default="ar",
+                   help="the zoo's small AR drafter, image-eagle (feature) or image-sar")
+    p.add_argument("--tree", choices=["chain", "static", "dynamic"], default="static")
     p.add_argument("--cfg-scale", type=float, default=3.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="runs/examples_images")
@@ -26,8 +30,8 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     plain = gen.generate(classes, method="ar", cfg_scale=args.cfg_scale, seed=args.seed)
-    fast = gen.generate(classes, method="lantern++", lam=args.lam, k=args.k, tree="static", cfg_scale=args.cfg_scale,
-                        seed=args.seed)
+    fast = gen.generate(classes, method="lantern++", lam=args.lam, k=args.k, tree=args.tree, cfg_scale=args.cfg_scale,
+                        seed=args.seed, drafter=args.drafter)
     for name, res in (("plain_ar", plain), ("lantern_pp", fast)):
         image_grid(res.images, nrow=len(classes), scale=3).save(out / f"{name}.png")
     s = fast.stats
