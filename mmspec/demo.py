@@ -101,8 +101,8 @@ def image_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: in
     zoo's classifier. (Speculative decoding of image codes comes with relaxed acceptance.)"""
     from .zoo import image_data
 
-    clf = load("image-classifier")
-    pipe = pipeline("zoo:image-target", method="ar")  # plain AR sampling with CFG
+    entry, clf = load("image-target"), load("image-classifier")
+    pipe = pipeline(entry.model, method="ar", vq=entry.extras["vq"])  # plain AR sampling with CFG (no drafter)
     layout = pipe.layout
     classes = list(range(image_data.NUM_CLASSES))
     res = pipe.generate(classes, cfg_scale=3.0, temperature=1.0, seed=0)

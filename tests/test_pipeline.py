@@ -93,6 +93,12 @@ def test_image_route_greedy_spec_equals_ar_and_overrides():
     ar = pipe.generate([0, 4], temperature=0, method="ar")  # per-call override
     assert torch.equal(spec.codes, ar.codes) and spec.images.shape[0] == 2
     assert mmspec.pipeline("zoo:image-target").method == "lantern++"
+    # a model object (not the zoo spec): plain AR needs only the VQ decoder, the other methods a drafter
+    entry = load("image-target")
+    plain = mmspec.pipeline(entry.model, method="ar", vq=entry.extras["vq"])
+    assert torch.equal(plain.generate([0, 4], temperature=0).codes, ar.codes)
+    with pytest.raises(ValueError, match="needs drafter="):
+        mmspec.pipeline(entry.model, method="spec", vq=entry.extras["vq"])
 
 
 def test_janus_route():

@@ -68,9 +68,10 @@ def image_pipeline(target: Target, drafter, method: str | None, home=None, devic
 
             vq = VQModel.from_pretrained(vq, torch_dtype=torch.float32).eval()
         model = load_drafter(drafter, target, home, device) if drafter != "ar" else None
-        if model is None or drafter_kind(model) != "causal":
+        if model is not None and drafter_kind(model) != "causal" or model is None and method != "ar":
             raise ValueError("an image target from a checkpoint needs drafter= (a small AR model over its codes)")
-        check_vocab(model, target)
+        if model is not None:
+            check_vocab(model, target)
         layout = layout_of(target.model)
         gen = ImageGenerator(target.model, model, vq, layout, None, opts["feature_drafter"], opts["sar_drafter"])
         kind = "ar"
