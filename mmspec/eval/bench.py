@@ -154,9 +154,10 @@ def _speculative_runner(target, drafter, max_new_tokens: int, sampling: dict, eo
 def time_methods(runners: dict, prompts: list, repeats: int = 1, warmup: int = 1, seed: int = 0,
                  progress: bool = True, desc: str = "bench") -> dict:
     """Run ``runners`` (method -> callable prompt -> (output, stats or None)) over the prompts: ``warmup`` calls
-    each first, then ``repeats`` rounds with the methods interleaved, so slow drifts of the machine hit all of
-    them alike. Returns per method ``times`` ([round][prompt] seconds), ``outputs`` and ``stats`` (first round).
-    The global torch seed is reset to ``seed`` before every call (HF sampling draws from it)."""
+    each first, then ``repeats`` rounds in which every prompt runs through all methods back to back, so a slow
+    spell of a shared machine hits the methods of a prompt alike instead of one method's whole block. Returns
+    per method ``times`` ([round][prompt] seconds), ``outputs`` and ``stats`` (first round). The global torch
+    seed is reset to ``seed`` before every call (HF sampling draws from it)."""
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
     runs = {m: {"times": [], "outputs": [], "stats": []} for m in runners}
@@ -168,18 +169,18 @@ def time_methods(runners: dict, prompts: list, repeats: int = 1, warmup: int = 1
                 runner(prompts[0])
                 bar.update(1)
         for round_ in range(repeats):
-            for method, runner in runners.items():
-                times = []
-                for prompt in prompts:
+            for run in runs.values():
+                run["times"].append([])
+            for prompt in prompts:
+                for method, runner in runners.items():
                     torch.manual_seed(seed)
                     t0 = time.perf_counter()
                     out, stats = runner(prompt)
-                    times.append(time.perf_counter() - t0)
+                    runs[method]["times"][-1].append(time.perf_counter() - t0)
                     if round_ == 0:
                         runs[method]["outputs"].append(out)
                         runs[method]["stats"].append(stats)
                     bar.update(1)
-                runs[method]["times"].append(times)
     return runs
 
 
@@ -237,7 +238,8 @@ def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str]
     runners = {m: build_runner(m, target, draft_model, num_tokens, max_new_tokens, sampling, extra.get(m),
                                eos_token_id) for m in methods}
     runners = {m: r for m, r in runners.items() if r is not None}
-    # each method's time is the median over rounds of its time for the whole prompt set
+    # each method's time is the median over rounds of its time for the whole prompt set (bench) or, per prompt,
+    # the median over rounds (per-prompt records)
     runs = time_methods(runners, prompts, repeats, warmup, seed, progress, desc)
     results: dict[str, MethodResult] = {}
     records: dict[str, list[dict]] = {}
