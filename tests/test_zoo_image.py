@@ -197,3 +197,19 @@ def test_generate_cfg_matches_full_forward(micro_zoo):
         logits = model(input_ids=torch.stack([seq_c, seq_u])).logits[:, :-1]
     guided = image.cfg_logits(image.restrict_to_codes(logits[0], lay), image.restrict_to_codes(logits[1], lay), 2.5)
     assert torch.equal(guided.argmax(-1), codes[0])
+
+
+def test_train_image_drafter_cli(micro_zoo, tmp_path, monkeypatch):
+    """`mmspec train image-drafter` on the (micro) zoo target writes a loadable drafter for that target."""
+    from mmspec.cli import main
+    from mmspec.drafters.feature_model import FeatureDraftModel
+
+    home, _ = micro_zoo
+    monkeypatch.setenv("MMSPEC_HOME", str(home))
+    out = tmp_path / "drafter"
+    assert main(["train", "image-drafter", "--samples", "16", "--steps", "3", "--budget-s", "5", "--batch-size", "4",
+                 "--sar-tokens", "2", "--out", str(out)]) == 0
+    target = image.load("image-target", home / "image-target").model
+    net = FeatureDraftModel.from_pretrained(out, target=target)
+    assert net.config.sar_tokens == 2 and net.config.guidance_scale == 3.0
+    assert (out / "train_report.json").exists()
