@@ -65,7 +65,8 @@ def _same_drafter_spec(results: list[dict], r: dict) -> dict | None:
 
 
 def run_image_suite(per_class: int = 8, cfg_scale: float = 3.0, sweep: bool = True, latency_images: int = 12,
-                    quality_batch: int = 48, home=None, out_dir: str | Path | None = None, progress: bool = True) -> dict:
+                    quality_batch: int = 48, home=None, out_dir: str | Path | None = None, progress: bool = True,
+                    only: list[str] | None = None) -> dict:
     """Two measurements per method:
 
     * latency (the papers' setting): ``latency_images`` pictures generated one at a time (batch 1, i.e. one
@@ -73,6 +74,9 @@ def run_image_suite(per_class: int = 8, cfg_scale: float = 3.0, sweep: bool = Tr
       speculative decoding with the same drafter, measured in the same run;
     * quality: ``per_class`` pictures per class generated in batches of ``quality_batch``, compared with a
       plain-AR reference set (seed 0); plain AR with seed 1 gives the run-to-run baseline.
+
+    ``only``: run just these entries (by name); plain AR and each drafter's plain speculative chain, the
+    baselines, always run.
     """
     from ..zoo import load
 
@@ -85,6 +89,13 @@ def run_image_suite(per_class: int = 8, cfg_scale: float = 3.0, sweep: bool = Tr
     methods += [m for m in FEATURE_METHODS if m[2]["drafter"] in have]
     if sweep:
         methods += sweep_methods() + (sweep_methods("sar") if "sar" in have else [])
+    if only is not None:
+        unknown = set(only) - {name for name, _, _ in methods}
+        if unknown:
+            raise ValueError(f"unknown image suite entries {sorted(unknown)}")
+        drafters = {kw.get("drafter", "ar") for name, _, kw in methods if name in only}
+        methods = [(name, m, kw) for name, m, kw in methods if name in only or m == "ar"
+                   or (m == "spec" and kw.get("tree") == "chain" and kw.get("drafter", "ar") in drafters)]
 
     def batched(method, kw, seed):
         outs = [gen.generate(classes[i: i + quality_batch], method=method, cfg_scale=cfg_scale, seed=seed + i, **kw)

@@ -85,7 +85,8 @@ def image_quality(cfg: EvalConfig, suite, out: Path) -> dict:
 
     report = run_image_suite(per_class=cfg.image_per_class, cfg_scale=cfg.image_cfg_scale, sweep=cfg.image_sweep,
                              latency_images=cfg.image_latency, home=cfg.home, out_dir=out / "image",
-                             progress=cfg.progress)
+                             progress=cfg.progress,
+                             only=[name for slug, (name, _, _) in suite.table.items() if slug in suite.methods])
     by_name = {r["name"]: r for r in report["results"]}
     joined = {slug: by_name[name] for slug, (name, _, _) in suite.table.items()
               if name in by_name and slug in suite.methods}
