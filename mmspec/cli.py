@@ -232,8 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     img.add_argument("--lam", type=float, default=None, help="LANTERN++: multiplicative bound λ (default 2)")
     img.add_argument("--tree", choices=["chain", "static", "dynamic"], default="static")
     img.add_argument("--num-tokens", type=int, default=4, help="chain length")
-    img.add_argument("--drafter", choices=["ar", "feature"], default="ar", help="ar: the zoo's small AR drafter "
-                     "(run with CFG); feature: the zoo's image-eagle feature drafter on the guided target's features")
+    img.add_argument("--drafter", choices=["ar", "feature", "sar"], default="ar", help="ar: the zoo's small AR "
+                     "drafter (run with CFG); feature: image-eagle, a feature drafter on the guided target's features; "
+                     "sar: image-sar, the same drafting 4 tokens per forward")
     img.add_argument("--seed", type=int, default=0)
     img.add_argument("--batch", type=int, default=12)
     img.add_argument("--out", default="runs/image")
