@@ -8,7 +8,8 @@ category, or the merged records of several processes (``accelerate launch``):
   time-weighted mean of the shards' own speedups;
 * τ = Σ new tokens / Σ (row, target forward) pairs — with one prompt per call, new tokens / target forwards;
 * tokens/s = Σ new tokens / Σ seconds; exact = share of prompts equal to the base's greedy output;
-* drafter share = Σ drafter time / Σ (drafter + verify) time; accepted-length histogram = counts over steps.
+* drafter share = Σ drafter time / Σ (drafter + verify) time;
+* accepted-length histogram = counts over verification steps (the prefill's one token left out).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def summarise(records: list[dict], base: str) -> list[dict]:
         verify = sum(r["verify_time"] or 0.0 for r in fwd)
         exact = [r["exact"] for r in recs if r.get("exact") is not None]
         tau = new / rows_fwd if fwd and rows_fwd else (1.0 if m == base else None)
-        hist = Counter(n for r in recs for n in r.get("accept_lengths") or [])
+        # verification steps only: a record is one prompt (batch 1), whose first entry is the prefill's token
+        hist = Counter(n for r in recs for n in (r.get("accept_lengths") or [])[1:])
         rows.append({
             "method": m, "prompts": len(recs), "seconds": secs, "new_tokens": new,
             "target_forwards": sum(r["target_forwards"] for r in fwd) if fwd else None,

@@ -38,7 +38,7 @@ def plot_speedup(summary: list[dict], path: Path, title: str) -> Path:
 
 
 def plot_accept_hist(summary: list[dict], path: Path, title: str) -> Path | None:
-    """One small histogram per method that records accepted lengths (tokens emitted per target forward)."""
+    """One small histogram per method that records accepted lengths (tokens emitted per verification step)."""
     rows = [{**r, "accept_hist": {int(k): v for k, v in r["accept_hist"].items()}} for r in summary if r["accept_hist"]]
     if not rows:
         return None
@@ -56,7 +56,7 @@ def plot_accept_hist(summary: list[dict], path: Path, title: str) -> Path | None
         ax.set_xticks(xs if top <= 12 else xs[::2])
     for ax in list(axes.flat)[len(rows):]:
         ax.axis("off")
-    fig.suptitle(title + " — share of steps by tokens emitted per target forward", fontsize=8)
+    fig.suptitle(title + " — share of verification steps by tokens emitted (prefill left out)", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
