@@ -58,6 +58,8 @@ def test_text_methods_agree_with_plain(method, drafter_type):
     prompts = [PROMPT, "import os\n\n\ndef main():\n"]
     plain = mmspec.pipeline("zoo:code-target", method="plain")(prompts, max_new_tokens=12)
     assert pipe(prompts, max_new_tokens=12).texts == plain.texts
+    ids = pipe.tokenizer(PROMPT, return_tensors="pt", add_special_tokens=False).input_ids
+    assert pipe(ids, max_new_tokens=12).texts == plain.texts[:1]  # token ids may be given positionally too
 
 
 def test_checkpoint_dirs_with_device_map(checkpoints):

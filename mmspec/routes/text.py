@@ -111,6 +111,8 @@ class TextPipeline:
         self.engine = SpeculativeGenerator(self.model, drafter) if drafter is not None else None
 
     def _inputs(self, prompts, input_ids, attention_mask):
+        if isinstance(prompts, torch.Tensor):  # ids given positionally
+            prompts, input_ids = None, prompts
         if input_ids is not None:
             ids = input_ids if input_ids.dim() == 2 else input_ids[None]
             return ids, attention_mask
