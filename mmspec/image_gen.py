@@ -42,6 +42,31 @@ def lattice_tree(depth: int) -> TreeTemplate:
     return TreeTemplate.full((2, 2, 1, 1, 1)[:depth]) if depth < 5 else LANTERN_TREE
 
 
+def resolve_bound(method: str, delta: float | None, lam: float | None) -> dict:
+    """The bound a method relaxes acceptance by: LANTERN's δ or LANTERN++'s λ (defaults 0.1 and 2); ``{}`` for
+    the lossless methods."""
+    if method == "lantern":
+        return {"delta": 0.1 if delta is None else delta}
+    if method == "lantern++":
+        return {"lam": 2.0 if lam is None else lam}
+    return {}
+
+
+def tree_options(tree, num_tokens: int, top_k: int, num_nodes: int, sar: int = 1) -> dict:
+    """Drafter keyword arguments for a tree choice: ``"chain"`` (``num_tokens``, or a semi-autoregressive
+    drafter's ``sar`` slots), ``"static"`` (LANTERN_TREE, or the SAR drafter's lattice), ``"dynamic"``
+    (EAGLE-2) or a TreeTemplate."""
+    if tree == "chain":
+        return dict(num_tokens=sar if sar > 1 else num_tokens)
+    if tree == "static":
+        return dict(tree=LANTERN_TREE if sar == 1 else lattice_tree(sar))
+    if tree == "dynamic":
+        return dict(num_tokens=5, tree="dynamic", top_k=top_k, num_nodes=num_nodes)
+    if isinstance(tree, TreeTemplate):
+        return dict(tree=tree)
+    raise ValueError(f"tree must be 'chain', 'static', 'dynamic' or a TreeTemplate, got {tree!r}")
+
+
 @dataclass
 class ImageOutput:
     images: torch.Tensor
@@ -75,11 +100,10 @@ class ImageGenerator:
 
     @classmethod
     def from_zoo(cls, home=None) -> "ImageGenerator":
-        from .zoo import load
-
-        from .zoo.common import zoo_home
+        from .zoo import load, zoo_home
 
         t, d = load("image-target", home), load("image-drafter", home)
+
         def optional(name):  # `mmspec zoo build --only image-eagle,image-sar`
             return load(name, home).model if (Path(home or zoo_home()) / name / "zoo.json").exists() else None
 
@@ -97,15 +121,7 @@ class ImageGenerator:
         if kind != "ar":
             return self._feature_drafter(kind, cfg_scale, tree, num_tokens, top_k, num_nodes)
         d = CFGModel(self.drafter_model, cfg_scale, self.layout.null_id, self._codes())
-        if tree == "chain":
-            return AutoregressiveDrafter(d, num_tokens=num_tokens, adaptive=False)
-        if tree == "static":
-            return AutoregressiveDrafter(d, tree=LANTERN_TREE)
-        if tree == "dynamic":
-            return AutoregressiveDrafter(d, num_tokens=5, tree="dynamic", top_k=top_k, num_nodes=num_nodes)
-        if isinstance(tree, TreeTemplate):
-            return AutoregressiveDrafter(d, tree=tree)
-        raise ValueError(f"tree must be 'chain', 'static', 'dynamic' or a TreeTemplate, got {tree!r}")
+        return AutoregressiveDrafter(d, adaptive=False, **tree_options(tree, num_tokens, top_k, num_nodes))
 
     def _feature_drafter(self, kind: str, cfg_scale: float, tree, num_tokens: int, top_k: int, num_nodes: int):
         net = self.feature_drafters[kind]
@@ -114,17 +130,7 @@ class ImageGenerator:
             raise ValueError(f"no {kind} drafter loaded: build it (`mmspec zoo build --only {zoo_name}`) or train "
                              f"one (`mmspec train image-drafter`) and pass it as {arg}=")
         guided = CFGModel(self.target, cfg_scale, self.layout.null_id, self._codes())
-        sar = net.config.sar_tokens
-        if tree == "chain":
-            return FeatureDrafter(net, guided, num_tokens=sar if sar > 1 else num_tokens)
-        if tree == "static":
-            # a semi-autoregressive drafter drafts a lattice over its slots (depth <= its slots)
-            return FeatureDrafter(net, guided, tree=LANTERN_TREE if sar == 1 else lattice_tree(sar))
-        if tree == "dynamic":
-            return FeatureDrafter(net, guided, num_tokens=5, tree="dynamic", top_k=top_k, num_nodes=num_nodes)
-        if isinstance(tree, TreeTemplate):
-            return FeatureDrafter(net, guided, tree=tree)
-        raise ValueError(f"tree must be 'chain', 'static', 'dynamic' or a TreeTemplate, got {tree!r}")
+        return FeatureDrafter(net, guided, **tree_options(tree, num_tokens, top_k, num_nodes, net.config.sar_tokens))
 
     def _codes(self) -> torch.Tensor:
         return torch.arange(self.layout.code_offset, self.layout.code_offset + self.layout.codebook_size)
@@ -148,13 +154,9 @@ class ImageGenerator:
         if method == "ar":
             codes = generate_codes(self.target, class_ids, cfg_scale, temperature, 0, gen, self.layout)
         else:
-            relax = None
-            if method == "lantern":
-                delta = 0.1 if delta is None else delta
-                relax = self.relaxation(k, delta=delta)
-            elif method == "lantern++":
-                lam = 2.0 if lam is None else lam
-                relax = self.relaxation(k, lam=lam)
+            bound = resolve_bound(method, delta, lam)
+            relax = self.relaxation(k, **bound) if bound else None
+            delta, lam = bound.get("delta", delta), bound.get("lam", lam)  # recorded as resolved
             target = CFGModel(self.target, cfg_scale, self.layout.null_id, self._codes())
             engine = SpeculativeGenerator(target, self.drafter(cfg_scale, tree, num_tokens, kind=drafter),
                                           relaxation=relax)
@@ -170,4 +172,5 @@ class ImageGenerator:
         return ImageOutput(images, codes, stats, seconds, config)
 
 
-__all__ = ["ImageGenerator", "ImageOutput", "IMAGE_METHODS", "IMAGE_DRAFTERS", "LANTERN_TREE", "lattice_tree"]
+__all__ = ["ImageGenerator", "ImageOutput", "IMAGE_METHODS", "IMAGE_DRAFTERS", "LANTERN_TREE", "lattice_tree",
+           "resolve_bound", "tree_options"]

@@ -147,15 +147,13 @@ class JanusImageGenerator:
                  temperature: float = 1.0, k: int = 8, delta: float | None = None, lam: float | None = None,
                  tree: TreeTemplate | None = None, num_tokens: int = 4, seed: int = 0,
                  decode: bool = True) -> JanusOutput:
-        from .image_gen import IMAGE_METHODS, LANTERN_TREE
+        from .image_gen import IMAGE_METHODS, LANTERN_TREE, resolve_bound
 
         if method not in IMAGE_METHODS:
             raise ValueError(f"unknown method {method!r}; choose from {IMAGE_METHODS}")
         self._check_prompts(input_ids, attention_mask)
-        gen = torch.Generator().manual_seed(seed)
-        target = self._guided(self.target, cfg_scale)
-        n = self.target.num_image_tokens
         t0 = time.perf_counter()
+        stats = None
         if method == "ar":  # the stock generate: the baseline, and the reference the tests compare with
             if cfg_scale <= 1 or (attention_mask is not None and not bool(attention_mask.all())):
                 raise ValueError("method 'ar' runs the stock Janus generate, which needs cfg_scale > 1 and "
@@ -163,27 +161,23 @@ class JanusImageGenerator:
             codes = self.target.janus.generate(input_ids, attention_mask=torch.ones_like(input_ids),
                                                generation_mode="image", do_sample=do_sample, temperature=temperature,
                                                guidance_scale=cfg_scale)
-            seconds = time.perf_counter() - t0
-            images = self.target.janus.decode_image_tokens(codes) if decode else None
-            return JanusOutput(codes, images, None, seconds)
-        if self.drafter is None:
-            raise ValueError(f"method {method!r} needs a drafter Janus model")
-        relax = None
-        if method in ("lantern", "lantern++"):
-            bound = dict(delta=0.1 if delta is None else delta) if method == "lantern" else \
-                dict(lam=2.0 if lam is None else lam)
+        else:
+            if self.drafter is None:
+                raise ValueError(f"method {method!r} needs a drafter Janus model")
+            bound = resolve_bound(method, delta, lam)
             relax = Relaxation.from_codebook(self.target.codebook(), self.target.config.vocab_size, k,
-                                             self.target.text_vocab, **bound)
-        draft = self._guided(self.drafter, cfg_scale)
-        drafter = AutoregressiveDrafter(draft, tree=tree or LANTERN_TREE) if method == "lantern++" else \
-            AutoregressiveDrafter(draft, num_tokens=num_tokens, adaptive=False, tree=tree)
-        engine = SpeculativeGenerator(target, drafter, relaxation=relax)
-        out = engine.generate(input_ids, attention_mask=attention_mask, max_new_tokens=n, do_sample=do_sample,
-                              temperature=temperature, eos_token_id=[], generator=gen)
-        codes = out.sequences[:, input_ids.shape[1]:] - self.target.text_vocab
+                                             self.target.text_vocab, **bound) if bound else None
+            draft = self._guided(self.drafter, cfg_scale)
+            drafter = AutoregressiveDrafter(draft, tree=tree or LANTERN_TREE) if method == "lantern++" else \
+                AutoregressiveDrafter(draft, num_tokens=num_tokens, adaptive=False, tree=tree)
+            engine = SpeculativeGenerator(self._guided(self.target, cfg_scale), drafter, relaxation=relax)
+            out = engine.generate(input_ids, attention_mask=attention_mask, max_new_tokens=self.target.num_image_tokens,
+                                  do_sample=do_sample, temperature=temperature, eos_token_id=[],
+                                  generator=torch.Generator().manual_seed(seed))
+            codes, stats = out.sequences[:, input_ids.shape[1]:] - self.target.text_vocab, out.stats
         seconds = time.perf_counter() - t0
         images = self.target.janus.decode_image_tokens(codes) if decode else None
-        return JanusOutput(codes, images, out.stats, seconds)
+        return JanusOutput(codes, images, stats, seconds)
 
 
 __all__ = ["JanusImageLM", "JanusImageGenerator", "JanusOutput", "janus_uncond"]

@@ -55,6 +55,20 @@ class FeatureDrafter(AutoregressiveDrafter):
         self.vocab_size = net.config.vocab_size
         self.compress_to = compress_to
         self.method = net.config.method
+        if sar > 1 and isinstance(tree, TreeTemplate):
+            self._lattice_layout(tree)
+
+    def _lattice_layout(self, t: TreeTemplate) -> None:
+        """A lattice template's fixed index tensors, built once: each non-root node's slot (its depth - 1)
+        and sibling rank, the parents row, and per parent its children in draw order with their slot."""
+        dev = self.net.fc.weight.device
+        self._slot = torch.tensor([len(p) - 1 for p in t.rank_paths], device=dev)
+        self._rank = torch.tensor([p[-1] for p in t.rank_paths], device=dev)
+        self._lattice_parents = torch.tensor(t.parents, device=dev)
+        kids: dict[int, list[int]] = {}
+        for node, par in enumerate(t.parents[1:], start=1):
+            kids.setdefault(par, []).append(node)
+        self._sibling_groups = [(len(t.rank_paths[k[0] - 1]) - 1, torch.tensor(k, device=dev)) for k in kids.values()]
 
     # ------------------------------------------------------------------ lifecycle
     @torch.no_grad()
@@ -140,18 +154,15 @@ class FeatureDrafter(AutoregressiveDrafter):
             return super()._tree(roots, root_logits, sampling, generator)
         # FLASH lattice (beyond the paper): the slots are independent given the context, so a static tree
         # whose depth-d nodes take slot d's tokens covers several combinations in one target pass.
-        t = self.tree
-        depth = torch.tensor([len(p) - 1 for p in t.rank_paths], device=roots.device)
-        rank = torch.tensor([p[-1] for p in t.rank_paths], device=roots.device)
-        parents = torch.tensor(t.parents, device=roots.device).expand(roots.shape[0], -1).contiguous()
+        parents = self._lattice_parents.expand(roots.shape[0], -1).contiguous()
         if sampling.do_sample:
-            return self._sampled_lattice(roots, parents, depth, rank, sampling, generator)
+            return self._sampled_lattice(roots, parents, sampling, generator)
         # greedy: slot d's ranked tokens; deterministic drafts (point-mass proposals) are lossless anyway
-        ranked = self._slot_logits[:, : t.depth].topk(int(rank.max()) + 1, dim=-1).indices  # [B, depth, r]
-        tokens = torch.cat([roots[:, None], ranked[:, depth, rank]], dim=1)
+        ranked = self._slot_logits[:, : self.tree.depth].topk(int(self._rank.max()) + 1, dim=-1).indices
+        tokens = torch.cat([roots[:, None], ranked[:, self._slot, self._rank]], dim=1)
         return DraftTree(tokens, parents)
 
-    def _sampled_lattice(self, roots, parents, depth, rank, sampling, generator) -> DraftTree:
+    def _sampled_lattice(self, roots, parents, sampling, generator) -> DraftTree:
         """Under sampling, each node's children are drawn from its depth's slot distribution q_d without
         replacement (SpecInfer-style multi-draft): point-mass drafts of a high-entropy target (image codes) are
         rarely accepted, while drawn ones are accepted with probability ~ 1 - TV(p, q). The slots do not
@@ -161,16 +172,9 @@ class FeatureDrafter(AutoregressiveDrafter):
         q = sampling.probs(self._slot_logits[:, : self.tree.depth])  # [B, D, V]
         tokens = torch.empty(B, parents.shape[1], dtype=torch.long, device=roots.device)
         tokens[:, 0] = roots
-        n_children: dict[int, int] = {}
-        for node, par in enumerate(self.tree.parents[1:], start=1):
-            n_children[par] = n_children.get(par, 0) + 1
-        for par, n in n_children.items():
-            kids = [i + 1 for i, p in enumerate(self.tree.parents[1:]) if p == par]
-            d = int(depth[kids[0] - 1])
-            drawn = torch.multinomial(q[:, d], n, replacement=False, generator=generator)  # [B, n], in draw order
-            for kid in kids:
-                tokens[:, kid] = drawn[:, int(rank[kid - 1])]
-        node_q = torch.cat([q[:, :1], q[:, depth]], dim=1)  # the root's entry is never read
+        for slot, kids in self._sibling_groups:  # siblings in draw order = the order the verifier tries them
+            tokens[:, kids] = torch.multinomial(q[:, slot], len(kids), replacement=False, generator=generator)
+        node_q = torch.cat([q[:, :1], q[:, self._slot]], dim=1)  # the root's entry is never read
         return DraftTree(tokens, parents, q=node_q, sibling_rule="without_replacement")
 
     def observe(self, state: DecodeState, tree: DraftTree, result: AcceptResult,
