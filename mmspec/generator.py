@@ -29,7 +29,8 @@ class GenerationStats:
     row_forwards: int = 0  # (row, forward) pairs while the row was still generating
     accept_lengths: list[list[int]] = field(default_factory=list)  # [row][step]: tokens emitted per step
     draft_time: float = 0.0
-    verify_time: float = 0.0
+    verify_time: float = 0.0  # target forwards, prefill included
+    prefill_time: float = 0.0  # the prefill forward alone (its share of verify_time)
     total_time: float = 0.0
     relaxation_bounds: list[float] = field(default_factory=list)  # relaxed acceptance: per step, the largest
     # probability mass moved onto an accepted draft over the rows (the TV distance enforced)
@@ -47,6 +48,7 @@ class GenerationStats:
             "mean_accepted_tokens": self.mean_accepted_tokens,
             "draft_time": self.draft_time,
             "verify_time": self.verify_time,
+            "prefill_time": self.prefill_time,
             "total_time": self.total_time,
             "max_relaxation_bound": max(self.relaxation_bounds) if self.relaxation_bounds else None,
             "kernel_backend": self.kernel_backend,
@@ -181,7 +183,8 @@ class SpeculativeGenerator:
         cache.commit(torch.arange(P, device=dev).expand(B, P), torch.full((B,), P, device=dev))
         cache.starts = (P - mask.sum(1)).to(dev)
         first = sampling.pick(out.logits[:, -1].float(), generator)
-        stats.verify_time += time.perf_counter() - t0
+        stats.prefill_time = time.perf_counter() - t0
+        stats.verify_time += stats.prefill_time
         stats.target_forwards += 1
         stats.row_forwards += B
 

@@ -6,7 +6,8 @@ from .deer import DEERDrafter
 from .feature import FeatureDrafter
 from .feature_model import FeatureDrafterConfig, FeatureDraftModel
 from .diffusion import DiffusionLM
+from .no_draft import NoDrafter
 from .prompt_lookup import PromptLookupDrafter
 
 __all__ = ["Drafter", "AutoregressiveDrafter", "PromptLookupDrafter", "DiffusionLM", "DEERDrafter", "FeatureDrafter",
-           "FeatureDraftModel", "FeatureDrafterConfig"]
+           "FeatureDraftModel", "FeatureDrafterConfig", "NoDrafter"]

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from .cost_model import cost_model
+
 
 def summarise(records: list[dict], base: str) -> list[dict]:
     """One row per method (in first-seen order)."""
@@ -71,6 +73,7 @@ def merge_shards(shards: list[list[dict]]) -> list[dict]:
 def summarise_suite(records: list[dict], base: str) -> dict:
     """Everything a report shows about one suite."""
     return {"summary": summarise(records, base), "categories": by_category(records, base),
+            "cost_model": cost_model(records, base),
             "shards": {str(k): v for k, v in by_shard(records, base).items()}}
 
 

@@ -18,11 +18,12 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import DEFAULT_TREE, SpeculativeGenerator
-from ..drafters import AutoregressiveDrafter, PromptLookupDrafter
+from ..drafters import AutoregressiveDrafter, NoDrafter, PromptLookupDrafter
 from ..tiny import ARCHITECTURES, tiny_model
+from .cost_model import cost_table, cost_model
 
-ALL_METHODS = ["plain", "hf-assisted", "hf-prompt-lookup", "mmspec-chain", "mmspec-tree", "mmspec-dynamic",
-               "mmspec-prompt-lookup"]
+ALL_METHODS = ["plain", "mmspec-plain", "hf-assisted", "hf-prompt-lookup", "mmspec-chain", "mmspec-tree",
+               "mmspec-dynamic", "mmspec-prompt-lookup"]
 
 
 @dataclass
@@ -130,6 +131,7 @@ def build_runner(method: str, target, draft, num_tokens: int, max_new_tokens: in
         "mmspec-dynamic": lambda: AutoregressiveDrafter(draft, num_tokens=num_tokens, tree="dynamic", top_k=4,
                                                         num_nodes=16) if draft is not None else None,
         "mmspec-prompt-lookup": lambda: PromptLookupDrafter(num_tokens=num_tokens),
+        "mmspec-plain": NoDrafter,
     }[method]()
     if drafter is None:
         return None
@@ -187,11 +189,12 @@ def time_methods(runners: dict, prompts: list, repeats: int = 1, warmup: int = 1
 def prompt_record(seconds: float, new_tokens: int, stats, exact: bool | None) -> dict:
     """One method on one prompt: what reports aggregate (sums merge across prompts, categories and shards)."""
     rec = {"seconds": seconds, "new_tokens": int(new_tokens), "exact": exact, "target_forwards": None,
-           "row_forwards": None, "accept_lengths": [], "draft_time": None, "verify_time": None}
+           "row_forwards": None, "accept_lengths": [], "draft_time": None, "verify_time": None,
+           "prefill_time": None}
     if stats is not None:
         rec.update(target_forwards=stats.target_forwards, row_forwards=stats.row_forwards,
                    accept_lengths=[n for row in stats.accept_lengths for n in row],
-                   draft_time=stats.draft_time, verify_time=stats.verify_time)
+                   draft_time=stats.draft_time, verify_time=stats.verify_time, prefill_time=stats.prefill_time)
     return rec
 
 
@@ -275,7 +278,9 @@ def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str]
         if per_prompt:
             d["per_prompt"] = records[r.method]
         out.append(d)
+    flat = [{"method": m, "item": i, **rec} for m, recs in records.items() for i, rec in enumerate(recs)]
     return {
+        "cost_model": cost_model(flat),
         "config": dict(num_prompts=num_prompts, max_new_tokens=max_new_tokens, num_tokens=num_tokens,
                        stop_at_eos=eos_token_id is not None,
                        do_sample=do_sample, temperature=temperature, repeats=repeats, seed=seed, warmup=warmup,
@@ -301,6 +306,8 @@ def to_markdown(report: dict) -> str:
         exact = f"{100 * r['exact']:.0f}%" if r["exact"] is not None else "n/a"
         share = f"{100 * r['draft_share']:.0f}%" if r.get("draft_share") is not None else "n/a"
         lines.append(f"| {r['method']} | {tau} | {r['speedup']:.2f}× | {exact} | {share} | {r['seconds']:.3f} |")
+    if report.get("cost_model"):
+        lines += ["", *cost_table(report["cost_model"])]
     return "\n".join(lines) + "\n"
 
 

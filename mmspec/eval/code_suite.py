@@ -15,7 +15,7 @@ from ..zoo import load
 from ..zoo.code_diffusion import diffusion_lm
 from .bench import compare
 
-BASE_METHODS = ["plain", "hf-assisted", "hf-prompt-lookup", "mmspec-chain", "mmspec-prompt-lookup"]
+BASE_METHODS = ["plain", "mmspec-plain", "hf-assisted", "hf-prompt-lookup", "mmspec-chain", "mmspec-prompt-lookup"]
 DIFFUSION_METHODS = ["deer-s1", "deer", "diffuspec", "diffuspec-no-cps", "diffuspec-no-adl", "diffuspec-no-cps-no-adl",
                      "diffuspec-lattice", "deer-lattice"]
 CODE_METHODS = BASE_METHODS + DIFFUSION_METHODS

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .cost_model import cost_table
+
 
 def _f(x, fmt: str, none: str = "n/a") -> str:
     return none if x is None else format(x, fmt)
@@ -92,6 +94,8 @@ def to_markdown(results: dict) -> str:
     ]
     for name, s in results["suites"].items():
         lines += [f"## {name} — {s['target']}", "", s["notes"] + ".", "", *method_table(s["summary"]), ""]
+        if s.get("cost_model"):
+            lines += [*cost_table(s["cost_model"]), ""]
         if len(s["categories"]) > 1:
             lines += ["Speedup by category:", "", *category_table(s["categories"], s["summary"], "speedup", ".2f", "×"),
                       "", "τ by category:", "", *category_table(s["categories"], s["summary"], "tau", ".2f"), ""]

@@ -16,7 +16,7 @@ from ..drafters.feature import FeatureDrafter
 from ..zoo import load
 from .bench import compare
 
-VLM_METHODS = ["plain", "hf-prompt-lookup", "mmspec-prompt-lookup", "text-chain", "text-tree", "eagle-chain",
+VLM_METHODS = ["plain", "mmspec-plain", "hf-prompt-lookup", "mmspec-prompt-lookup", "text-chain", "text-tree", "eagle-chain",
                "eagle-dynamic", "msd-chain", "msd-dynamic", "flash-8", "flash-4", "flash-1", "flash-4-lattice"]
 DYNAMIC = dict(top_k=4, num_nodes=16)
 # FLASH's slots are independent given the context: a static lattice tree over their ranked tokens
