@@ -16,6 +16,8 @@ Layout of row ``b``:
 
 The manager also builds the 4-D boolean attention mask for the nodes it is about to append: the row's
 committed prefix, plus ancestors among pending nodes, plus an optional sliding window (by position).
+For models mixing sliding-window and full-attention layers it returns one mask per layer type
+(``mmspec.layer_masks``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from .kernels.kv_compaction import compact_kv_
+from .layer_masks import AttentionLayout, attention_layout, masks_by_type, map_masks
 from .tree import ancestor_mask
 
 
@@ -69,10 +72,15 @@ class SpecKVCache(Cache):
     """Preallocated, per-row-length KV cache with tree append / commit / rollback."""
 
     def __init__(self, num_layers: int, batch_size: int, max_len: int, device: torch.device | str = "cpu",
-                 sliding_window: int | None = None):
+                 sliding_window: int | None = None, layer_types: list[str] | tuple[str, ...] | None = None):
+        """``sliding_window``: every layer sees only that many positions back, or, with ``layer_types``
+        (one ``"full_attention"`` / ``"sliding_attention"`` per layer), the sliding layers do."""
         self.max_len = int(max_len)
         self.batch_size_ = batch_size
-        self.sliding_window = sliding_window
+        if layer_types is not None and len(layer_types) != num_layers:
+            raise ValueError(f"layer_types names {len(layer_types)} layers, the cache has {num_layers}")
+        self.layout = AttentionLayout(sliding_window, tuple(layer_types) if layer_types is not None
+                                      and sliding_window is not None else None)
         super().__init__(layers=[_PreallocatedLayer(self) for _ in range(num_layers)])
         self.device = torch.device(device)
         self.lengths = torch.zeros(batch_size, dtype=torch.long, device=self.device)
@@ -87,15 +95,13 @@ class SpecKVCache(Cache):
     @classmethod
     def for_model(cls, model, batch_size: int, max_len: int) -> "SpecKVCache":
         cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-        window = getattr(cfg, "sliding_window", None)
-        if window is not None and getattr(cfg, "use_sliding_window", True) is False:
-            window = None
-        layer_types = getattr(cfg, "layer_types", None)
-        if window is not None and layer_types is not None and set(layer_types) != {"sliding_attention"}:
-            if "sliding_attention" in layer_types:
-                raise ValueError("models mixing sliding-window and full-attention layers are not supported yet")
-            window = None
-        return cls(cfg.num_hidden_layers, batch_size, max_len, device=model.device, sliding_window=window)
+        layout = attention_layout(cfg)
+        return cls(cfg.num_hidden_layers, batch_size, max_len, device=model.device, sliding_window=layout.window,
+                   layer_types=layout.layer_types)
+
+    @property
+    def sliding_window(self) -> int | None:
+        return self.layout.window
 
     # ------------------------------------------------------------------ views
     @property
@@ -163,24 +169,22 @@ class SpecKVCache(Cache):
         slot = torch.arange(base, device=self.device)
         prefix = (slot[None, :] >= self.starts[:, None]) & (slot[None, :] < self.lengths[:, None])  # [B, base]
         mask = torch.cat([prefix[:, None, :].expand(B, T, base), new_anc], dim=2)  # [B, T, base+old+T]
-        if self.sliding_window is not None:
-            key_pos = torch.cat([slot[None, :] - self.starts[:, None], self._pending_pos,
-                                 positions], dim=1)
-            mask &= key_pos[:, None, :] > positions[:, :, None] - self.sliding_window
+        if self.layout.window is not None:
+            key_pos = torch.cat([slot[None, :] - self.starts[:, None], self._pending_pos, positions], dim=1)
+            mask = masks_by_type(mask, key_pos, positions, self.layout)
         # padding nodes see themselves so no attention row is empty (their outputs are ignored)
-        self_col = base + old + torch.arange(T, device=self.device)
         pad_rows = ~valid
         if pad_rows.any():
-            eye = torch.zeros_like(mask)
-            eye[:, torch.arange(T, device=self.device), self_col] = True
-            mask = mask | (eye & pad_rows[:, :, None])
+            eye = torch.zeros(B, T, base + old + T, dtype=torch.bool, device=self.device)
+            eye[:, torch.arange(T, device=self.device), base + old + torch.arange(T, device=self.device)] = True
+            mask = map_masks(mask, lambda m: m | (eye & pad_rows[:, :, None]))
 
         self._pending_parents = all_parents
         self._pending_valid = all_valid
         self._pending_anc = anc
         self._pending_pos = torch.cat([self._pending_pos, positions], dim=1)
         self._write_offset = base + old
-        return positions, mask[:, None, :, :]
+        return positions, map_masks(mask, lambda m: m[:, None, :, :])
 
     # ------------------------------------------------------------------ commit / rollback
     def commit(self, paths: torch.LongTensor, path_lengths: torch.LongTensor) -> None:

@@ -245,6 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     td = train_sub.add_parser("deer", help="DEER two-stage alignment of a diffusion drafter to an AR target")
     td.add_argument("--target", default="zoo:code-target", help="zoo:<name> or a local checkpoint dir")
     td.add_argument("--dlm", default="zoo:code-dlm", help="diffusion LM to align: zoo:<name> or a checkpoint dir")
+    td.add_argument("--trust-remote-code", action="store_true", help="let a --dlm checkpoint that ships its own "
+                    "modeling code (LLaDA, Dream) run it")
     td.add_argument("--mask-token-id", type=int, default=None, help="default: the tokenizer's mask token")
     td.add_argument("--convention", choices=["dream", "llada"], default="dream")
     td.add_argument("--data", default=None, help="glob of text files to cut prefixes from (default: the zoo's "

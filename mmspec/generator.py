@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .cache import SpecKVCache
+from .compat import check_supported
 from .drafters.base import Drafter, TargetContext
 from .kernels.dispatch import backend_for_device
 from .state import DecodeState
@@ -76,7 +77,12 @@ class SpeculativeGenerator:
 
     def __init__(self, target_model, drafter: Drafter, max_cache_len: int | None = None, relaxation=None):
         """``relaxation``: None (lossless) or a :class:`~mmspec.verifiers.relaxed.Relaxation` (LANTERN /
-        LANTERN++: lossy by design, bounded and reported in ``stats.relaxation_bounds``)."""
+        LANTERN++: lossy by design, bounded and reported in ``stats.relaxation_bounds``).
+        Models the loop cannot drive exactly (recurrent layers, ALiBi, ...) are refused here (``mmspec.compat``)."""
+        check_supported(target_model, "target")
+        draft_model = getattr(drafter, "model", None)
+        if type(drafter).__name__ == "AutoregressiveDrafter" and draft_model is not None:
+            check_supported(draft_model, "drafter")
         self.target = target_model.eval()
         self.drafter = drafter
         self.max_cache_len = max_cache_len

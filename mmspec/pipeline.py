@@ -25,18 +25,19 @@ from .routes.vlm import VLM_OPTIONS, VLMPipeline, vlm_drafter
 
 
 def pipeline(target, drafter=None, method: str | None = None, *, tokenizer=None, processor=None, device_map=None,
-             drafter_device=None, home=None, **options):
+             drafter_device=None, home=None, trust_remote_code: bool = False, **options):
     """Inspect ``target`` and build the generator of its route (see the module docstring).
 
     ``target``: a model, ``zoo:<name>`` or a checkpoint directory (loaded with ``device_map``, e.g. ``"auto"``).
     ``drafter``: a model / DiffusionLM / FeatureDraftModel / Drafter, ``zoo:<name>``, a checkpoint directory,
     ``"prompt-lookup"``, or for the zoo image target ``"ar"`` / ``"feature"`` / ``"sar"``; placed on
     ``drafter_device`` when given. ``options`` are the route's own settings (num_tokens, tree, cfg_scale, ...).
+    ``trust_remote_code``: a drafter directory that ships its own modeling code (LLaDA, Dream) may run it.
     """
     t = load_target(target, tokenizer or processor, device_map, home)
     route = t.route
     if route == "text":
-        m, d = text_drafter(t, drafter, method, home, drafter_device, **options)
+        m, d = text_drafter(t, drafter, method, home, drafter_device, trust_remote_code, **options)
         return TextPipeline(t, m, d)
     if route == "vlm":
         m, d = vlm_drafter(t, drafter, method, home, drafter_device)

@@ -340,3 +340,72 @@ def test_remote_code_needs_explicit_trust(checkpoint):
     folder, _ = checkpoint
     with pytest.raises(ValueError, match="trust_remote_code"):
         DiffusionLM.from_pretrained(folder)
+
+
+# ---------------------------------------------------------------------------------------------------- every face
+def test_pipeline_takes_a_remote_code_drafter_directory(checkpoint):
+    """mmspec.pipeline(target, drafter=DIR) refuses a remote-code directory without trust_remote_code (naming the
+    modeling file and the flag) and with it drafts DEER-style, greedy-exact."""
+    import mmspec
+    from mmspec.routes.common import Target, load_drafter
+
+    folder, _ = checkpoint
+    target = tiny_model("llama", seed=0, vocab_size=V, hidden_size=32)
+    with pytest.raises(ValueError, match=f"ships its own modeling code \\({MODULE}.py\\).*trust_remote_code=True"):
+        mmspec.pipeline(target, drafter=str(folder))
+    pipe = mmspec.pipeline(target, drafter=str(folder), trust_remote_code=True, num_tokens=3)
+    assert pipe.method == "deer" and type(pipe.drafter.dlm.model).__name__ == "TinyDreamModel"
+    ids = prompts(batch=1, seed=5)
+    ref = target.generate(ids, do_sample=False, max_new_tokens=10, eos_token_id=None, pad_token_id=0)
+    out = pipe.engine.generate(ids, max_new_tokens=10, eos_token_id=[])
+    assert torch.equal(out.sequences, ref)
+    # the eval route's loader (mmspec eval --dlm DIR --trust-remote-code) goes through the same door
+    dlm = load_drafter(str(folder), Target(target, None, "text", "t"), trust_remote_code=True)
+    assert isinstance(dlm, DiffusionLM) and dlm.attention == "native"
+
+
+def test_cli_flags_for_remote_code():
+    """`mmspec eval --trust-remote-code` sets the eval config's field; `mmspec train deer` takes the flag."""
+    from mmspec.cli import build_parser
+    from mmspec.eval.config import config_from_args
+
+    parser = build_parser()
+    args = parser.parse_args(["eval", "--dlm", "somewhere", "--trust-remote-code"])
+    assert config_from_args(args).trust_remote_code is True
+    assert config_from_args(parser.parse_args(["eval", "--dlm", "somewhere"])).trust_remote_code is False
+    args = parser.parse_args(["train", "deer", "--dlm", "somewhere", "--trust-remote-code", "--out", "x"])
+    assert args.trust_remote_code is True
+
+
+def test_train_deer_loader_needs_trust_and_loads(checkpoint):
+    from mmspec.training.deer import load_dlm
+
+    folder, saved = checkpoint
+    with pytest.raises(ValueError, match="--trust-remote-code"):
+        load_dlm(str(folder))
+    model, _ = load_dlm(str(folder), trust_remote_code=True)
+    assert type(model).__name__ == "TinyDreamModel"
+    torch.testing.assert_close(model.state_dict()["head.weight"], saved.state_dict()["head.weight"])
+
+
+@pytest.mark.parametrize("where", ["import", "forward"])
+def test_broken_remote_code_names_the_file(tmp_path, where):
+    """Remote code written for an older transformers: an import that no longer exists fails at loading, a removed
+    helper at the first forward; both come back as a ValueError naming the modeling file, the line and the error."""
+    folder = tmp_path / "ckpt"
+    write_checkpoint(folder)
+    src = (folder / f"{MODULE}.py").read_text()
+    if where == "import":
+        src = src.replace("from torch import nn\n", "from torch import nn\nfrom transformers.modeling_utils import "
+                          "find_pruneable_heads_and_indices\n")
+    else:
+        src = src.replace("        return MaskedLMOutput(", "        self.config.removed_helper()\n"
+                          "        return MaskedLMOutput(")
+    (folder / f"{MODULE}.py").write_text(src)
+    if where == "import":
+        with pytest.raises(ValueError, match=f"{MODULE}.py.*ImportError.*find_pruneable_heads_and_indices"):
+            DiffusionLM.from_pretrained(folder, trust_remote_code=True)
+        return
+    dlm = DiffusionLM.from_pretrained(folder, trust_remote_code=True)
+    with pytest.raises(ValueError, match=f"{MODULE}.py, line \\d+ .*removed_helper.*AttributeError"):
+        dlm.slot_logprobs(_state([prompts(batch=1)[0]]), 2)

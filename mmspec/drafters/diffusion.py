@@ -24,12 +24,14 @@ take plain ``input_ids`` (``attention="native"``, rows encoded one by one, ``con
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
 import torch
 
 from ..cache import SpecKVCache
+from .remote_code import explain_remote_failure, modeling_files, require_trust
 from ..state import DecodeState
 from ..verifiers.tree_forward import model_dtype, prefill_cache, to_model_mask, tree_forward
 
@@ -98,7 +100,9 @@ class DiffusionLM:
         given."""
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        require_trust(path, trust_remote_code)
+        with explain_remote_failure(path):
+            config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
         saved = {}
         if (Path(path) / "zoo.json").exists():  # a zoo diffusion model records its own settings
             saved = json.loads((Path(path) / "zoo.json").read_text())
@@ -124,7 +128,9 @@ class DiffusionLM:
                 raise ValueError(f"no mask token id in {path}'s config or tokenizer: pass mask_token_id=")
         if "AutoModel" in (getattr(config, "auto_map", None) or {}):
             # remote-code dLLMs (LLaDA, Dream) register their LM class as AutoModel and attend bidirectionally
-            model = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code, dtype=dtype).eval()
+            with explain_remote_failure(path):
+                model = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code, dtype=dtype).eval()
+            model._mmspec_remote = (str(path), modeling_files(path))  # for errors in its forward
             kwargs.setdefault("attention", "native")
             kwargs.setdefault("context", "window")
         else:  # a stock architecture trained as a diffusion LM (like the zoo's): bidirectional through our mask
@@ -241,7 +247,9 @@ class DiffusionLM:
         for r in self._contexts(state, k):
             self._check_length(r.numel() + k)
             ids = torch.cat([r.to(dev), torch.full((k,), self.mask_token_id, dtype=torch.long, device=dev)])[None]
-            logits = self.model(input_ids=ids).logits
+            remote = getattr(self.model, "_mmspec_remote", None)
+            with explain_remote_failure(*remote) if remote else contextlib.nullcontext():
+                logits = self.model(input_ids=ids).logits
             n = r.numel()
             outs.append(self._pick(logits, torch.full((1,), n - 1, device=dev), n, k))
         return torch.cat(outs, dim=0)

@@ -32,6 +32,7 @@ class EvalConfig:
     model: str | None = None  # text target of code / chat (default zoo:code-target)
     drafter: str | None = None  # small causal LM drafter of a checkpoint text target
     dlm: str | None = None  # diffusion drafter of a checkpoint text target (deer, diffuspec)
+    trust_remote_code: bool = False  # --dlm may be a checkpoint shipping its own modeling code (LLaDA, Dream)
     vlm_model: str | None = None  # VLM target (default zoo:vlm-target)
     vlm_drafter: str | None = None  # feature drafter dir or small causal LM of a checkpoint VLM target
     code_data: str | None = None  # HumanEval-format .jsonl ("prompt" fields)
@@ -169,6 +170,7 @@ SWITCHES = [  # (flag, field, value)
     ("--stop-at-eos", "stop_at_eos", True), ("--no-stop-at-eos", "stop_at_eos", False),
     ("--sweep", "image_sweep", True), ("--no-quality", "image_quality", False),
     ("--no-progress", "progress", False), ("--no-plots", "plots", False),
+    ("--trust-remote-code", "trust_remote_code", True),
 ]
 
 

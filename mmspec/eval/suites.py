@@ -114,7 +114,7 @@ def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:
             text_drafter(target, draft, "chain")
         extra = {}
         if cfg.dlm:
-            dlm = load_drafter(cfg.dlm, target, cfg.home, drafter_device)
+            dlm = load_drafter(cfg.dlm, target, cfg.home, drafter_device, cfg.trust_remote_code)
             if drafter_kind(dlm) != "diffusion":
                 raise ValueError(f"--dlm {cfg.dlm} is not a diffusion LM (pass small causal LMs with --drafter)")
             extra = {m: (lambda m=m: text_drafter(target, dlm, m, num_tokens=cfg.block_tokens)[1])

@@ -12,6 +12,7 @@ import torch
 
 from ..drafters import DiffusionLM, Drafter
 from ..drafters.feature_model import FeatureDraftModel, signature_mismatch
+from ..drafters.remote_code import needs_trust, require_trust
 from ..verifiers.tree_forward import text_config
 
 TEXT_METHODS = {
@@ -167,9 +168,10 @@ def drafter_kind(obj) -> str:
     raise ValueError(f"cannot use a {type(obj).__name__} as a drafter")
 
 
-def load_drafter(spec, target: Target, home=None, device=None):
+def load_drafter(spec, target: Target, home=None, device=None, trust_remote_code: bool = False):
     """A drafter spec as an object: ``zoo:<name>`` or a checkpoint directory (feature drafter, diffusion LM or
-    causal LM, told apart by the files they carry). Other strings and objects come back unchanged."""
+    causal LM, told apart by the files they carry). Other strings and objects come back unchanged.
+    A directory shipping its own modeling code (LLaDA, Dream) loads only with ``trust_remote_code=True``."""
     if not isinstance(spec, (str, Path)) or str(spec) in ("ar", "feature", "sar", "prompt-lookup"):
         return place(spec, device)
     spec = str(spec)
@@ -193,6 +195,9 @@ def load_drafter(spec, target: Target, home=None, device=None):
         return place(net, device)
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    if needs_trust(path):  # remote-code checkpoints are diffusion LMs (LLaDA / Dream style) here
+        require_trust(path, trust_remote_code, "trust_remote_code=True (CLI: --trust-remote-code)")
+        return place(DiffusionLM.from_pretrained(path, trust_remote_code=True, target_vocab_size=vocab), device)
     config = AutoConfig.from_pretrained(path, local_files_only=True)
     mtype = str(getattr(config, "model_type", "")).lower()
     if (path / "zoo.json").exists() and "mask_token_id" in (path / "zoo.json").read_text() or \

@@ -26,8 +26,10 @@ TEXT_OPTIONS = dict(num_tokens=None, tree=None, top_k=4, num_nodes=16, causal=No
                     lattice=False, cps_config=None, adl_config=None)
 
 
-def text_drafter(target: Target, drafter, method: str | None, home=None, device=None, **options):
-    """(method, Drafter or None) for a causal LM target; None for plain decoding."""
+def text_drafter(target: Target, drafter, method: str | None, home=None, device=None, trust_remote_code: bool = False,
+                 **options):
+    """(method, Drafter or None) for a causal LM target; None for plain decoding. ``trust_remote_code``: a
+    drafter directory shipping its own modeling code (LLaDA, Dream) may run it."""
     opts = take_options(options, TEXT_OPTIONS, "text")
     if method is not None and method not in TEXT_METHODS:
         raise wrong_method(method, "text", target)
@@ -37,7 +39,7 @@ def text_drafter(target: Target, drafter, method: str | None, home=None, device=
         drafter = ZOO_AR_DRAFTERS[target.zoo]
     elif drafter is None and target.zoo == "code-target" and method == "diffuspec":
         drafter = "zoo:code-dlm"
-    drafter = load_drafter(drafter, target, home, device)
+    drafter = load_drafter(drafter, target, home, device, trust_remote_code)
     kind = drafter_kind(drafter)
     if kind == "name" and drafter == "prompt-lookup":
         kind, drafter, method = "none", None, method or "prompt-lookup"

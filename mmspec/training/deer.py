@@ -183,6 +183,30 @@ def align(dlm_model, target, train_stream: torch.Tensor, val_stream: torch.Tenso
     return report
 
 
+def load_dlm(spec: str, trust_remote_code: bool = False):
+    """(model, tokenizer) of the diffusion LM to align: as ``load_model``, except that a checkpoint shipping its
+    own modeling code (LLaDA, Dream) loads through ``AutoModel`` when the user trusts it (``--trust-remote-code``),
+    with errors of that code naming its file."""
+    from pathlib import Path
+
+    from ..drafters.remote_code import explain_remote_failure, modeling_files, needs_trust, require_trust
+    from ..eval.bench import load_model
+
+    if not (Path(spec).is_dir() and needs_trust(spec)):
+        return load_model(spec)
+    require_trust(spec, trust_remote_code, "--trust-remote-code")
+    from transformers import AutoModel, AutoTokenizer
+
+    with explain_remote_failure(spec):
+        model = AutoModel.from_pretrained(spec, trust_remote_code=True, local_files_only=True).eval()
+    model._mmspec_remote = (str(spec), modeling_files(spec))
+    try:
+        tok = AutoTokenizer.from_pretrained(spec, trust_remote_code=True, local_files_only=True)
+    except (OSError, ValueError):
+        tok = None
+    return model, tok
+
+
 def cli_train_deer(args) -> int:
     """``mmspec train deer``: align a diffusion LM (stock causal-LM class run bidirectionally) to a target."""
     import glob
@@ -194,7 +218,7 @@ def cli_train_deer(args) -> int:
     from ..eval.bench import load_model
 
     target, tok = load_model(args.target)
-    dlm, dlm_tok = load_model(args.dlm)
+    dlm, dlm_tok = load_dlm(args.dlm, getattr(args, "trust_remote_code", False))
     if tok is None or dlm_tok is None:
         raise ValueError("mmspec train deer needs a tokenizer next to both models (or zoo:<name> models)")
     check_vocabularies(model_vocab_size(dlm), model_vocab_size(target), dlm_tok, tok)

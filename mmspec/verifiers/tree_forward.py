@@ -11,6 +11,7 @@ import torch
 
 from ..cache import SpecKVCache
 from ..kernels.tree_attention import ATTENTION_NAME
+from ..layer_masks import layer_mask, map_masks
 
 
 def attn_implementation(model) -> str:
@@ -19,12 +20,16 @@ def attn_implementation(model) -> str:
     return impl
 
 
-def to_model_mask(mask: torch.BoolTensor, model, dtype: torch.dtype) -> torch.Tensor:
-    """SDPA and mmspec's tree attention take the bool mask as is; eager attention adds the mask to scores."""
+def to_model_mask(mask, model, dtype: torch.dtype):
+    """SDPA and mmspec's tree attention take the bool mask as is; eager attention adds the mask to scores.
+    ``mask`` may be a ``{layer type: mask}`` dict (``mmspec.layer_masks``): each mask is converted."""
     if attn_implementation(model) in ("sdpa", ATTENTION_NAME):
         return mask
-    additive = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
-    return additive.masked_fill(~mask, torch.finfo(dtype).min)
+
+    def additive(m):
+        return torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill(~m, torch.finfo(dtype).min)
+
+    return map_masks(mask, additive)
 
 
 def text_config(model):
@@ -77,8 +82,9 @@ def direct_logits(model, input_ids: torch.LongTensor, mask: torch.Tensor, positi
     inner = model.model
     h = inner.embed_tokens(input_ids)
     rope = inner.rotary_emb(h, position_ids=positions)
-    for layer in inner.layers[: model.config.num_hidden_layers]:
-        h = layer(h, attention_mask=mask, position_ids=positions, past_key_values=cache, position_embeddings=rope)
+    for i, layer in enumerate(inner.layers[: model.config.num_hidden_layers]):
+        h = layer(h, attention_mask=layer_mask(mask, model.config, i), position_ids=positions, past_key_values=cache,
+                  position_embeddings=rope)
     h = inner.norm(h)
     return (model.lm_head(h), h) if return_hidden else model.lm_head(h)
 
