@@ -14,6 +14,7 @@ import torch
 
 from .cache import SpecKVCache
 from .drafters.base import Drafter, TargetContext
+from .families import bidirectional_blocks, prefill_position_ids
 from .kernels.dispatch import backend_for_device
 from .state import DecodeState
 from .verifiers.logits import SamplingConfig
@@ -175,9 +176,13 @@ class SpeculativeGenerator:
         # prefill: the whole prompt, then the first token (which becomes the first tree root)
         t0 = time.perf_counter()
         feature_drafter = self.drafter.needs_target_hidden
+        # what the model would derive itself from the processor's outputs: M-RoPE positions, prefix blocks
+        prompt_positions, cache.rope_deltas = prefill_position_ids(self.target, input_ids, mask, prefill_inputs)
+        blocks = bidirectional_blocks(self.target, prefill_inputs, mask.bool())
         with capture_image_embeds(self.target, enabled=feature_drafter) as images:
             out = tree_forward(self.target, cache, input_ids, prefill_parents(mask), mask.bool(),
-                               output_hidden_states=feature_drafter, **prefill_inputs)
+                               output_hidden_states=feature_drafter, position_ids=prompt_positions,
+                               prefix_blocks=blocks, **prefill_inputs)
         cache.commit(torch.arange(P, device=dev).expand(B, P), torch.full((B,), P, device=dev))
         cache.starts = (P - mask.sum(1)).to(dev)
         first = sampling.pick(out.logits[:, -1].float(), generator)

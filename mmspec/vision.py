@@ -40,9 +40,14 @@ def tokens_per_image(model) -> int | None:
 
 
 def projector(model):
-    """The module whose output LLaVA scatters into the image positions (None for text-only models)."""
+    """The module whose output the model scatters into the image positions (None for text-only models):
+    LLaVA's ``multi_modal_projector``, or the whole vision tower where it ends in the merged image embeddings
+    (Qwen2-VL / Qwen2.5-VL ``visual``: its ``pooler_output``, already in placeholder order)."""
     inner = getattr(model, "model", model)
-    return getattr(inner, "multi_modal_projector", None) or getattr(model, "multi_modal_projector", None)
+    found = getattr(inner, "multi_modal_projector", None) or getattr(model, "multi_modal_projector", None)
+    if found is None and getattr(inner, "get_rope_index", None) is not None:
+        found = getattr(inner, "visual", None)
+    return found
 
 
 def check_image_tokens(model, input_ids: torch.LongTensor, pixel_values) -> None:
@@ -83,7 +88,8 @@ def capture_image_embeds(model, enabled: bool = True):
         return
 
     def hook(module, args, output):
-        out = output[0] if isinstance(output, (tuple, list)) else output
+        pooled = getattr(output, "pooler_output", None)
+        out = pooled if pooled is not None else output[0] if isinstance(output, (tuple, list)) else output
         flat = out.reshape(-1, out.shape[-1])
         box.embeds = flat if box.embeds is None else torch.cat([box.embeds, flat])
 
