@@ -1,0 +1,54 @@
+"""Tiny random-weight targets of several VLM families, built from their transformers config classes, with
+sharpened weights (std 0.2 on every matrix: at the default 0.02 init logits are so flat that wrong positions
+or masks still give the same greedy tokens) and a small rope base so that positions matter."""
+
+import torch
+
+IMAGE = 5  # image placeholder id in every tiny family
+TEXT = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=512, pad_token_id=0, eos_token_id=2, bos_token_id=1)
+
+
+def sharpen(model, seed=0):
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0, 0.2)
+    return model.eval()
+
+
+def tiny_qwen_vl(version="2", seed=0):
+    """Qwen2-VL (``version="2"``) or Qwen2.5-VL (``"2.5"``): 4x4-pixel patches merged 2x2, so a 16x16 image
+    (grid 1x4x4) is 4 placeholders."""
+    torch.manual_seed(seed)
+    rope = dict(rope_type="default", rope_theta=100.0, mrope_section=[2, 3, 3])
+    ids = dict(image_token_id=IMAGE, video_token_id=8, vision_start_token_id=6, vision_end_token_id=7)
+    if version == "2":
+        from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration as cls
+
+        cfg = Qwen2VLConfig(text_config=dict(TEXT, rope_parameters=rope), **ids,
+                            vision_config=dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2, patch_size=4,
+                                               spatial_merge_size=2, temporal_patch_size=2))
+    else:
+        from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration as cls
+
+        cfg = Qwen2_5_VLConfig(text_config=dict(TEXT, rope_parameters=rope), **ids,
+                               vision_config=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2,
+                                                  patch_size=4, spatial_merge_size=2, temporal_patch_size=2,
+                                                  out_hidden_size=64, window_size=8, fullatt_block_indexes=[1]))
+    return sharpen(cls(cfg), seed)
+
+
+def qwen_batch(seed=1):
+    """Two left-padded rows: a 16x16 image (4 placeholders) then text, and text then a 16x32 image (8)."""
+    g = torch.Generator().manual_seed(seed)
+    row0 = [10, 11, 6] + [IMAGE] * 4 + [7, 12, 13, 14]
+    row1 = [10, 30, 31, 6] + [IMAGE] * 8 + [7, 20, 21, 22, 23]
+    width = max(len(row0), len(row1))
+    row0 = [0] * (width - len(row0)) + row0
+    ids = torch.tensor([row0, row1])
+    mask = (torch.arange(width)[None] >= torch.tensor([[width - 11], [0]])).long()
+    grid = torch.tensor([[1, 4, 4], [1, 4, 8]])
+    pixels = torch.randn(16 + 32, 3 * 2 * 4 * 4, generator=g)
+    return ids, mask, dict(pixel_values=pixels, image_grid_thw=grid, mm_token_type_ids=(ids == IMAGE).int())
