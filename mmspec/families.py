@@ -17,6 +17,7 @@ model would have derived on its own. Two families derive more than "causal, posi
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 
 import torch
 
@@ -30,11 +31,28 @@ def uses_mrope(model) -> bool:
     return callable(getattr(_inner(model), "get_rope_index", None))
 
 
-def prefill_position_ids(model, input_ids: torch.LongTensor, attention_mask: torch.LongTensor,
-                         prefill_inputs: dict) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """``(position_ids, rope_deltas)`` for the prompt of an M-RoPE target (``[3, B, P]`` and ``[B]``), or
-    ``(None, None)`` where mmspec's own text positions are what the model would use (other families, or a
-    prompt without images or videos)."""
+@dataclass
+class PositionShift:
+    """How a model's position ids differ from mmspec's text positions (real tokens before the node) for
+    every token after the prompt: ``shift[b]`` added per row, repeated on ``axes`` axes (3 for M-RoPE)."""
+
+    shift: torch.Tensor  # [B]
+    axes: int = 1
+
+    def apply(self, positions: torch.LongTensor) -> torch.LongTensor:
+        shifted = positions + self.shift[:, None].to(positions)
+        return shifted if self.axes == 1 else shifted.unsqueeze(0).expand(self.axes, -1, -1)
+
+
+def prompt_positions(model, input_ids: torch.LongTensor, attention_mask: torch.LongTensor,
+                     prefill_inputs: dict) -> tuple[torch.Tensor | None, PositionShift | None]:
+    """``(position_ids of the prompt, shift for later tokens)``; ``(None, None)`` where mmspec's own text
+    positions are what the model uses (most families, and an M-RoPE prompt without images or videos)."""
+    if getattr(model.config, "model_type", "") == "paligemma":
+        # PaliGemma counts positions from 1 (its forward and prepare_inputs_for_generation add 1)
+        shift = PositionShift(torch.ones(input_ids.shape[0], dtype=torch.long, device=input_ids.device))
+        text = (attention_mask.long().cumsum(1) - 1).clamp(min=0)
+        return shift.apply(text), shift
     if not uses_mrope(model):
         return None, None
     if prefill_inputs.get("image_grid_thw") is None and prefill_inputs.get("video_grid_thw") is None:
@@ -46,15 +64,12 @@ def prefill_position_ids(model, input_ids: torch.LongTensor, attention_mask: tor
     accepted = inspect.signature(rope_index).parameters
     kwargs = {k: v for k, v in prefill_inputs.items() if k in accepted and k not in ("input_ids", "attention_mask")}
     positions, deltas = rope_index(input_ids, attention_mask=attention_mask, **kwargs)
-    return positions, deltas.reshape(-1).to(input_ids.device)
+    return positions, PositionShift(deltas.reshape(-1).to(input_ids.device), axes=positions.shape[0])
 
 
-def model_position_ids(positions: torch.LongTensor, rope_deltas: torch.Tensor | None) -> torch.LongTensor:
-    """The ``position_ids`` a model takes for nodes at text positions ``positions`` ([B, T]): unchanged, or,
-    with a row delta (M-RoPE after an image), ``positions + delta`` on each of the 3 axes ([3, B, T])."""
-    if rope_deltas is None:
-        return positions
-    return (positions + rope_deltas[:, None].to(positions)).unsqueeze(0).expand(3, -1, -1)
+def model_position_ids(positions: torch.LongTensor, shift: PositionShift | None) -> torch.LongTensor:
+    """The ``position_ids`` a model takes for nodes at mmspec text positions ``positions`` ([B, T])."""
+    return positions if shift is None else shift.apply(positions)
 
 
 # ---------------------------------------------------------------------------------------------- prefix masks
@@ -91,4 +106,4 @@ def add_prefix_blocks(mask: torch.BoolTensor, blocks: torch.BoolTensor | None) -
     return mask
 
 
-__all__ = ["uses_mrope", "prefill_position_ids", "model_position_ids", "bidirectional_blocks", "add_prefix_blocks"]
+__all__ = ["uses_mrope", "PositionShift", "prompt_positions", "model_position_ids", "bidirectional_blocks", "add_prefix_blocks"]

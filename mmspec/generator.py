@@ -14,7 +14,7 @@ import torch
 
 from .cache import SpecKVCache
 from .drafters.base import Drafter, TargetContext
-from .families import bidirectional_blocks, prefill_position_ids
+from .families import bidirectional_blocks, prompt_positions
 from .kernels.dispatch import backend_for_device
 from .state import DecodeState
 from .verifiers.logits import SamplingConfig
@@ -121,7 +121,7 @@ class SpeculativeGenerator:
         return image_token_id(self.target)
 
     def _check_images(self, input_ids: torch.LongTensor, prefill_inputs: dict) -> None:
-        check_image_tokens(self.target, input_ids, prefill_inputs.get("pixel_values"))
+        check_image_tokens(self.target, input_ids, prefill_inputs)
 
     def _cache_len(self, prompt_len: int, max_new_tokens: int) -> int:
         need = prompt_len + max_new_tokens + self.drafter.max_nodes + 1
@@ -177,11 +177,11 @@ class SpeculativeGenerator:
         t0 = time.perf_counter()
         feature_drafter = self.drafter.needs_target_hidden
         # what the model would derive itself from the processor's outputs: M-RoPE positions, prefix blocks
-        prompt_positions, cache.rope_deltas = prefill_position_ids(self.target, input_ids, mask, prefill_inputs)
+        positions, cache.position_shift = prompt_positions(self.target, input_ids, mask, prefill_inputs)
         blocks = bidirectional_blocks(self.target, prefill_inputs, mask.bool())
         with capture_image_embeds(self.target, enabled=feature_drafter) as images:
             out = tree_forward(self.target, cache, input_ids, prefill_parents(mask), mask.bool(),
-                               output_hidden_states=feature_drafter, position_ids=prompt_positions,
+                               output_hidden_states=feature_drafter, position_ids=positions,
                                prefix_blocks=blocks, **prefill_inputs)
         cache.commit(torch.arange(P, device=dev).expand(B, P), torch.full((B,), P, device=dev))
         cache.starts = (P - mask.sum(1)).to(dev)

@@ -52,3 +52,52 @@ def qwen_batch(seed=1):
     grid = torch.tensor([[1, 4, 4], [1, 4, 8]])
     pixels = torch.randn(16 + 32, 3 * 2 * 4 * 4, generator=g)
     return ids, mask, dict(pixel_values=pixels, image_grid_thw=grid, mm_token_type_ids=(ids == IMAGE).int())
+
+
+SIGLIP = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=16,
+              patch_size=4)
+GEMMA = dict(TEXT, head_dim=16, tie_word_embeddings=False, rope_parameters=dict(rope_type="default", rope_theta=100.0))
+
+
+def tiny_paligemma(seed=0):
+    """PaliGemma: 16x16 images in 4x4 patches, 16 placeholders each; the image + prompt prefix is
+    bidirectional (``token_type_ids`` 0)."""
+    from transformers import PaliGemmaConfig, PaliGemmaForConditionalGeneration
+
+    torch.manual_seed(seed)
+    cfg = PaliGemmaConfig(vision_config=dict(SIGLIP, model_type="siglip_vision_model"),
+                          text_config=dict(GEMMA, model_type="gemma"), image_token_index=IMAGE,
+                          projection_dim=64, hidden_size=64, tie_word_embeddings=False)
+    return sharpen(PaliGemmaForConditionalGeneration(cfg), seed)
+
+
+def tiny_gemma3(seed=0):
+    """Gemma3 (all layers full attention): a 16x16 image's 4x4 patches pooled to ``mm_tokens_per_image`` = 4
+    placeholders, each image's placeholders one bidirectional block (``token_type_ids`` 1)."""
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration
+
+    torch.manual_seed(seed)
+    rope = dict(rope_type="default", rope_theta=100.0)
+    text = dict(GEMMA, layer_types=["full_attention"] * TEXT["num_hidden_layers"], sliding_window=512, query_pre_attn_scalar=16,
+                rope_parameters=dict(full_attention=rope, sliding_attention=rope))  # sliding_window unused
+    cfg = Gemma3Config(vision_config=dict(SIGLIP, model_type="siglip_vision_model"), text_config=text,
+                       mm_tokens_per_image=4, image_token_index=IMAGE, boi_token_index=6, eoi_token_index=7,
+                       tie_word_embeddings=False)
+    return sharpen(Gemma3ForConditionalGeneration(cfg), seed)
+
+
+def gemma_batch(n_image_tokens, family, seed=1):
+    """Two left-padded rows with one 16x16 image each; ``token_type_ids`` laid out as the family's processor
+    does (PaliGemma: 0 for the whole prompt; Gemma3: 1 on the image placeholders)."""
+    g = torch.Generator().manual_seed(seed)
+    if family == "paligemma":
+        rows = [[IMAGE] * n_image_tokens + [1, 10, 11, 12], [IMAGE] * n_image_tokens + [1, 20, 21, 22, 23, 24, 25]]
+    else:
+        rows = [[1, 10, 6] + [IMAGE] * n_image_tokens + [7, 11, 12],
+                [1, 20, 21, 22, 6] + [IMAGE] * n_image_tokens + [7, 23, 24, 25]]
+    width = max(map(len, rows))
+    ids = torch.tensor([[0] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    token_type = torch.zeros_like(ids) if family == "paligemma" else (ids == IMAGE).long()
+    pixels = torch.randn(2, 3, 16, 16, generator=g)
+    return ids, mask, dict(pixel_values=pixels, token_type_ids=token_type)

@@ -53,7 +53,7 @@ def tree_forward(model, cache: SpecKVCache, input_ids: torch.LongTensor | None, 
     positions, mask = cache.prepare_append(parents, valid, ancestors, depth)
     mask = to_model_mask(add_prefix_blocks(mask, prefix_blocks), model, model_dtype(model))
     if position_ids is None:
-        position_ids = model_position_ids(positions, cache.rope_deltas)
+        position_ids = model_position_ids(positions, cache.position_shift)
     return model(
         input_ids=input_ids,
         inputs_embeds=inputs_embeds,
