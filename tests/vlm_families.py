@@ -18,22 +18,22 @@ def sharpen(model, seed=0):
     return model.eval()
 
 
-def tiny_qwen_vl(version="2", seed=0):
+def tiny_qwen_vl(version="2", seed=0, vocab_size=96, ids=(IMAGE, 8, 6, 7)):
     """Qwen2-VL (``version="2"``) or Qwen2.5-VL (``"2.5"``): 4x4-pixel patches merged 2x2, so a 16x16 image
-    (grid 1x4x4) is 4 placeholders."""
+    (grid 1x4x4) is 4 placeholders. ``ids``: image, video, vision-start and vision-end token ids."""
     torch.manual_seed(seed)
     rope = dict(rope_type="default", rope_theta=100.0, mrope_section=[2, 3, 3])
-    ids = dict(image_token_id=IMAGE, video_token_id=8, vision_start_token_id=6, vision_end_token_id=7)
+    ids = dict(zip(("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id"), ids))
     if version == "2":
         from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration as cls
 
-        cfg = Qwen2VLConfig(text_config=dict(TEXT, rope_parameters=rope), **ids,
+        cfg = Qwen2VLConfig(text_config=dict(TEXT, vocab_size=vocab_size, rope_parameters=rope), **ids,
                             vision_config=dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2, patch_size=4,
                                                spatial_merge_size=2, temporal_patch_size=2))
     else:
         from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration as cls
 
-        cfg = Qwen2_5_VLConfig(text_config=dict(TEXT, rope_parameters=rope), **ids,
+        cfg = Qwen2_5_VLConfig(text_config=dict(TEXT, vocab_size=vocab_size, rope_parameters=rope), **ids,
                                vision_config=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2,
                                                   patch_size=4, spatial_merge_size=2, temporal_patch_size=2,
                                                   out_hidden_size=64, window_size=8, fullatt_block_indexes=[1]))
@@ -101,3 +101,79 @@ def gemma_batch(n_image_tokens, family, seed=1):
     token_type = torch.zeros_like(ids) if family == "paligemma" else (ids == IMAGE).long()
     pixels = torch.randn(2, 3, 16, 16, generator=g)
     return ids, mask, dict(pixel_values=pixels, token_type_ids=token_type)
+
+
+def tiny_idefics3(seed=0):
+    """Idefics3 / SmolVLM layout: 16x16 image tiles in 4x4 patches, pixel-shuffled by 2: 4 placeholders per tile;
+    ``pixel_values`` is 5-D ``[batch, tiles, C, H, W]`` with all-zero padding tiles."""
+    from transformers import Idefics3Config, Idefics3ForConditionalGeneration
+
+    torch.manual_seed(seed)
+    cfg = Idefics3Config(vision_config=dict(SIGLIP), text_config=dict(TEXT, model_type="llama",
+                         rope_parameters=dict(rope_type="default", rope_theta=100.0)),
+                         image_token_id=IMAGE, scale_factor=2)
+    return sharpen(Idefics3ForConditionalGeneration(cfg), seed)
+
+
+def tiny_llava_next(seed=0, vocab_size=96, image_token=IMAGE):
+    """LLaVA-NeXT: 16x16 base tiles in 8x8 patches (4 features), any-resolution grids up to 32x32 with
+    unpadding and a newline per feature row, so an image's placeholder count depends on its size."""
+    from transformers import LlavaNextConfig, LlavaNextForConditionalGeneration
+
+    torch.manual_seed(seed)
+    cfg = LlavaNextConfig(vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                             num_attention_heads=2, image_size=16, patch_size=8, projection_dim=32,
+                                             model_type="clip_vision_model"),
+                          text_config=dict(TEXT, model_type="llama", vocab_size=vocab_size,
+                                           rope_parameters=dict(rope_type="default", rope_theta=100.0)),
+                          image_token_index=image_token, image_grid_pinpoints=[[16, 32], [32, 16], [32, 32]],
+                          vision_feature_select_strategy="default", vision_feature_layer=-1)
+    return sharpen(LlavaNextForConditionalGeneration(cfg), seed)
+
+
+# ------------------------------------------------------------------------------ processors (zoo tokenizer)
+QWEN_TOKENS = ["<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>"]
+
+
+def zoo_tokenizer(extra=()):
+    import copy
+
+    from mmspec.zoo import load
+
+    tok = copy.deepcopy(load("vlm-target").tokenizer.tokenizer)
+    if extra:
+        tok.add_special_tokens({"additional_special_tokens": list(extra)})
+    return tok
+
+
+def qwen_processor():
+    """A Qwen2-VL processor over the zoo tokenizer (plus Qwen's vision tokens), 4x4 patches merged 2x2, and
+    the ids a tiny target built with ``tiny_qwen_vl(vocab_size=..., ids=...)`` needs."""
+    from transformers import Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor
+
+    tok = zoo_tokenizer(QWEN_TOKENS)
+    sizes = dict(patch_size=4, merge_size=2, temporal_patch_size=2)
+    proc = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(min_pixels=16 * 16, max_pixels=32 * 32, **sizes),
+                            video_processor=Qwen2VLVideoProcessor(**sizes), tokenizer=tok)
+    return proc, len(tok), tuple(tok.convert_tokens_to_ids(QWEN_TOKENS))
+
+
+def llava_next_processor():
+    """A LLaVA-NeXT processor matching ``tiny_llava_next``: 16x16 base tiles, the same grid pinpoints."""
+    from transformers import LlavaNextImageProcessor, LlavaNextProcessor
+
+    tok = zoo_tokenizer()
+    images = LlavaNextImageProcessor(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16},
+                                     image_grid_pinpoints=[[16, 32], [32, 16], [32, 32]], do_center_crop=False)
+    proc = LlavaNextProcessor(image_processor=images, tokenizer=tok, patch_size=8, image_token="<image>",
+                              vision_feature_select_strategy="default", num_additional_image_tokens=1)
+    return proc, len(tok), tok.convert_tokens_to_ids("<image>")
+
+
+def pictures():
+    from PIL import Image
+
+    g = torch.Generator().manual_seed(5)
+    def pic(w, h):
+        return Image.fromarray(torch.randint(0, 256, (h, w, 3), generator=g, dtype=torch.uint8).numpy())
+    return pic(30, 16), pic(20, 20), pic(16, 32)
