@@ -118,8 +118,10 @@ def check_image_tokens(model, input_ids: torch.LongTensor, prefill_inputs: dict)
         raise ValueError("pixel_values given but input_ids contain no image token")
     if pixel_values is None:
         return
-    for name in ("image_sizes", "image_grid_thw"):
-        if name in _forward_parameters(model) and prefill_inputs.get(name) is None:
+    needed = {"image_sizes": bool(getattr(model.config, "image_grid_pinpoints", None)),  # LLaVA-NeXT tiles
+              "image_grid_thw": uses_mrope(model)}  # Qwen2-VL family
+    for name, needs in needed.items():
+        if needs and prefill_inputs.get(name) is None:
             raise ValueError(f"this target needs the processor's {name} next to pixel_values "
                              "(pass every output of its processor)")
     expected = expected_image_tokens(model, prefill_inputs)
