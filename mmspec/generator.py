@@ -176,6 +176,9 @@ class SpeculativeGenerator:
         # prefill: the whole prompt, then the first token (which becomes the first tree root)
         t0 = time.perf_counter()
         feature_drafter = self.drafter.needs_target_hidden
+        if feature_drafter and prefill_inputs.get("pixel_values_videos") is not None:
+            raise ValueError("feature drafters read image embeddings only: videos (pixel_values_videos) are not "
+                             "supported with them; use a text drafter or prompt lookup")
         # what the model would derive itself from the processor's outputs: M-RoPE positions, prefix blocks
         positions, cache.position_shift = prompt_positions(self.target, input_ids, mask, prefill_inputs)
         blocks = bidirectional_blocks(self.target, prefill_inputs, mask.bool())

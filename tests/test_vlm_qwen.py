@@ -63,3 +63,17 @@ def test_qwen_vl_feature_drafters_exact(qwen, method, tree):
     net = FeatureDraftModel(FeatureDrafterConfig.for_target(model, method, **extra))
     out = run(model, FeatureDrafter(net, model, tree=tree), ids, mask, inputs)
     assert torch.equal(out.sequences, ref)
+
+
+def test_captured_image_embeds_are_the_models_own(qwen):
+    """The MSD drafter's image inputs are the vision tower's merged output in placeholder order (Qwen2.5-VL
+    reorders its windows after the merger: the hook must read the tower's pooler_output, not the merger)."""
+    from mmspec.vision import capture_image_embeds
+
+    model, ids, mask, inputs, _ = qwen
+    with torch.no_grad():
+        with capture_image_embeds(model) as images:
+            model(input_ids=ids, attention_mask=mask, **inputs)
+        own = model.model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"]).pooler_output
+    assert images.embeds is not None and torch.equal(images.embeds, torch.cat(own))
+    assert images.embeds.shape[0] == int((ids == model.config.image_token_id).sum())

@@ -36,7 +36,7 @@ def tiny_qwen_vl(version="2", seed=0, vocab_size=96, ids=(IMAGE, 8, 6, 7)):
         cfg = Qwen2_5_VLConfig(text_config=dict(TEXT, vocab_size=vocab_size, rope_parameters=rope), **ids,
                                vision_config=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2,
                                                   patch_size=4, spatial_merge_size=2, temporal_patch_size=2,
-                                                  out_hidden_size=64, window_size=8, fullatt_block_indexes=[1]))
+                                                  out_hidden_size=64, window_size=16, fullatt_block_indexes=[1]))
     return sharpen(cls(cfg), seed)
 
 

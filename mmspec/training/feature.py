@@ -211,7 +211,7 @@ def jsonl_batches(path: str, processor, batch_size: int, seed: int):
 
 
 def cli_train_feature(args) -> int:
-    """``mmspec train eagle|msd|flash``: train a feature drafter against a frozen LLaVA-class target."""
+    """``mmspec train eagle|msd|flash``: train a feature drafter against a frozen VLM target."""
     from pathlib import Path
 
     from ..drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
