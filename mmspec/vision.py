@@ -136,11 +136,12 @@ def _forward_parameters(model) -> set[str]:
 
 def forward_inputs(model, processor_outputs: dict) -> dict:
     """The processor outputs the model's forward takes (``pixel_values``, ``image_sizes``, ``image_grid_thw``,
-    ``mm_token_type_ids``, ``pixel_attention_mask``, ``token_type_ids``, ...), without ``input_ids`` and
-    ``attention_mask``: what the prefill forwards besides the prompt."""
+    ``mm_token_type_ids``, ``pixel_attention_mask``, ``token_type_ids``, ...), without ``input_ids``,
+    ``attention_mask`` and ``labels`` (PaliGemma's processor returns them): what the prefill forwards besides
+    the prompt."""
     accepted = _forward_parameters(model)
     return {k: v for k, v in processor_outputs.items()
-            if k in accepted and k not in ("input_ids", "attention_mask") and v is not None}
+            if k in accepted and k not in ("input_ids", "attention_mask", "labels") and v is not None}
 
 
 @dataclass

@@ -8,7 +8,8 @@ import torch
 import mmspec
 from mmspec import VLMGenerator
 from mmspec.drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
-from vlm_families import llava_next_processor, pictures, qwen_processor, tiny_llava_next, tiny_qwen_vl
+from vlm_families import (llava_next_processor, paligemma_processor, pictures, qwen_processor, tiny_llava_next,
+                          tiny_paligemma, tiny_qwen_vl)
 
 N = 10
 
@@ -72,3 +73,17 @@ def test_llava_next_generator_and_pipeline_exact(llava_next):
     assert torch.equal(out.sequences, ref)
     pipe = mmspec.pipeline(model, processor=proc, drafter="prompt-lookup")
     assert torch.equal(pipe.generate(images=[a, b], prompts=prompts, max_new_tokens=N).sequences, ref)
+
+
+def test_paligemma_generator_exact():
+    """PaliGemma's processor returns token_type_ids (the bidirectional prefix) and labels: the first reaches the
+    prefill mask, the second is not forwarded."""
+    proc, vocab, image = paligemma_processor()
+    model = tiny_paligemma(vocab_size=vocab, image_token=image)
+    a, b, _ = pictures()
+    prompts = ["<image>caption", "<image>what is in the picture"]
+    gen = VLMGenerator(model, proc, method="prompt-lookup", num_tokens=3)
+    inputs = gen.prepare([a, b], prompts)
+    assert "token_type_ids" in inputs and "labels" not in inputs
+    out = gen.generate(images=[a, b], prompts=prompts, max_new_tokens=N)
+    assert torch.equal(out.sequences, reference(model, gen, [a, b], prompts))

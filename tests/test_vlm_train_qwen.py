@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 
+import mmspec
 from mmspec import VLMGenerator
 from vlm_families import pictures, qwen_processor, tiny_qwen_vl
 
@@ -43,3 +44,6 @@ def test_train_feature_drafter_on_qwen_vl(checkpoint, method):
     ref = gen.target.generate(**inputs, do_sample=False, max_new_tokens=8, pad_token_id=tok.pad_token_id,
                               eos_token_id=tok.eos_token_id)
     assert torch.equal(res.sequences, ref)
+    pipe = mmspec.pipeline(str(checkpoint / "target"), drafter=str(out))  # checkpoint dirs, method read off
+    assert pipe.method == method
+    assert torch.equal(pipe.generate(images=images, prompts=[PROMPT, PROMPT], max_new_tokens=8).sequences, ref)

@@ -59,14 +59,15 @@ SIGLIP = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_att
 GEMMA = dict(TEXT, head_dim=16, tie_word_embeddings=False, rope_parameters=dict(rope_type="default", rope_theta=100.0))
 
 
-def tiny_paligemma(seed=0):
+def tiny_paligemma(seed=0, vocab_size=96, image_token=IMAGE):
     """PaliGemma: 16x16 images in 4x4 patches, 16 placeholders each; the image + prompt prefix is
     bidirectional (``token_type_ids`` 0)."""
     from transformers import PaliGemmaConfig, PaliGemmaForConditionalGeneration
 
     torch.manual_seed(seed)
     cfg = PaliGemmaConfig(vision_config=dict(SIGLIP, model_type="siglip_vision_model"),
-                          text_config=dict(GEMMA, model_type="gemma"), image_token_index=IMAGE,
+                          text_config=dict(GEMMA, model_type="gemma", vocab_size=vocab_size),
+                          image_token_index=image_token,
                           projection_dim=64, hidden_size=64, tie_word_embeddings=False)
     return sharpen(PaliGemmaForConditionalGeneration(cfg), seed)
 
@@ -177,3 +178,15 @@ def pictures():
     def pic(w, h):
         return Image.fromarray(torch.randint(0, 256, (h, w, 3), generator=g, dtype=torch.uint8).numpy())
     return pic(30, 16), pic(20, 20), pic(16, 32)
+
+
+def paligemma_processor():
+    """A PaliGemma processor over the zoo tokenizer (plus a BOS token it inserts after the image): 16x16 images,
+    16 placeholders; ``token_type_ids`` 0 on the whole prompt."""
+    from transformers import PaliGemmaProcessor, SiglipImageProcessor
+
+    tok = zoo_tokenizer()
+    tok.add_special_tokens({"bos_token": "<bos>"})
+    images = SiglipImageProcessor(size={"height": 16, "width": 16})
+    images.image_seq_length = 16
+    return PaliGemmaProcessor(image_processor=images, tokenizer=tok), len(tok), tok.convert_tokens_to_ids("<image>")
