@@ -75,7 +75,8 @@ def model_position_ids(positions: torch.LongTensor, shift: PositionShift | None)
 # ---------------------------------------------------------------------------------------------- prefix masks
 def bidirectional_blocks(model, prefill_inputs: dict, valid: torch.BoolTensor) -> torch.BoolTensor | None:
     """``[B, P, P]``: pairs of prompt tokens that see each other although the later one comes second
-    (the model's own prefix mask beyond causal), or None when the model's prompt mask is plain causal."""
+    (the model's own prefix mask beyond causal), or None without ``token_type_ids``. Other families that
+    take them are refused: mmspec's 4-D mask would silently replace theirs."""
     token_type_ids = prefill_inputs.get("token_type_ids")
     if token_type_ids is None:
         return None
@@ -86,14 +87,14 @@ def bidirectional_blocks(model, prefill_inputs: dict, valid: torch.BoolTensor) -
         # is causal
         prefix = (tt == 0) & valid
         return prefix[:, :, None] & prefix[:, None, :]
-    if model_type in ("gemma3", "gemma3n"):
+    if model_type == "gemma3":
         # Gemma3: each run of consecutive image tokens (token type 1) is one bidirectional block
         image = (tt == 1) & valid
         start = image & ~torch.nn.functional.pad(image, (1, 0))[:, :-1]
         block = torch.cumsum(start.long(), 1)
-        same = (block[:, :, None] == block[:, None, :]) & image[:, :, None] & image[:, None, :]
-        return same
-    return None
+        return (block[:, :, None] == block[:, None, :]) & image[:, :, None] & image[:, None, :]
+    raise ValueError(f"token_type_ids given to a {model_type or type(model).__name__} target: mmspec rebuilds the "
+                     "prompt masks they describe only for PaliGemma and Gemma3 (its own mask replaces the model's)")
 
 
 def add_prefix_blocks(mask: torch.BoolTensor, blocks: torch.BoolTensor | None) -> torch.BoolTensor:
@@ -106,4 +107,5 @@ def add_prefix_blocks(mask: torch.BoolTensor, blocks: torch.BoolTensor | None) -
     return mask
 
 
-__all__ = ["uses_mrope", "PositionShift", "prompt_positions", "model_position_ids", "bidirectional_blocks", "add_prefix_blocks"]
+__all__ = ["uses_mrope", "PositionShift", "prompt_positions", "model_position_ids", "bidirectional_blocks",
+           "add_prefix_blocks"]

@@ -171,5 +171,5 @@ def capture_image_embeds(model, enabled: bool = True):
         handle.remove()
 
 
-__all__ = ["image_token_id", "tokens_per_image", "expected_image_tokens", "forward_inputs", "projector", "check_image_tokens", "capture_image_embeds",
-           "CapturedImages"]
+__all__ = ["image_token_id", "tokens_per_image", "expected_image_tokens", "forward_inputs", "projector",
+           "check_image_tokens", "capture_image_embeds", "CapturedImages"]

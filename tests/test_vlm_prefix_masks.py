@@ -47,3 +47,12 @@ def test_the_blocks_matter(family, monkeypatch):
     monkeypatch.setattr(mmspec.generator, "bidirectional_blocks", lambda *a: None)
     out = run(model, PromptLookupDrafter(num_tokens=3), ids, mask, inputs)
     assert not torch.equal(out.sequences, ref)
+
+
+def test_token_type_ids_of_other_families_refused():
+    from test_vlm_core import image_prompt, tiny_llava
+
+    ids, pixels = image_prompt(1)
+    with pytest.raises(ValueError, match="only for PaliGemma and Gemma3"):
+        SpeculativeGenerator(tiny_llava(), PromptLookupDrafter()).generate(
+            ids, max_new_tokens=4, pixel_values=pixels, token_type_ids=torch.zeros_like(ids))

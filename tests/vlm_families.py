@@ -79,8 +79,8 @@ def tiny_gemma3(seed=0):
 
     torch.manual_seed(seed)
     rope = dict(rope_type="default", rope_theta=100.0)
-    text = dict(GEMMA, layer_types=["full_attention"] * TEXT["num_hidden_layers"], sliding_window=512, query_pre_attn_scalar=16,
-                rope_parameters=dict(full_attention=rope, sliding_attention=rope))  # sliding_window unused
+    text = dict(GEMMA, layer_types=["full_attention"] * TEXT["num_hidden_layers"], query_pre_attn_scalar=16,
+                sliding_window=512, rope_parameters=dict(full_attention=rope, sliding_attention=rope))  # (unused)
     cfg = Gemma3Config(vision_config=dict(SIGLIP, model_type="siglip_vision_model"), text_config=text,
                        mm_tokens_per_image=4, image_token_index=IMAGE, boi_token_index=6, eoi_token_index=7,
                        tie_word_embeddings=False)

@@ -50,7 +50,7 @@ def target_features(target, batch: dict) -> tuple[torch.Tensor, torch.Tensor | N
     kw = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     # pixel_values and whatever else of the processor's the model takes (image_grid_thw / mm_token_type_ids for
     # Qwen2-VL's M-RoPE, image_sizes, token_type_ids, ...): the target then builds its own positions and masks
-    kw.update(forward_inputs(target, {k: v for k, v in batch.items() if k != "labels"}))
+    kw.update(forward_inputs(target, batch))
     with capture_image_embeds(target) as images:
         out = target(**kw, output_hidden_states=True, logits_to_keep=1)
     image_id = image_token_id(target)
