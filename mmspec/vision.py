@@ -1,15 +1,17 @@
-"""What the engine needs to know about LLaVA-class targets, read from stock configs and modules.
+"""What the engine needs to know about VLM targets, read from stock configs and modules.
 
-LLaVA (``LlavaForConditionalGeneration``) replaces every image placeholder id in ``input_ids`` by one
-projected image embedding, in row-major order. Feature drafters (MSD) read those embeddings: we take them
+LLaVA (``LlavaForConditionalGeneration``) and its relatives replace every image placeholder id in
+``input_ids`` by one projected image embedding, in row-major order. How many placeholders the images fill is
+asked of the family's config or modules (patch grid, pooling, pixel shuffle, tiles, M-RoPE grids), so a
+mismatched prompt is refused before any forward. Feature drafters (MSD) read those embeddings: we take them
 from the projector's output with a forward hook during the target's own prefill, so nothing is computed
 twice and no modeling code is copied.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 import inspect
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
