@@ -87,3 +87,14 @@ def test_paligemma_generator_exact():
     assert "token_type_ids" in inputs and "labels" not in inputs
     out = gen.generate(images=[a, b], prompts=prompts, max_new_tokens=N)
     assert torch.equal(out.sequences, reference(model, gen, [a, b], prompts))
+
+
+def test_qwen_vl_rows_without_images(qwen):
+    """A row without a picture next to one with (delta 0 for that row), and a text-only batch (no grids)."""
+    model, proc = qwen
+    a, _, _ = pictures()
+    gen = VLMGenerator(model, proc, method="prompt-lookup", num_tokens=3)
+    for images, prompts in (([None, a], ["just some text here", QWEN_PROMPTS[0]]),
+                            (None, ["just some text here", "and more"])):
+        out = gen.generate(images=images, prompts=prompts, max_new_tokens=N)
+        assert torch.equal(out.sequences, reference(model, gen, images, prompts))
