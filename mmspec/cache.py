@@ -91,6 +91,9 @@ class SpecKVCache(Cache):
         self._pending_pos = torch.zeros(batch_size, 0, dtype=torch.long, device=self.device)
         self._pending_anc = torch.zeros(batch_size, 0, 0, dtype=torch.bool, device=self.device)
         self._write_offset = 0
+        # how the model's position ids differ from the text positions above (M-RoPE rope_deltas after images,
+        # PaliGemma's 1-based count): a mmspec.families.PositionShift set at prefill, None for most models
+        self.position_shift = None
 
     @classmethod
     def for_model(cls, model, batch_size: int, max_len: int) -> "SpecKVCache":

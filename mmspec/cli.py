@@ -260,8 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     for method, what in (("eagle", "plain EAGLE-style feature drafter (no decoupling)"),
                          ("msd", "MSD: decoupled visual inputs, two-stage text-then-multimodal training"),
                          ("flash", "FLASH: compressed visual tokens + semi-autoregressive head")):
-        tf = train_sub.add_parser(method, help=f"train a {what} for a LLaVA-class target")
-        tf.add_argument("--target", default="zoo:vlm-target", help="zoo:vlm-target or a local LLaVA checkpoint dir")
+        tf = train_sub.add_parser(method, help=f"train a {what} for a VLM target")
+        tf.add_argument("--target", default="zoo:vlm-target", help="zoo:vlm-target or a local VLM checkpoint dir "
+                        "(LLaVA, LLaVA-NeXT, Qwen2-VL, Qwen2.5-VL, PaliGemma, Gemma3, Idefics3)")
         tf.add_argument("--data", default=None, help=".jsonl of {image, prompt, response} (for checkpoint targets)")
         tf.add_argument("--scenes", type=int, default=4096, help="zoo target: training scenes")
         tf.add_argument("--stage1-steps", type=int, default=300, help="stage 1: text-only rows")

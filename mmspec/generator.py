@@ -15,6 +15,7 @@ import torch
 from .cache import SpecKVCache
 from .compat import check_supported
 from .drafters.base import Drafter, TargetContext
+from .families import bidirectional_blocks, prompt_positions
 from .kernels.dispatch import backend_for_device
 from .state import DecodeState
 from .verifiers.logits import SamplingConfig
@@ -128,7 +129,7 @@ class SpeculativeGenerator:
         return image_token_id(self.target)
 
     def _check_images(self, input_ids: torch.LongTensor, prefill_inputs: dict) -> None:
-        check_image_tokens(self.target, input_ids, prefill_inputs.get("pixel_values"))
+        check_image_tokens(self.target, input_ids, prefill_inputs)
 
     def _cache_len(self, prompt_len: int, max_new_tokens: int) -> int:
         need = prompt_len + max_new_tokens + self.drafter.max_nodes + 1
@@ -183,9 +184,16 @@ class SpeculativeGenerator:
         # prefill: the whole prompt, then the first token (which becomes the first tree root)
         t0 = time.perf_counter()
         feature_drafter = self.drafter.needs_target_hidden
+        if feature_drafter and prefill_inputs.get("pixel_values_videos") is not None:
+            raise ValueError("feature drafters read image embeddings only: videos (pixel_values_videos) are not "
+                             "supported with them; use a text drafter or prompt lookup")
+        # what the model would derive itself from the processor's outputs: M-RoPE positions, prefix blocks
+        positions, cache.position_shift = prompt_positions(self.target, input_ids, mask, prefill_inputs)
+        blocks = bidirectional_blocks(self.target, prefill_inputs, mask.bool())
         with capture_image_embeds(self.target, enabled=feature_drafter) as images:
             out = tree_forward(self.target, cache, input_ids, prefill_parents(mask), mask.bool(),
-                               output_hidden_states=feature_drafter, **prefill_inputs)
+                               output_hidden_states=feature_drafter, position_ids=positions,
+                               prefix_blocks=blocks, **prefill_inputs)
         cache.commit(torch.arange(P, device=dev).expand(B, P), torch.full((B,), P, device=dev))
         cache.starts = (P - mask.sum(1)).to(dev)
         first = sampling.pick(out.logits[:, -1].float(), generator)

@@ -1,17 +1,22 @@
-"""What the engine needs to know about LLaVA-class targets, read from stock configs and modules.
+"""What the engine needs to know about VLM targets, read from stock configs and modules.
 
-LLaVA (``LlavaForConditionalGeneration``) replaces every image placeholder id in ``input_ids`` by one
-projected image embedding, in row-major order. Feature drafters (MSD) read those embeddings: we take them
+LLaVA (``LlavaForConditionalGeneration``) and its relatives replace every image placeholder id in
+``input_ids`` by one projected image embedding, in row-major order. How many placeholders the images fill is
+asked of the family's config or modules (patch grid, pooling, pixel shuffle, tiles, M-RoPE grids), so a
+mismatched prompt is refused before any forward. Feature drafters (MSD) read those embeddings: we take them
 from the projector's output with a forward hook during the target's own prefill, so nothing is computed
 twice and no modeling code is copied.
 """
 
 from __future__ import annotations
 
+import inspect
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+
+from .families import uses_mrope
 
 
 def image_token_id(model) -> int | None:
@@ -24,30 +29,85 @@ def image_token_id(model) -> int | None:
 
 
 def tokens_per_image(model) -> int | None:
-    """Placeholders one image expands to (LLaVA-1.5 layout: one per patch, plus CLS with the "full"
-    feature strategy); None when the config does not say (e.g. dynamic-resolution models)."""
+    """Placeholders one image expands to when that is fixed by the config: ``mm_tokens_per_image`` (Gemma3's
+    pooled patches), Idefics3 / SmolVLM's pixel-shuffled patches per image tile, or the LLaVA-1.5 layout (one
+    per patch, plus CLS with the "full" feature strategy); None when it depends on the image (LLaVA-NeXT tiles,
+    Qwen2-VL grids: see :func:`expected_image_tokens`) or the config does not say."""
     cfg = model.config
+    if getattr(cfg, "mm_tokens_per_image", None):
+        return int(cfg.mm_tokens_per_image)
     vision = getattr(cfg, "vision_config", None)
-    if vision is None or getattr(cfg, "image_grid_pinpoints", None):
+    if vision is None or getattr(cfg, "image_grid_pinpoints", None) or uses_mrope(model):
         return None
     size, patch = getattr(vision, "image_size", None), getattr(vision, "patch_size", None)
     if not size or not patch:
         return None
     n = (size // patch) ** 2
+    if getattr(cfg, "scale_factor", None):  # Idefics3 / SmolVLM: pixel shuffle merges scale_factor² patches
+        return n // int(cfg.scale_factor) ** 2
     if getattr(cfg, "vision_feature_select_strategy", "default") == "full":
         n += 1
     return n
 
 
-def projector(model):
-    """The module whose output LLaVA scatters into the image positions (None for text-only models)."""
+def _real_images(pixel_values: torch.Tensor) -> int:
+    """Images in a 5-D ``[batch, images, C, H, W]`` batch that are not all-zero padding (the test Idefics3
+    itself applies), or the first dimension of a 4-D one."""
+    if pixel_values.dim() != 5:
+        return pixel_values.shape[0]
+    flat = pixel_values.reshape(-1, *pixel_values.shape[2:])
+    return int((flat != 0).flatten(1).any(1).sum())
+
+
+def _llava_next_tokens(model, image_sizes: torch.Tensor) -> int | None:
+    """LLaVA-NeXT: placeholders for images of these sizes, asked of the model's own ``pack_image_features``
+    on stand-in features (one value per patch), so tiles, unpadding and row newlines are counted its way."""
+    cfg = model.config
     inner = getattr(model, "model", model)
-    return getattr(inner, "multi_modal_projector", None) or getattr(model, "multi_modal_projector", None)
+    if getattr(cfg, "vision_feature_select_strategy", "default") != "default" or \
+            not hasattr(inner, "pack_image_features"):
+        return None
+    from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
+
+    side = cfg.vision_config.image_size // cfg.vision_config.patch_size
+    stand_ins = [torch.zeros(image_size_to_num_patches(size, cfg.image_grid_pinpoints, cfg.vision_config.image_size),
+                             side * side, 1) for size in image_sizes.tolist()]
+    _, lengths = inner.pack_image_features(stand_ins, image_sizes, "default", image_newline=torch.zeros(1))
+    return int(sum(int(n) for n in lengths))
 
 
-def check_image_tokens(model, input_ids: torch.LongTensor, pixel_values) -> None:
+def expected_image_tokens(model, prefill_inputs: dict) -> int | None:
+    """How many image placeholders the images in ``prefill_inputs`` fill, asked of the model's config and
+    modules (None where the family is not known to mmspec: the model's own check then applies)."""
+    pixel_values = prefill_inputs.get("pixel_values")
+    if not isinstance(pixel_values, torch.Tensor):
+        return None
+    grid = prefill_inputs.get("image_grid_thw")
+    if grid is not None and uses_mrope(model):  # Qwen2-VL family: merged patches of each image's grid
+        merge = getattr(model.config.vision_config, "spatial_merge_size", 1)
+        return int(grid.prod(-1).sum()) // merge ** 2
+    sizes = prefill_inputs.get("image_sizes")
+    if sizes is not None and getattr(model.config, "image_grid_pinpoints", None):
+        return _llava_next_tokens(model, sizes)
+    per_image = tokens_per_image(model)
+    return None if per_image is None else _real_images(pixel_values) * per_image
+
+
+def projector(model):
+    """The module whose output the model scatters into the image positions (None for text-only models):
+    LLaVA's ``multi_modal_projector``, or the whole vision tower where it ends in the merged image embeddings
+    (Qwen2-VL / Qwen2.5-VL ``visual``: its ``pooler_output``, already in placeholder order)."""
+    inner = getattr(model, "model", model)
+    found = getattr(inner, "multi_modal_projector", None) or getattr(model, "multi_modal_projector", None)
+    if found is None and getattr(inner, "get_rope_index", None) is not None:
+        found = getattr(inner, "visual", None)
+    return found
+
+
+def check_image_tokens(model, input_ids: torch.LongTensor, prefill_inputs: dict) -> None:
     """Placeholders and images must match before anything runs (a clear error instead of a shape error
     deep inside the model)."""
+    pixel_values = prefill_inputs.get("pixel_values")
     image_id = image_token_id(model)
     if image_id is None:
         if pixel_values is not None:
@@ -58,14 +118,32 @@ def check_image_tokens(model, input_ids: torch.LongTensor, pixel_values) -> None
         raise ValueError("input_ids contain image tokens but pixel_values is missing")
     if not count and pixel_values is not None:
         raise ValueError("pixel_values given but input_ids contain no image token")
-    per_image = tokens_per_image(model)
-    if pixel_values is not None and per_image is not None and isinstance(pixel_values, torch.Tensor):
-        n_images = pixel_values.shape[0]
-        if count != n_images * per_image:
-            raise ValueError(
-                f"number of image tokens ({count}) does not match the images: {n_images} image(s) × "
-                f"{per_image} tokens per image = {n_images * per_image}"
-            )
+    if pixel_values is None:
+        return
+    needed = {"image_sizes": bool(getattr(model.config, "image_grid_pinpoints", None)),  # LLaVA-NeXT tiles
+              "image_grid_thw": uses_mrope(model)}  # Qwen2-VL family
+    for name, needs in needed.items():
+        if needs and prefill_inputs.get(name) is None:
+            raise ValueError(f"this target needs the processor's {name} next to pixel_values "
+                             "(pass every output of its processor)")
+    expected = expected_image_tokens(model, prefill_inputs)
+    if expected is not None and count != expected:
+        raise ValueError(f"number of image tokens ({count}) does not match the images, which fill {expected} "
+                         "placeholders (the prompt must come from the target's processor with these images)")
+
+
+def _forward_parameters(model) -> set[str]:
+    return set(inspect.signature(model.forward).parameters)
+
+
+def forward_inputs(model, processor_outputs: dict) -> dict:
+    """The processor outputs the model's forward takes (``pixel_values``, ``image_sizes``, ``image_grid_thw``,
+    ``mm_token_type_ids``, ``pixel_attention_mask``, ``token_type_ids``, ...), without ``input_ids``,
+    ``attention_mask`` and ``labels`` (PaliGemma's processor returns them): what the prefill forwards besides
+    the prompt."""
+    accepted = _forward_parameters(model)
+    return {k: v for k, v in processor_outputs.items()
+            if k in accepted and k not in ("input_ids", "attention_mask", "labels") and v is not None}
 
 
 @dataclass
@@ -83,7 +161,8 @@ def capture_image_embeds(model, enabled: bool = True):
         return
 
     def hook(module, args, output):
-        out = output[0] if isinstance(output, (tuple, list)) else output
+        pooled = getattr(output, "pooler_output", None)
+        out = pooled if pooled is not None else output[0] if isinstance(output, (tuple, list)) else output
         flat = out.reshape(-1, out.shape[-1])
         box.embeds = flat if box.embeds is None else torch.cat([box.embeds, flat])
 
@@ -94,5 +173,5 @@ def capture_image_embeds(model, enabled: bool = True):
         handle.remove()
 
 
-__all__ = ["image_token_id", "tokens_per_image", "projector", "check_image_tokens", "capture_image_embeds",
-           "CapturedImages"]
+__all__ = ["image_token_id", "tokens_per_image", "expected_image_tokens", "forward_inputs", "projector",
+           "check_image_tokens", "capture_image_embeds", "CapturedImages"]

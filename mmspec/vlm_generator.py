@@ -4,8 +4,11 @@
     out = gen.generate(images=[img], prompts=["<image>\\nCaption:"], max_new_tokens=48)
     out.texts, out.stats.mean_accepted_tokens
 
-Targets: ``zoo:vlm-target`` (with the zoo's ``LlavaProcessor``) or a local llava-hf style checkpoint
-(``LlavaForConditionalGeneration`` + its ``AutoProcessor``), or ready objects. Drafters by method:
+Targets: ``zoo:vlm-target`` (with the zoo's ``LlavaProcessor``) or a local checkpoint of a VLM family mmspec
+runs exactly (LLaVA-1.5, LLaVA-NeXT, Qwen2-VL, Qwen2.5-VL, PaliGemma, Gemma3, Idefics3 / SmolVLM; loaded with
+its ``AutoProcessor``), or ready objects. Every processor output the model's forward takes (``image_sizes``,
+``image_grid_thw``, ``mm_token_type_ids``, ``pixel_attention_mask``, ``token_type_ids``, ...) goes to the
+prefill. Drafters by method:
 ``msd`` / ``flash`` / ``eagle`` take a feature drafter (``zoo:vlm-msd``, a directory written by
 ``mmspec train msd``, or a ``FeatureDraftModel``); ``text`` a small causal LM over the same tokenizer;
 ``prompt-lookup`` none. Greedy outputs equal ``target.generate(do_sample=False, pixel_values=...)``.
@@ -21,6 +24,7 @@ from .drafters import AutoregressiveDrafter, PromptLookupDrafter
 from .drafters.feature import FeatureDrafter
 from .drafters.feature_model import FeatureDraftModel
 from .generator import GenerationStats, SpeculativeGenerator
+from .vision import forward_inputs
 
 VLM_API_METHODS = ("msd", "flash", "eagle", "text", "prompt-lookup")
 
@@ -40,9 +44,11 @@ def _load_target(target):
 
         entry = load(target.split(":", 1)[1])
         return entry.model, entry.tokenizer
-    from transformers import AutoProcessor, LlavaForConditionalGeneration
+    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor, LlavaForConditionalGeneration
 
-    model = LlavaForConditionalGeneration.from_pretrained(target, local_files_only=True).eval()
+    llava = AutoConfig.from_pretrained(target, local_files_only=True).model_type == "llava"
+    cls = LlavaForConditionalGeneration if llava else AutoModelForImageTextToText
+    model = cls.from_pretrained(target, local_files_only=True).eval()
     return model, AutoProcessor.from_pretrained(target, local_files_only=True)
 
 
@@ -114,8 +120,7 @@ class VLMGenerator:
         tok.padding_side = "left"  # decoder-only generation: real tokens last
         inputs = self.processor(images=flat or None, text=list(prompts), return_tensors="pt", padding=True)
         out = {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}
-        if flat:
-            out["pixel_values"] = inputs["pixel_values"]
+        out.update(forward_inputs(self.target, dict(inputs)))  # pixel_values, image_sizes, image_grid_thw, ...
         return out
 
     @torch.no_grad()

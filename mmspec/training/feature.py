@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ..drafters.feature_model import FeatureDraftModel, drafter_sequence, scatter_image_embeds
-from ..vision import capture_image_embeds, image_token_id
+from ..vision import capture_image_embeds, forward_inputs, image_token_id
 from ..zoo.common import train_loop
 
 
@@ -48,8 +48,9 @@ class FeatureTrainConfig:
 def target_features(target, batch: dict) -> tuple[torch.Tensor, torch.Tensor | None, torch.BoolTensor | None]:
     """(features [B, T, H], image embeddings scattered to [B, T, H] or None, image mask or None)."""
     kw = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-    if batch.get("pixel_values") is not None:
-        kw["pixel_values"] = batch["pixel_values"]
+    # pixel_values and whatever else of the processor's the model takes (image_grid_thw / mm_token_type_ids for
+    # Qwen2-VL's M-RoPE, image_sizes, token_type_ids, ...): the target then builds its own positions and masks
+    kw.update(forward_inputs(target, batch))
     with capture_image_embeds(target) as images:
         out = target(**kw, output_hidden_states=True, logits_to_keep=1)
     image_id = image_token_id(target)
@@ -202,14 +203,15 @@ def jsonl_batches(path: str, processor, batch_size: int, seed: int):
                  for r, img in zip(picked, with_image)]
         images = [Image.open(r["image"]).convert("RGB") for r, img in zip(picked, with_image) if img]
         out = processor(images=images or None, text=texts, return_tensors="pt", padding=True)
-        return {"input_ids": out["input_ids"], "attention_mask": out["attention_mask"],
-                "pixel_values": out.get("pixel_values") if images else None}
+        batch = dict(out)  # every processor output (pixel_values, image_grid_thw, mm_token_type_ids, image_sizes, ...)
+        batch.setdefault("pixel_values", None)
+        return batch
 
     return batches
 
 
 def cli_train_feature(args) -> int:
-    """``mmspec train eagle|msd|flash``: train a feature drafter against a frozen LLaVA-class target."""
+    """``mmspec train eagle|msd|flash``: train a feature drafter against a frozen VLM target."""
     from pathlib import Path
 
     from ..drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel

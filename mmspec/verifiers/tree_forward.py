@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..cache import SpecKVCache
+from ..families import add_prefix_blocks, model_position_ids
 from ..kernels.tree_attention import ATTENTION_NAME
 from ..layer_masks import layer_mask, map_masks
 
@@ -45,19 +46,24 @@ def model_dtype(model) -> torch.dtype:
 def tree_forward(model, cache: SpecKVCache, input_ids: torch.LongTensor | None, parents: torch.LongTensor,
                  valid: torch.BoolTensor, inputs_embeds: torch.Tensor | None = None,
                  output_hidden_states: bool = False, ancestors: torch.BoolTensor | None = None,
-                 depth: torch.LongTensor | None = None, **model_kwargs):
+                 depth: torch.LongTensor | None = None, position_ids: torch.LongTensor | None = None,
+                 prefix_blocks: torch.BoolTensor | None = None, **model_kwargs):
     """Append the nodes ``input_ids`` ([B, T]) as pending entries of ``cache`` and return the model output.
 
     ``parents`` index pending nodes (-1 = attached to the committed prefix). The caller commits or
-    discards the pending nodes afterwards.
+    discards the pending nodes afterwards. ``position_ids`` (the prefill of an M-RoPE target) replaces the
+    cache's text positions; ``prefix_blocks`` ([B, T, T]) opens bidirectional blocks among the new nodes
+    (a prompt's image / prefix block, see :mod:`mmspec.families`).
     """
     positions, mask = cache.prepare_append(parents, valid, ancestors, depth)
-    mask = to_model_mask(mask, model, model_dtype(model))
+    mask = to_model_mask(add_prefix_blocks(mask, prefix_blocks), model, model_dtype(model))
+    if position_ids is None:
+        position_ids = model_position_ids(positions, cache.position_shift)
     return model(
         input_ids=input_ids,
         inputs_embeds=inputs_embeds,
         attention_mask=mask,
-        position_ids=positions,
+        position_ids=position_ids,
         past_key_values=cache,
         use_cache=True,
         output_hidden_states=output_hidden_states,
