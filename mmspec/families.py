@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 
+
 def _inner(model):
     return getattr(model, "model", model)
 
@@ -97,14 +98,31 @@ def bidirectional_blocks(model, prefill_inputs: dict, valid: torch.BoolTensor) -
                      "prompt masks they describe only for PaliGemma and Gemma3 (its own mask replaces the model's)")
 
 
-def add_prefix_blocks(mask: torch.BoolTensor, blocks: torch.BoolTensor | None) -> torch.BoolTensor:
-    """The prefill's ``[B, 1, P, S]`` causal mask (prompt in its last P columns) with ``blocks`` opened."""
+def add_prefix_blocks(mask, blocks: torch.BoolTensor | None, sliding_window: int | None = None):
+    """The prefill's ``[B, 1, P, S]`` causal mask (prompt in its last P columns) with ``blocks`` opened.
+
+    A ``{layer type: mask}`` dict (hybrid sliding/full models such as Gemma3) gets the blocks in every mask;
+    in the sliding layers' mask a block stays inside the window (key > query − window), as the model's own
+    builder composes it: AND(window, OR(causal, block))."""
     if blocks is None:
         return mask
     P = blocks.shape[-1]
-    mask = mask.clone()
-    mask[:, 0, :, -P:] |= blocks
-    return mask
+
+    def opened(m: torch.BoolTensor, b: torch.BoolTensor) -> torch.BoolTensor:
+        m = m.clone()
+        m[:, 0, :, -P:] |= b
+        return m
+
+    if not isinstance(mask, dict):
+        return opened(mask, blocks)
+    out = {}
+    for kind, m in mask.items():
+        b = blocks
+        if kind == "sliding_attention" and sliding_window is not None:
+            i = torch.arange(P, device=blocks.device)
+            b = blocks & (i[None, :] > i[:, None] - sliding_window)[None]
+        out[kind] = opened(m, b)
+    return out
 
 
 __all__ = ["uses_mrope", "PositionShift", "prompt_positions", "model_position_ids", "bidirectional_blocks",

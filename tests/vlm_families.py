@@ -72,15 +72,19 @@ def tiny_paligemma(seed=0, vocab_size=96, image_token=IMAGE):
     return sharpen(PaliGemmaForConditionalGeneration(cfg), seed)
 
 
-def tiny_gemma3(seed=0):
-    """Gemma3 (all layers full attention): a 16x16 image's 4x4 patches pooled to ``mm_tokens_per_image`` = 4
-    placeholders, each image's placeholders one bidirectional block (``token_type_ids`` 1)."""
+def tiny_gemma3(seed=0, sliding_window=None):
+    """Gemma3: a 16x16 image's 4x4 patches pooled to ``mm_tokens_per_image`` = 4 placeholders, each image's
+    placeholders one bidirectional block (``token_type_ids`` 1). All layers full attention, or with
+    ``sliding_window`` the real checkpoints' mix (sliding layers, then a full one)."""
     from transformers import Gemma3Config, Gemma3ForConditionalGeneration
 
     torch.manual_seed(seed)
     rope = dict(rope_type="default", rope_theta=100.0)
-    text = dict(GEMMA, layer_types=["full_attention"] * TEXT["num_hidden_layers"], query_pre_attn_scalar=16,
-                sliding_window=512, rope_parameters=dict(full_attention=rope, sliding_attention=rope))  # (unused)
+    n = TEXT["num_hidden_layers"]
+    layer_types = (["full_attention"] * n if sliding_window is None
+                   else ["sliding_attention"] * (n - 1) + ["full_attention"])
+    text = dict(GEMMA, layer_types=layer_types, query_pre_attn_scalar=16,
+                sliding_window=sliding_window or 512, rope_parameters=dict(full_attention=rope, sliding_attention=rope))
     cfg = Gemma3Config(vision_config=dict(SIGLIP, model_type="siglip_vision_model"), text_config=text,
                        mm_tokens_per_image=4, image_token_index=IMAGE, boi_token_index=6, eoi_token_index=7,
                        tie_word_embeddings=False)

@@ -56,7 +56,8 @@ def tree_forward(model, cache: SpecKVCache, input_ids: torch.LongTensor | None, 
     (a prompt's image / prefix block, see :mod:`mmspec.families`).
     """
     positions, mask = cache.prepare_append(parents, valid, ancestors, depth)
-    mask = to_model_mask(add_prefix_blocks(mask, prefix_blocks), model, model_dtype(model))
+    window = getattr(text_config(model), "sliding_window", None)
+    mask = to_model_mask(add_prefix_blocks(mask, prefix_blocks, window), model, model_dtype(model))
     if position_ids is None:
         position_ids = model_position_ids(positions, cache.position_shift)
     return model(
