@@ -21,6 +21,7 @@ from .drafters import AutoregressiveDrafter, PromptLookupDrafter
 from .drafters.feature import FeatureDrafter
 from .drafters.feature_model import FeatureDraftModel
 from .generator import GenerationStats, SpeculativeGenerator
+from .model_dirs import require_config
 
 VLM_API_METHODS = ("msd", "flash", "eagle", "text", "prompt-lookup")
 
@@ -42,7 +43,7 @@ def _load_target(target):
         return entry.model, entry.tokenizer
     from transformers import AutoProcessor, LlavaForConditionalGeneration
 
-    model = LlavaForConditionalGeneration.from_pretrained(target, local_files_only=True).eval()
+    model = LlavaForConditionalGeneration.from_pretrained(require_config(target, "target"), local_files_only=True).eval()
     return model, AutoProcessor.from_pretrained(target, local_files_only=True)
 
 
@@ -57,7 +58,7 @@ def _load_drafter_model(drafter, method: str, target):
         return FeatureDraftModel.from_pretrained(drafter, target=target)
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(drafter, local_files_only=True).eval()
+    return AutoModelForCausalLM.from_pretrained(require_config(drafter, "drafter"), local_files_only=True).eval()
 
 
 class VLMGenerator:

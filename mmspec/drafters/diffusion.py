@@ -98,7 +98,9 @@ class DiffusionLM:
         given."""
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        from ..model_dirs import require_config
+
+        config = AutoConfig.from_pretrained(require_config(path, "diffusion LM"), trust_remote_code=trust_remote_code)
         saved = {}
         if (Path(path) / "zoo.json").exists():  # a zoo diffusion model records its own settings
             saved = json.loads((Path(path) / "zoo.json").read_text())

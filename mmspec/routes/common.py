@@ -12,6 +12,7 @@ import torch
 
 from ..drafters import DiffusionLM, Drafter
 from ..drafters.feature_model import FeatureDraftModel, signature_mismatch
+from ..model_dirs import require_config
 from ..verifiers.tree_forward import text_config
 
 TEXT_METHODS = {
@@ -113,6 +114,7 @@ def _load_checkpoint(path: Path, tokenizer, device_map) -> Target:
 
     from ..zoo.image import LAYOUT_KEY
 
+    require_config(path, "target")
     config = AutoConfig.from_pretrained(path, local_files_only=True)
     kw = dict(local_files_only=True, device_map=device_map) if device_map else dict(local_files_only=True)
     mtype = getattr(config, "model_type", "")
@@ -193,6 +195,7 @@ def load_drafter(spec, target: Target, home=None, device=None):
         return place(net, device)
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    require_config(path, "drafter", ("config.json", "feature_drafter.json"))
     config = AutoConfig.from_pretrained(path, local_files_only=True)
     mtype = str(getattr(config, "model_type", "")).lower()
     if (path / "zoo.json").exists() and "mask_token_id" in (path / "zoo.json").read_text() or \
