@@ -115,3 +115,20 @@ def test_zoo_list_shows_damage(home, capsys):
     assert main(["zoo", "list", "--home", str(home)]) == 0
     out = capsys.readouterr().out
     assert "damaged" in out and "model.safetensors" in out
+
+
+def test_demo_says_when_a_model_is_not_the_shipped_one(home):
+    from rich.console import Console
+
+    from mmspec.demo import zoo_files_usable
+
+    info = json.loads((home / NAME / "zoo.json").read_text())
+    (home / NAME / "zoo.json").write_text(json.dumps({**info, "micro": True}))
+    console = Console(record=True, width=200)
+    assert zoo_files_usable(home, [NAME], console)
+    assert "micro build" in console.export_text()
+    weights = home / NAME / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1])
+    console = Console(record=True, width=200)
+    assert not zoo_files_usable(home, [NAME], console)
+    assert f"mmspec zoo build --only {NAME}" in console.export_text()
