@@ -20,6 +20,7 @@ import torch
 from .drafters import AutoregressiveDrafter, PromptLookupDrafter
 from .drafters.feature import FeatureDrafter
 from .drafters.feature_model import FeatureDraftModel
+from .arguments import reject_unknown
 from .generator import GenerationStats, SpeculativeGenerator
 from .model_dirs import require_config
 
@@ -122,7 +123,8 @@ class VLMGenerator:
     @torch.no_grad()
     def generate(self, images=None, prompts: list[str] | str = (), max_new_tokens: int = 64, do_sample: bool = False,
                  temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-                 generator: torch.Generator | None = None, stop_at_eos: bool = True) -> VLMOutput:
+                 generator: torch.Generator | None = None, stop_at_eos: bool = True, **unknown) -> VLMOutput:
+        reject_unknown(unknown, VLMGenerator.generate, "VLMGenerator.generate")
         inputs = self.prepare(images, prompts)
         width = inputs["input_ids"].shape[1]
         eos = self.tokenizer.eos_token_id if stop_at_eos else None

@@ -79,3 +79,20 @@ def test_one_generator_two_threads_exact(models):
     assert not errors
     for i in range(6):
         assert torch.equal(got[i], want[i]), i
+
+
+def test_pipelines_name_unknown_keywords():
+    import mmspec
+
+    text = mmspec.pipeline("zoo:code-target", method="prompt-lookup")
+    with pytest.raises(ValueError, match=r"unknown keyword argument\(s\) \['foo'\]"):
+        text("def f():\n", max_new_tokens=4, foo=1)
+    vlm = mmspec.pipeline("zoo:vlm-target", method="prompt-lookup")
+    with pytest.raises(ValueError, match=r"unknown keyword argument\(s\) \['num_beams'\]"):
+        vlm.generate(prompts=["Caption:"], max_new_tokens=4, num_beams=2)
+    image = mmspec.pipeline("zoo:image-target", method="spec")
+    with pytest.raises(ValueError, match=r"unknown keyword argument\(s\) \['guidance'\]"):
+        image.generate([0], guidance=2.0)
+    for bad in ({"k": 0}, {"num_tokens": 0}):
+        with pytest.raises(ValueError, match=f"{next(iter(bad))} must be an int >= 1"):
+            image.generate([0], **bad)
