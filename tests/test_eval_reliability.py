@@ -111,3 +111,18 @@ def test_chat_counts_questions_and_turns(tmp_path):
     suite = suites.text_suite(EvalConfig(suites=["chat"], chat_data=str(data), num_prompts=2,
                                          methods={"chat": ["plain"]}), "chat")
     assert "2 questions, 4 turns" in suite.notes
+
+
+def test_chat_turn_after_an_over_long_turn_is_skipped_too(tmp_path):
+    qs = [{"question_id": 1, "category": "a", "turns": ["x = 1\n" * 2500, "Now shorter."]},
+          {"question_id": 2, "category": "b", "turns": ["def add(a, b):"]}]
+    data = tmp_path / "q.jsonl.gz"
+    data.write_bytes(gzip.compress("".join(json.dumps(q) + "\n" for q in qs).encode()))
+    out = tmp_path / "run"
+    args = [a if a != "code" else "chat" for a in ARGS]
+    with pytest.warns(UserWarning, match="skipping item 1-2"):
+        assert main([*args, "--prompts", "0", "--chat-data", str(data), "--out", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())["suites"]["chat"]
+    assert [s["id"] for s in res["skipped"]] == ["1-1", "1-2"]
+    assert {r["id"] for r in res["records"]} == {"2-1"}
+    assert "2 questions, 3 turns" in res["notes"]

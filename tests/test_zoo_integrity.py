@@ -83,7 +83,7 @@ def test_missing_config_refused_not_a_default_model(home):
         zoo.load(NAME, home)
 
 
-def test_checkpoint_dir_without_config_refused(home, tmp_path):
+def test_checkpoint_dir_without_config_refused(home, tmp_path, capsys):
     from mmspec import pipeline
 
     bare = tmp_path / "bare"
@@ -93,6 +93,10 @@ def test_checkpoint_dir_without_config_refused(home, tmp_path):
         pipeline(str(bare))
     with pytest.raises(ValueError, match="has no config.json"):
         pipeline("zoo:code-target", drafter=str(bare))
+    assert main(["bench", "--model", str(bare), "--draft", "none", "--out", str(tmp_path / "b")]) == 2
+    assert main(["eval", "--suite", "code", "--model", str(bare), "--out", str(tmp_path / "e")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("mmspec: error:") == 2 and err.count("has no config.json") == 2
 
 
 def test_record_hashes_after_a_deliberate_change(home, capsys):

@@ -64,6 +64,10 @@ def _records(suite: str, report: dict, items: list[Item], indices: list[int]) ->
     return out
 
 
+class OverLong(Exception):
+    """An item (or an earlier turn it builds on) does not fit the target's positions."""
+
+
 def skip_record(suite: str, items: list[Item], i: int, reason: str) -> dict:
     """An item left out (over-long): kept among the records so the report counts and names it."""
     return {"suite": suite, "method": None, "item": i, "id": items[i].id, "category": items[i].category,
@@ -139,12 +143,21 @@ def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:
     eos = tok.eos_token_id if stop else None
     special = not zoo and not (suite == "chat" and getattr(tok, "chat_template", None))
     answers: dict[tuple[str, int], str] = {}  # chat: the target's greedy answer to earlier turns
+    max_positions = getattr(text_config(target.model), "max_position_embeddings", None)
+
+    def too_long(ids: torch.Tensor) -> str | None:
+        if max_positions is not None and ids.shape[1] + cfg.max_new_tokens > max_positions:
+            return (f"prompt of {ids.shape[1]} tokens + {cfg.max_new_tokens} new tokens > the target's "
+                    f"{max_positions} positions")
+        return None
 
     def answer(qid: str, turns: list[str]) -> str:
         key = (qid, len(turns))
         if key not in answers:
             ids = tok(chat_text(tok, turns, [answer(qid, turns[:j + 1]) for j in range(len(turns) - 1)]),
                       return_tensors="pt", add_special_tokens=special).input_ids.to(target.model.device)
+            if too_long(ids):
+                raise OverLong(f"its turn {len(turns)} is over-long: {too_long(ids)}")
             with torch.no_grad():
                 seq = target.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                             max_new_tokens=cfg.max_new_tokens, eos_token_id=tok.eos_token_id,
@@ -160,15 +173,15 @@ def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:
             text = chat_text(tok, item.turns, [answer(qid, item.turns[:j + 1]) for j in range(len(item.turns) - 1)])
         return tok(text, return_tensors="pt", add_special_tokens=special).input_ids.to(target.model.device)
 
-    max_positions = getattr(text_config(target.model), "max_position_embeddings", None)
-
     def run(indices: list[int], desc: str) -> list[dict]:
         prompts, kept, skipped = [], [], []
         for i in indices:
-            ids = encode(items[i])
-            if max_positions is not None and ids.shape[1] + cfg.max_new_tokens > max_positions:
-                reason = (f"prompt of {ids.shape[1]} tokens + {cfg.max_new_tokens} new tokens > the target's "
-                          f"{max_positions} positions")
+            try:
+                ids = encode(items[i])
+                reason = too_long(ids)
+            except OverLong as exc:  # a later turn of a question whose earlier turn cannot be answered
+                ids, reason = None, str(exc)
+            if reason:
                 warnings.warn(f"{suite} suite: skipping item {items[i].id} ({reason})", stacklevel=1)
                 skipped.append(skip_record(suite, items, i, reason))
                 continue
