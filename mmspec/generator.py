@@ -8,6 +8,7 @@ with left padding, per-row acceptance and EOS handling laid out like HF ``genera
 from __future__ import annotations
 
 import inspect
+import numbers
 import threading
 import time
 import weakref
@@ -84,7 +85,7 @@ _drafter_locks: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _locks_guard = threading.Lock()
 
 
-def _lock_for(drafter) -> threading.Lock:
+def _lock_for(drafter) -> threading.Lock | None:
     with _locks_guard:
         try:
             return _drafter_locks.setdefault(drafter, threading.Lock())
@@ -121,7 +122,7 @@ class SpeculativeGenerator:
             raise ValueError("input_ids must be a LongTensor of shape [batch, prompt_len]")
         if input_ids.shape[0] == 0 or input_ids.shape[1] == 0:
             raise ValueError("empty prompt: input_ids has no tokens")
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):
             raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
         if max_new_tokens <= 0:
             raise ValueError(f"max_new_tokens must be > 0, got {max_new_tokens}")
