@@ -154,7 +154,7 @@ def cmd_eval(args) -> int:
 
 def cmd_zoo(args) -> int:
     from . import zoo
-    from .zoo.integrity import record_file_hashes, status
+    from .zoo.integrity import changed_since_commit, record_file_hashes, status
 
     console = Console()
     if args.zoo_command == "list":
@@ -162,6 +162,7 @@ def cmd_zoo(args) -> int:
         table = Table(title=f"mmspec zoo ({home})")
         for col in ("model", "built", "files", "key metrics"):
             table.add_column(col)
+        changed = changed_since_commit(Path(home))
         for name in zoo.available():
             path = Path(home) / name
             if (path / "zoo.json").exists():
@@ -170,7 +171,7 @@ def cmd_zoo(args) -> int:
                 except (OSError, ValueError):
                     m = {}
                 keys = [k for k in m if isinstance(m[k], (int, float)) and not isinstance(m[k], bool)][:4]
-                table.add_row(name, "yes", status(name, path), ", ".join(f"{k}={m[k]:.4g}" for k in keys))
+                table.add_row(name, "yes", status(name, path, name in changed), ", ".join(f"{k}={m[k]:.4g}" for k in keys))
             else:
                 table.add_row(name, "no", "", "")
         console.print(table)

@@ -123,11 +123,11 @@ def image_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: in
 def zoo_files_usable(home: Path, names: list[str], console: Console) -> bool:
     """Say when a zoo model is not the shipped one (a micro build, hand-replaced or damaged files); False when
     one is damaged (loading it would fail)."""
-    from .zoo.integrity import rebuild_hint, status
+    from .zoo.integrity import changed_since_commit, rebuild_hint, status
 
-    ok = True
+    ok, changed = True, changed_since_commit(home)
     for name in names:
-        line = status(name, home / name)
+        line = status(name, home / name, name in changed)
         if line.startswith("damaged"):
             console.print(f"[red]{name}: {line}; {rebuild_hint(name)}[/red]")
             ok = False

@@ -136,3 +136,21 @@ def test_demo_says_when_a_model_is_not_the_shipped_one(home):
     console = Console(record=True, width=200)
     assert not zoo_files_usable(home, [NAME], console)
     assert f"mmspec zoo build --only {NAME}" in console.export_text()
+
+
+def test_rebuilt_in_place_differs_from_the_committed_model(tmp_path, capsys):
+    import subprocess
+
+    repo = tmp_path / "checkout"
+    shutil.copytree(zoo.shipped_home() / NAME, repo / "zoo" / NAME)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "zoo"], check=True)
+    assert main(["zoo", "list", "--home", str(repo / "zoo")]) == 0
+    assert "committed" not in capsys.readouterr().out
+    (repo / "zoo" / NAME / "generation_config.json").write_text("{}")  # a rebuild, hashes recorded again
+    assert main(["zoo", "record-hashes", "--home", str(repo / "zoo")]) == 0
+    assert main(["zoo", "list", "--home", str(repo / "zoo")]) == 0
+    out = capsys.readouterr().out
+    assert "committed" in out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 from pathlib import Path
 
 FILES_KEY = "files"
@@ -94,8 +95,35 @@ def verify(name: str, path: Path) -> dict:
     return info
 
 
-def status(name: str, path: Path) -> str:
-    """One word-ish line for ``zoo list`` / ``demo``: 'ok', 'micro build', 'damaged: ...', 'no file hashes'."""
+def changed_since_commit(home: Path) -> set[str]:
+    """Models of a zoo folder inside a git checkout whose files differ from the committed (shipped) ones, e.g.
+    rebuilt in place; empty when ``home`` is not tracked by git or git is not there."""
+    home = Path(home).resolve()
+    try:
+        top = subprocess.run(["git", "-C", str(home), "rev-parse", "--show-toplevel"], capture_output=True,
+                             text=True, timeout=10)
+        if top.returncode:
+            return set()
+        root = Path(top.stdout.strip()).resolve()
+        out = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=all", "--",
+                              str(home)], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    if out.returncode:
+        return set()
+    names = set()
+    for line in out.stdout.splitlines():
+        rel = Path(line[3:].split(" -> ")[-1].strip('"'))
+        try:
+            names.add((root / rel).resolve().relative_to(home).parts[0])
+        except (ValueError, IndexError):
+            continue
+    return names
+
+
+def status(name: str, path: Path, changed: bool = False) -> str:
+    """One short line for ``zoo list`` / ``demo``: 'ok', 'micro build ...', 'damaged: FILE', 'differs from the
+    committed model' (``changed``: see :func:`changed_since_commit`), 'no file hashes recorded'."""
     try:
         info = read_zoo_json(name, path)
     except ValueError:
@@ -105,8 +133,10 @@ def status(name: str, path: Path) -> str:
         return "damaged: " + ", ".join(b.split(" ")[0].rsplit("/", 1)[-1] for b in bad)
     if info.get("micro"):
         return "micro build (not the shipped model)"
+    if changed:
+        return "differs from the committed (shipped) model"
     return "ok" if FILES_KEY in info else "no file hashes recorded"
 
 
-__all__ = ["FILES_KEY", "file_hashes", "record_file_hashes", "read_zoo_json", "verify", "problems", "status",
+__all__ = ["changed_since_commit", "FILES_KEY", "file_hashes", "record_file_hashes", "read_zoo_json", "verify", "problems", "status",
            "rebuild_hint", "hashed_files"]
