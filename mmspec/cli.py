@@ -154,25 +154,36 @@ def cmd_eval(args) -> int:
 
 def cmd_zoo(args) -> int:
     from . import zoo
+    from .zoo.integrity import changed_since_commit, record_file_hashes, status
 
     console = Console()
     if args.zoo_command == "list":
         home = args.home or zoo.zoo_home()
         table = Table(title=f"mmspec zoo ({home})")
-        for col in ("model", "built", "key metrics"):
+        for col in ("model", "built", "files", "key metrics"):
             table.add_column(col)
+        changed = changed_since_commit(Path(home))
         for name in zoo.available():
             path = Path(home) / name
-            if (path / "metrics.json").exists():
-                m = zoo.metrics(name, home)
+            if (path / "zoo.json").exists():
+                try:
+                    m = zoo.metrics(name, home)
+                except (OSError, ValueError):
+                    m = {}
                 keys = [k for k in m if isinstance(m[k], (int, float)) and not isinstance(m[k], bool)][:4]
-                table.add_row(name, "yes", ", ".join(f"{k}={m[k]:.4g}" for k in keys))
+                table.add_row(name, "yes", status(name, path, name in changed), ", ".join(f"{k}={m[k]:.4g}" for k in keys))
             else:
-                table.add_row(name, "no", "")
+                table.add_row(name, "no", "", "")
         console.print(table)
         return 0
+    if args.zoo_command == "record-hashes":
+        home = Path(args.home) if args.home else zoo.zoo_home()
+        for name in zoo.available():
+            if (home / name / "zoo.json").exists():
+                console.print(f"{name}: {len(record_file_hashes(home / name)['files'])} file hashes recorded")
+        return 0
     only = args.only.split(",") if args.only else None
-    results = zoo.build(args.family, micro=args.micro, home=args.home, only=only)
+    results = zoo.build(args.family, micro=args.micro, home=args.home, only=only, force=args.force)
     for name, m in results.items():
         console.print(f"[bold]{name}[/bold]: " + ", ".join(
             f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in m.items()
@@ -306,11 +317,30 @@ def build_parser() -> argparse.ArgumentParser:
     zb.add_argument("--family", default="all", choices=["all", "code", "vlm", "image"])
     zb.add_argument("--micro", action="store_true", help="seconds-sized versions (for tests)")
     zb.add_argument("--only", default=None, help="comma list of model names to (re)build, e.g. vlm-msd,vlm-flash")
-    zb.add_argument("--home", default=None, help="where to write (default: $MMSPEC_HOME or the checkout's zoo/)")
-    zl = zoo_sub.add_parser("list", help="what is built, with key metrics")
+    zb.add_argument("--home", default=None, help="where to write (default: $MMSPEC_HOME or the checkout's zoo/; "
+                    "--micro refuses to write into the checkout's shipped zoo/ without --force)")
+    zb.add_argument("--force", action="store_true", help="let a --micro build overwrite the shipped zoo")
+    zl = zoo_sub.add_parser("list", help="what is built, with key metrics and whether its files match the "
+                            "recorded hashes")
     zl.add_argument("--home", default=None)
+    zr = zoo_sub.add_parser("record-hashes", help="record the sha256 of every model file in its zoo.json "
+                            "(after replacing files by hand); loading checks them")
+    zr.add_argument("--home", default=None)
     zoo_p.set_defaults(func=cmd_zoo)
     return parser
+
+
+# Failures a user can cause and fix (bad values, paths that cannot be read or created, garbled files): one
+# line and exit code 2. Anything else is a bug in mmspec and keeps its traceback.
+EXPECTED_ERRORS = (ValueError, OSError)
+
+
+def error_line(err: BaseException) -> str:
+    """The message of an expected failure, naming the path for OS errors ("[Errno 13] ..." says less)."""
+    if isinstance(err, OSError) and err.strerror:
+        where = f"{err.filename}" + (f" -> {err.filename2}" if err.filename2 else "")
+        return f"{where}: {err.strerror}" if err.filename else err.strerror
+    return str(err)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -318,8 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ValueError as err:
-        print(f"mmspec: error: {err}", file=sys.stderr)
+    except EXPECTED_ERRORS as err:
+        print(f"mmspec: error: {error_line(err)}", file=sys.stderr)
         return 2
 
 

@@ -120,6 +120,22 @@ def image_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: in
     return report
 
 
+def zoo_files_usable(home: Path, names: list[str], console: Console) -> bool:
+    """Say when a zoo model is not the shipped one (a micro build, hand-replaced or damaged files); False when
+    one is damaged (loading it would fail)."""
+    from .zoo.integrity import changed_since_commit, rebuild_hint, status
+
+    ok, changed = True, changed_since_commit(home)
+    for name in names:
+        line = status(name, home / name, name in changed)
+        if line.startswith("damaged"):
+            console.print(f"[red]{name}: {line}; {rebuild_hint(name)}[/red]")
+            ok = False
+        elif line != "ok":
+            console.print(f"[yellow]{name}: {line} — its figures are not the shipped model's[/yellow]")
+    return ok
+
+
 def run_demo(out_dir: str | Path = "runs/demo", num_prompts: int = 8, max_new_tokens: int = 64) -> int:
     import transformers
 
@@ -138,6 +154,8 @@ def run_demo(out_dir: str | Path = "runs/demo", num_prompts: int = 8, max_new_to
         if needed:
             console.print(f"[yellow]{family}: not in the zoo yet ({', '.join(needed)} missing); "
                           f"`mmspec zoo build --family {family}` builds it[/yellow]")
+            continue
+        if not zoo_files_usable(home, names, console):
             continue
         reports[family] = run(out, console, num_prompts, max_new_tokens)
     if not reports:

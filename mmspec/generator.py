@@ -7,7 +7,11 @@ with left padding, per-row acceptance and EOS handling laid out like HF ``genera
 
 from __future__ import annotations
 
+import inspect
+import numbers
+import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -73,8 +77,33 @@ def _as_id_list(ids) -> list[int]:
     return [int(i) for i in ids]
 
 
+# inputs of the target's forward that the decoding loop sets itself: never accepted from the caller
+_SET_BY_LOOP = {"self", "input_ids", "attention_mask", "past_key_values", "position_ids", "cache_position",
+                "use_cache", "inputs_embeds", "labels", "logits_to_keep", "output_hidden_states", "output_attentions",
+                "return_dict", "kwargs"}
+GENERATE_ARGS = ("input_ids", "attention_mask", "max_new_tokens", "do_sample", "temperature", "top_k", "top_p",
+                 "eos_token_id", "generator", "pad_token_id")
+
+# A drafter holds per-call state (its own cache, the tree it proposed): calls that share one are serialised.
+_drafter_locks: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_locks_guard = threading.Lock()
+
+
+def _lock_for(drafter) -> threading.Lock | None:
+    with _locks_guard:
+        try:
+            return _drafter_locks.setdefault(drafter, threading.Lock())
+        except TypeError:  # not weak-referenceable: one lock per generator instead
+            return None
+
+
 class SpeculativeGenerator:
-    """Speculative decoding with any drafter on a stock HF causal LM target."""
+    """Speculative decoding with any drafter on a stock HF causal LM target.
+
+    Threads: ``generate`` may be called from several threads; calls that share a drafter (the same
+    generator, or generators built on one drafter object) run one after another under a lock, since the
+    drafter and the verifier keep per-call state. For parallel decoding give each thread its own generator
+    with its own drafter."""
 
     def __init__(self, target_model, drafter: Drafter, max_cache_len: int | None = None, relaxation=None):
         """``relaxation``: None (lossless) or a :class:`~mmspec.verifiers.relaxed.Relaxation` (LANTERN /
@@ -88,6 +117,7 @@ class SpeculativeGenerator:
         self.drafter = drafter
         self.max_cache_len = max_cache_len
         self.relaxation = relaxation
+        self._lock = _lock_for(drafter) or threading.Lock()
         self.vocab_size = text_config(target_model).vocab_size
         if drafter.vocab_size is not None and drafter.vocab_size != self.vocab_size:
             raise ValueError(
@@ -101,7 +131,9 @@ class SpeculativeGenerator:
             raise ValueError("input_ids must be a LongTensor of shape [batch, prompt_len]")
         if input_ids.shape[0] == 0 or input_ids.shape[1] == 0:
             raise ValueError("empty prompt: input_ids has no tokens")
-        if max_new_tokens is None or max_new_tokens <= 0:
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):
+            raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+        if max_new_tokens <= 0:
             raise ValueError(f"max_new_tokens must be > 0, got {max_new_tokens}")
         if (input_ids < 0).any() or (input_ids >= self.vocab_size).any():
             raise ValueError(f"input_ids contain ids outside the target vocabulary [0, {self.vocab_size})")
@@ -127,6 +159,22 @@ class SpeculativeGenerator:
     @property
     def image_token_id(self) -> int | None:
         return image_token_id(self.target)
+
+    def _prefill_names(self) -> set[str]:
+        """Named inputs of the target's forward a caller may pass for the prefill (``pixel_values``, ...)."""
+        params = inspect.signature(self.target.forward).parameters.values()
+        return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - _SET_BY_LOOP
+
+    def _check_prefill_inputs(self, prefill_inputs: dict) -> None:
+        accepted = self._prefill_names()
+        unknown = sorted(k for k in prefill_inputs if k not in accepted)
+        if unknown:
+            raise ValueError(f"generate got unknown keyword argument(s) {unknown}: it takes {list(GENERATE_ARGS)}"
+                             f" and the target's prefill inputs {sorted(accepted) or '(none)'}")
+        for k, v in prefill_inputs.items():
+            if k.endswith("pixel_values") and v is not None and not isinstance(v, torch.Tensor):
+                raise ValueError(f"{k} must be a torch.Tensor (the processor's output with return_tensors='pt'), "
+                                 f"got {type(v).__name__}")
 
     def _check_images(self, input_ids: torch.LongTensor, prefill_inputs: dict) -> None:
         check_image_tokens(self.target, input_ids, prefill_inputs)
@@ -158,8 +206,18 @@ class SpeculativeGenerator:
         """Speculative generation; same arguments and output layout as HF ``generate``.
 
         ``prefill_inputs`` (e.g. ``pixel_values`` for LLaVA-class targets) go to the prefill forward
-        only; the prompt's image placeholder tokens stay in ``input_ids`` as HF lays them out.
+        only; the prompt's image placeholder tokens stay in ``input_ids`` as HF lays them out. Any other
+        keyword is an error. Concurrent calls sharing this generator's drafter wait for each other.
         """
+        if not isinstance(input_ids, torch.Tensor):
+            raise ValueError(f"input_ids must be a LongTensor of shape [batch, prompt_len], got {type(input_ids).__name__}")
+        self._check_prefill_inputs(prefill_inputs)
+        with self._lock:
+            return self._generate(input_ids, attention_mask, max_new_tokens, do_sample, temperature, top_k, top_p,
+                                  eos_token_id, generator, pad_token_id, prefill_inputs)
+
+    def _generate(self, input_ids, attention_mask, max_new_tokens, do_sample, temperature, top_k, top_p, eos_token_id,
+                  generator, pad_token_id, prefill_inputs) -> GenerationOutput:
         t_start = time.perf_counter()
         dev = self.target.device
         input_ids = input_ids.to(dev)

@@ -138,11 +138,16 @@ class ImageGenerator:
     @torch.no_grad()
     def generate(self, class_ids, method: str = "lantern++", cfg_scale: float = 3.0, temperature: float = 1.0,
                  k: int = 8, delta: float | None = None, lam: float | None = None, tree="static",
-                 num_tokens: int = 4, seed: int = 0, drafter: str = "ar") -> ImageOutput:
+                 num_tokens: int = 4, seed: int = 0, drafter: str = "ar", **unknown) -> ImageOutput:
+        from .arguments import reject_unknown
         from .zoo.image import decode_codes, generate_codes
 
+        reject_unknown(unknown, ImageGenerator.generate, "ImageGenerator.generate")
         if method not in IMAGE_METHODS:
             raise ValueError(f"unknown method {method!r}; choose from {IMAGE_METHODS}")
+        for name, value in (("k", k), ("num_tokens", num_tokens)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         class_ids = [int(c) for c in class_ids]
         n_classes = self.layout.num_classes
         bad = [c for c in class_ids if not (c == -1 or 0 <= c < n_classes)]

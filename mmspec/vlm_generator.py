@@ -23,8 +23,10 @@ import torch
 from .drafters import AutoregressiveDrafter, PromptLookupDrafter
 from .drafters.feature import FeatureDrafter
 from .drafters.feature_model import FeatureDraftModel
+from .arguments import reject_unknown
 from .generator import GenerationStats, SpeculativeGenerator
 from .vision import forward_inputs
+from .model_dirs import require_config
 
 VLM_API_METHODS = ("msd", "flash", "eagle", "text", "prompt-lookup")
 
@@ -46,7 +48,7 @@ def _load_target(target):
         return entry.model, entry.tokenizer
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor, LlavaForConditionalGeneration
 
-    llava = AutoConfig.from_pretrained(target, local_files_only=True).model_type == "llava"
+    llava = AutoConfig.from_pretrained(require_config(target, "target"), local_files_only=True).model_type == "llava"
     cls = LlavaForConditionalGeneration if llava else AutoModelForImageTextToText
     model = cls.from_pretrained(target, local_files_only=True).eval()
     return model, AutoProcessor.from_pretrained(target, local_files_only=True)
@@ -63,7 +65,7 @@ def _load_drafter_model(drafter, method: str, target):
         return FeatureDraftModel.from_pretrained(drafter, target=target)
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(drafter, local_files_only=True).eval()
+    return AutoModelForCausalLM.from_pretrained(require_config(drafter, "drafter"), local_files_only=True).eval()
 
 
 class VLMGenerator:
@@ -126,7 +128,8 @@ class VLMGenerator:
     @torch.no_grad()
     def generate(self, images=None, prompts: list[str] | str = (), max_new_tokens: int = 64, do_sample: bool = False,
                  temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-                 generator: torch.Generator | None = None, stop_at_eos: bool = True) -> VLMOutput:
+                 generator: torch.Generator | None = None, stop_at_eos: bool = True, **unknown) -> VLMOutput:
+        reject_unknown(unknown, VLMGenerator.generate, "VLMGenerator.generate")
         inputs = self.prepare(images, prompts)
         width = inputs["input_ids"].shape[1]
         eos = self.tokenizer.eos_token_id if stop_at_eos else None

@@ -43,6 +43,7 @@ def test_micro_build_loads_and_matches_checksum(tmp_path):
         for key in ("heldout_loss_nats_per_token", "parse_rate", "distinct_2", "steps", "stopped"):
             assert key in m
         entry = load(name, home=tmp_path)
+        assert "model.safetensors" in entry.config["files"]  # the build recorded the file hashes load checks
         with torch.no_grad():
             logits = entry.model(checksum_input(entry.tokenizer)).logits.double()
         assert abs(float(logits.sum()) - entry.config["checksum"]["sum"]) < 1e-3 * max(1.0, abs(entry.config["checksum"]["sum"]))

@@ -100,9 +100,11 @@ class DiffusionLM:
         given."""
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
+        from ..model_dirs import require_config
+
         require_trust(path, trust_remote_code)
         with explain_remote_failure(path):
-            config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+            config = AutoConfig.from_pretrained(require_config(path, "diffusion LM"), trust_remote_code=trust_remote_code)
         saved = {}
         if (Path(path) / "zoo.json").exists():  # a zoo diffusion model records its own settings
             saved = json.loads((Path(path) / "zoo.json").read_text())

@@ -44,6 +44,10 @@ class FeatureDrafter(AutoregressiveDrafter):
             raise ValueError(f"this FLASH drafter emits {sar} tokens per forward; num_tokens must be {sar}")
         if compress_to is not None and not net.config.compress_tokens:
             raise ValueError("compress_to given but this drafter has no compression queries")
+        if compress_to is not None and (isinstance(compress_to, bool) or not isinstance(compress_to, int)
+                                        or not 1 <= compress_to <= net.config.compress_tokens):
+            raise ValueError(f"compress_to must be an int in 1..{net.config.compress_tokens} (the drafter's "
+                             f"compression queries), got {compress_to!r}")
         super().__init__(net.body, num_tokens=num_tokens, tree=tree, top_k=top_k, num_nodes=num_nodes,
                          adaptive=False)
         self.net = net.eval()

@@ -57,7 +57,9 @@ def load_model(spec: str, seed: int = 0, layers: int | None = None):
         raise ValueError(f"model {spec!r} is neither 'tiny:<arch>' nor a local checkpoint directory")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True).eval()
+    from ..model_dirs import require_config
+
+    model = AutoModelForCausalLM.from_pretrained(require_config(path), local_files_only=True).eval()
     try:
         tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError):

@@ -115,13 +115,13 @@ def read_config_file(path: str | Path) -> dict:
     path = Path(path)
     if not path.exists():
         raise ValueError(f"config file {path} does not exist")
-    text = path.read_text()
-    if path.suffix == ".json":
-        data = json.loads(text)
-    else:
-        import yaml
+    import yaml
 
-        data = yaml.safe_load(text)
+    try:
+        text = path.read_text()
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise ValueError(f"config file {path} cannot be read: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a config file holds a mapping of settings, got {type(data).__name__}")
     known = {f.name for f in fields(EvalConfig)}

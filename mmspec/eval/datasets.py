@@ -3,6 +3,8 @@
 Items are plain records (id, category, text / turns / image / class id) so every process of a sharded run
 builds the same list and takes its own slice. Formats read:
 
+Every file may be gzip-compressed (``.jsonl.gz``).
+
 * code: HumanEval-style ``.jsonl`` — ``prompt`` (required), ``task_id``, optional ``category``;
 * chat: Spec-Bench ``question.jsonl`` — ``question_id``, ``category``, ``turns`` (list of user turns);
 * vlm: ``.jsonl`` of ``image`` (path, relative to the file) and ``question``, optional ``id`` / ``category``.
@@ -10,6 +12,7 @@ builds the same list and takes its own slice. Formats read:
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,14 +33,23 @@ def read_jsonl(path: str | Path, required: tuple[str, ...]) -> list[dict]:
     path = Path(path)
     if not path.exists():
         raise ValueError(f"data file {path} does not exist")
+    try:
+        raw = path.read_bytes()
+        if raw[:2] == b"\x1f\x8b":  # gzip (HumanEval ships as HumanEval.jsonl.gz), whatever the file is called
+            raw = gzip.decompress(raw)
+        text = raw.decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as err:
+        raise ValueError(f"data file {path} cannot be read as UTF-8 JSON lines (.jsonl or .jsonl.gz): {err}") from None
     rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}:{n}: not JSON ({err.msg})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{n}: a row must be a JSON object, got {type(row).__name__}")
         missing = [k for k in required if k not in row]
         if missing:
             raise ValueError(f"{path}:{n}: missing field(s) {missing} (needs {list(required)})")

@@ -96,6 +96,9 @@ def to_markdown(results: dict) -> str:
         lines += [f"## {name} — {s['target']}", "", s["notes"] + ".", "", *method_table(s["summary"]), ""]
         if s.get("cost_model"):
             lines += [*cost_table(s["cost_model"]), ""]
+        if s.get("skipped"):
+            lines += [f"Skipped {len(s['skipped'])} item(s), not counted above: "
+                      + "; ".join(f"{r['id']} ({r['skipped']})" for r in s["skipped"]) + ".", ""]
         if len(s["categories"]) > 1:
             lines += ["Speedup by category:", "", *category_table(s["categories"], s["summary"], "speedup", ".2f", "×"),
                       "", "τ by category:", "", *category_table(s["categories"], s["summary"], "tau", ".2f"), ""]

@@ -14,6 +14,7 @@ import torch
 from .aggregate import merge_shards, summarise_suite
 from .config import EvalConfig, add_eval_arguments, config_from_args
 from .distributed import Processes
+from .run_dir import RunDirectory
 from .suites import build_suite
 
 
@@ -34,7 +35,9 @@ def run_eval(cfg: EvalConfig) -> dict | None:
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     procs = Processes()
-    out = Path(cfg.out)
+    run_dir = RunDirectory(cfg.out)
+    if procs.is_main:
+        run_dir.check()  # before minutes of loading
     t_start = time.perf_counter()
     torch.manual_seed(cfg.seed)
     if "chat" in cfg.suites and cfg.chat_data is None:
@@ -48,6 +51,21 @@ def run_eval(cfg: EvalConfig) -> dict | None:
     for s in suites:
         if s.name == "image":
             cfg.image_classes = [it.class_id for it in s.items]
+    out = run_dir.open() if procs.is_main else run_dir.staging  # everything is written here, renamed at the end
+    try:
+        results = _run_suites(cfg, suites, procs, out, t_start)
+    except BaseException:
+        if procs.is_main:
+            run_dir.discard()  # an earlier run in cfg.out stays as it was
+        raise
+    if results is not None:
+        moved = run_dir.commit()
+        if moved is not None:
+            print(f"mmspec eval: the earlier run in {run_dir.final} was moved to {moved}", file=sys.stderr)
+    return results
+
+
+def _run_suites(cfg: EvalConfig, suites: list, procs: Processes, out: Path, t_start: float) -> dict | None:
     if procs.is_main:
         cfg.save(out / "config.yaml")
     procs.start(out)
@@ -60,9 +78,14 @@ def run_eval(cfg: EvalConfig) -> dict | None:
         if not procs.is_main:
             continue
         merged = merge_shards(shards)
+        skipped = [{k: r[k] for k in ("item", "id", "category", "skipped")} for r in merged if r.get("skipped")]
+        merged = [r for r in merged if not r.get("skipped")]
+        if not merged:
+            raise ValueError(f"the {suite.name} suite ran no item: all {len(skipped)} were skipped "
+                             f"({skipped[0]['skipped'] if skipped else 'none selected'})")
         entry = {"target": suite.target, "notes": suite.notes, "base": suite.base, "methods": suite.methods,
                  "lossless": [m for m in suite.methods if m != suite.base and not m.startswith("lantern")],
-                 **summarise_suite(merged, suite.base), "records": merged}
+                 **summarise_suite(merged, suite.base), "records": merged, "skipped": skipped}
         if suite.name == "image" and cfg.image_quality:
             entry.update(image_quality(cfg, suite, out))
         entry["wall_seconds"] = time.perf_counter() - t0
@@ -132,10 +155,12 @@ def cli_eval(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args = build_parser("python -m mmspec.eval").parse_args(argv)
+    from ..cli import EXPECTED_ERRORS, error_line
+
     try:
         return cli_eval(args)
-    except ValueError as err:
-        print(f"mmspec eval: error: {err}", file=sys.stderr)
+    except EXPECTED_ERRORS as err:
+        print(f"mmspec eval: error: {error_line(err)}", file=sys.stderr)
         return 2
 
 

@@ -10,6 +10,7 @@ checkpoint target gets the methods its drafters allow.
 from __future__ import annotations
 
 import statistics
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -19,6 +20,7 @@ from ..pipeline import pipeline
 from ..routes.common import drafter_kind, load_drafter, load_target
 from ..routes.text import text_drafter
 from ..routes.vlm import vlm_drafter
+from ..verifiers.tree_forward import text_config
 from .bench import ALL_METHODS, compare, prompt_record, time_methods
 from .config import EvalConfig
 from .datasets import Item, chat_items, code_items, image_items, sample_questions, vlm_items
@@ -60,6 +62,16 @@ def _records(suite: str, report: dict, items: list[Item], indices: list[int]) ->
             out.append({"suite": suite, "method": res["method"], "item": i, "id": items[i].id,
                         "category": items[i].category, **rec})
     return out
+
+
+class OverLong(Exception):
+    """An item (or an earlier turn it builds on) does not fit the target's positions."""
+
+
+def skip_record(suite: str, items: list[Item], i: int, reason: str) -> dict:
+    """An item left out (over-long): kept among the records so the report counts and names it."""
+    return {"suite": suite, "method": None, "item": i, "id": items[i].id, "category": items[i].category,
+            "skipped": reason}
 
 
 # ---------------------------------------------------------------------------------------------------- text
@@ -131,12 +143,21 @@ def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:
     eos = tok.eos_token_id if stop else None
     special = not zoo and not (suite == "chat" and getattr(tok, "chat_template", None))
     answers: dict[tuple[str, int], str] = {}  # chat: the target's greedy answer to earlier turns
+    max_positions = getattr(text_config(target.model), "max_position_embeddings", None)
+
+    def too_long(ids: torch.Tensor) -> str | None:
+        if max_positions is not None and ids.shape[1] + cfg.max_new_tokens > max_positions:
+            return (f"prompt of {ids.shape[1]} tokens + {cfg.max_new_tokens} new tokens > the target's "
+                    f"{max_positions} positions")
+        return None
 
     def answer(qid: str, turns: list[str]) -> str:
         key = (qid, len(turns))
         if key not in answers:
             ids = tok(chat_text(tok, turns, [answer(qid, turns[:j + 1]) for j in range(len(turns) - 1)]),
                       return_tensors="pt", add_special_tokens=special).input_ids.to(target.model.device)
+            if too_long(ids):
+                raise OverLong(f"its turn {len(turns)} is over-long: {too_long(ids)}")
             with torch.no_grad():
                 seq = target.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                             max_new_tokens=cfg.max_new_tokens, eos_token_id=tok.eos_token_id,
@@ -153,15 +174,32 @@ def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:
         return tok(text, return_tensors="pt", add_special_tokens=special).input_ids.to(target.model.device)
 
     def run(indices: list[int], desc: str) -> list[dict]:
-        prompts = [encode(items[i]) for i in indices]
+        prompts, kept, skipped = [], [], []
+        for i in indices:
+            try:
+                ids = encode(items[i])
+                reason = too_long(ids)
+            except OverLong as exc:  # a later turn of a question whose earlier turn cannot be answered
+                ids, reason = None, str(exc)
+            if reason:
+                warnings.warn(f"{suite} suite: skipping item {items[i].id} ({reason})", stacklevel=1)
+                skipped.append(skip_record(suite, items, i, reason))
+                continue
+            prompts.append(ids)
+            kept.append(i)
+        if not prompts:
+            return skipped
         report = compare(target.model, draft, prompts, methods, max_new_tokens=cfg.max_new_tokens,
                          num_tokens=cfg.num_tokens, do_sample=cfg.do_sample, temperature=cfg.temperature,
                          repeats=cfg.repeats, progress=cfg.progress, extra={m: extra[m] for m in methods if m in extra},
                          eos_token_id=eos, seed=cfg.seed, warmup=cfg.warmup, per_prompt=True, desc=desc)
-        return _records(suite, report, items, indices)
+        return _records(suite, report, items, kept) + skipped
 
     source = {"code": cfg.code_data or "held-out stdlib functions (zoo)",
               "chat": cfg.chat_data or f"sample questions ({sample_questions().name})"}[suite]
+    if suite == "chat":
+        questions = len({it.id.rsplit("-", 1)[0] for it in items})
+        source += f": {questions} questions, {len(items)} turns (one prompt per turn)"
     notes = (f"{source}; {'up to ' if stop else ''}{cfg.max_new_tokens} new tokens"
              + (", multi-turn questions continue from the target's greedy answers" if suite == "chat" else ""))
     return Suite(suite, spec + (f", drafter {cfg.drafter}" if cfg.drafter else ""), "plain", available,

@@ -13,6 +13,7 @@ import torch
 from ..drafters import DiffusionLM, Drafter
 from ..drafters.feature_model import FeatureDraftModel, signature_mismatch
 from ..drafters.remote_code import needs_trust, require_trust
+from ..model_dirs import require_config
 from ..verifiers.tree_forward import text_config
 
 TEXT_METHODS = {
@@ -114,6 +115,7 @@ def _load_checkpoint(path: Path, tokenizer, device_map) -> Target:
 
     from ..zoo.image import LAYOUT_KEY
 
+    require_config(path, "target")
     config = AutoConfig.from_pretrained(path, local_files_only=True)
     kw = dict(local_files_only=True, device_map=device_map) if device_map else dict(local_files_only=True)
     mtype = getattr(config, "model_type", "")
@@ -195,6 +197,7 @@ def load_drafter(spec, target: Target, home=None, device=None, trust_remote_code
         return place(net, device)
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    require_config(path, "drafter", ("config.json", "feature_drafter.json"))
     if needs_trust(path):  # remote-code checkpoints are diffusion LMs (LLaDA / Dream style) here
         require_trust(path, trust_remote_code, "trust_remote_code=True (CLI: --trust-remote-code)")
         return place(DiffusionLM.from_pretrained(path, trust_remote_code=True, target_vocab_size=vocab), device)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from ..arguments import reject_unknown
 from .common import IMAGE_METHODS, Target, check_vocab, drafter_kind, load_drafter, take_options, wrong_method
 
 IMAGE_OPTIONS = dict(cfg_scale=3.0, temperature=1.0, k=8, delta=None, lam=None, tree="static", num_tokens=4,
@@ -36,6 +37,7 @@ class ImagePipeline:
                              "images")
         if class_ids is None:
             raise ValueError("give class ids")
+        reject_unknown(kw, self.generator.generate, "the image pipeline's generate")
         opts = {**self.defaults, "method": self.method, "drafter": self.drafter_kind, **kw}
         return self.generator.generate(class_ids, **opts)
 

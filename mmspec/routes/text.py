@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..arguments import reject_unknown
 from ..drafters import AutoregressiveDrafter, DEERDrafter, DiffusionLM, Drafter, PromptLookupDrafter
 from ..generator import GenerationStats, SpeculativeGenerator
 from ..tree import DEFAULT_TREE
@@ -135,7 +136,8 @@ class TextPipeline:
     def generate(self, prompts=None, *, input_ids=None, attention_mask=None, max_new_tokens: int = 64,
                  do_sample: bool = False, temperature: float = 1.0, top_k: int | None = None,
                  top_p: float | None = None, seed: int = 0, stop_at_eos: bool = True, images=None,
-                 pixel_values=None, class_ids=None) -> TextOutput:
+                 pixel_values=None, class_ids=None, **unknown) -> TextOutput:
+        reject_unknown(unknown, type(self).generate, "the text pipeline's generate")
         if images is not None or pixel_values is not None:
             raise ValueError(f"images given, but {self.target.name} ({type(self.model).__name__}) is a text-only "
                              "target; use a LLaVA-class target for images")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from ..arguments import reject_unknown
 from .common import VLM_METHODS, ZOO_AR_DRAFTERS, Target, check_feature, check_vocab, drafter_kind, load_drafter, \
     wrong_method
 
@@ -34,6 +35,7 @@ class VLMPipeline:
         if class_ids is not None:
             raise ValueError("class ids are inputs of class-conditional image targets, not of a VLM")
         if self.method != "plain":
+            reject_unknown(kw, self.generator.generate, "the VLM pipeline's generate")
             return self.generator.generate(images, prompts, max_new_tokens=max_new_tokens, do_sample=do_sample,
                                            temperature=temperature, generator=torch.Generator().manual_seed(seed),
                                            stop_at_eos=stop_at_eos, **kw)

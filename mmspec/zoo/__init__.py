@@ -9,11 +9,14 @@ configs, tokenizer/processor, ``metrics.json`` and ``zoo.json`` (build facts, lo
 from __future__ import annotations
 
 import importlib
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..model_dirs import require_config
 from .common import read_json, zoo_home
+from .integrity import rebuild_hint, record_file_hashes, verify
 
 FAMILIES = ("code", "vlm", "image")
 
@@ -59,9 +62,23 @@ def load(name: str, home: str | Path | None = None) -> ZooEntry:
     """Load a zoo model by name from ``home`` (default: ``$MMSPEC_HOME`` or the checkout's ``zoo/``)."""
     root = Path(home) if home is not None else zoo_home()
     path = root / name
-    if not (path / "zoo.json").exists():
+    if not path.is_dir():
         raise ValueError(f"zoo model {name!r} is not built in {root}; run `mmspec zoo build` (or set MMSPEC_HOME)")
-    return family_module(family_of(name)).load(name, path)
+    module = family_module(family_of(name))
+    check_model_dir(name, path)
+    try:
+        return module.load(name, path)
+    except Exception as exc:  # noqa: BLE001 - torn files, foreign formats: one message naming the fix
+        raise ValueError(f"zoo model {name!r} in {path} cannot be loaded ({type(exc).__name__}: {exc}); "
+                         f"{rebuild_hint(name)}") from exc
+
+
+def check_model_dir(name: str, path: Path) -> dict:
+    """Everything that can be checked before loading: zoo.json readable, recorded file hashes matching,
+    the model's config file present. Returns zoo.json."""
+    info = verify(name, path)
+    require_config(path, f"zoo model {name!r}", ("config.json", "feature_drafter.json", "ngram.json"))
+    return info
 
 
 def metrics(name: str, home: str | Path | None = None) -> dict:
@@ -69,12 +86,24 @@ def metrics(name: str, home: str | Path | None = None) -> dict:
     return read_json(root / name / "metrics.json")
 
 
+def shipped_home() -> Path:
+    """The checkout's own ``zoo/`` (what the repository ships)."""
+    return Path(__file__).resolve().parents[2] / "zoo"
+
+
 def build(family: str = "all", micro: bool = False, home: str | Path | None = None, progress: bool = True,
-          only: list[str] | None = None) -> dict:
+          only: list[str] | None = None, force: bool = False) -> dict:
     """Build one family or all of them (or just the models in ``only``, whose inputs must be built);
-    returns {model name: metrics}."""
+    returns {model name: metrics}. Every built model's ``zoo.json`` records its file hashes.
+
+    A ``micro`` build (seconds-sized, nearly untrained) never replaces the shipped zoo unless ``force``:
+    pass ``home`` (or set ``$MMSPEC_HOME``) to another folder."""
     root = Path(home) if home is not None else zoo_home()
+    if micro and not force and root.resolve() == shipped_home().resolve():
+        raise ValueError(f"a --micro build would overwrite the shipped zoo in {root} with barely trained models; "
+                         f"pass --home DIR (or set MMSPEC_HOME) to build elsewhere, or --force to overwrite it")
     root.mkdir(parents=True, exist_ok=True)
+    started = time.time()
     families = FAMILIES if family == "all" else (family,)
     if only:
         unknown = set(only) - set(available())
@@ -88,7 +117,11 @@ def build(family: str = "all", micro: bool = False, home: str | Path | None = No
             out.update(mod.build(root, micro=micro, progress=progress, names=[n for n in only if n in mod.NAMES]))
         else:
             out.update(mod.build(root, micro=micro, progress=progress))
+        for name in mod.NAMES:  # record hashes of what this build (re)wrote
+            zoo_json = root / name / "zoo.json"
+            if zoo_json.exists() and zoo_json.stat().st_mtime >= started - 1:
+                record_file_hashes(root / name)
     return out
 
 
-__all__ = ["ZooEntry", "load", "build", "metrics", "available", "zoo_home", "FAMILIES"]
+__all__ = ["ZooEntry", "load", "build", "check_model_dir", "shipped_home", "metrics", "available", "zoo_home", "FAMILIES"]

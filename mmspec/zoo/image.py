@@ -765,6 +765,10 @@ def load(name: str, path: Path) -> ZooEntry:
                         extras={"classes": list(cfg["classes"])})
     model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     vq_path = path.parent / cfg.get("vq", "image-vq")
+    if vq_path.exists():
+        from . import check_model_dir
+
+        check_model_dir(vq_path.name, vq_path)  # a damaged VQ must fail here, naming its file
     vq = VQModel.from_pretrained(vq_path, torch_dtype=torch.float32).eval() if vq_path.exists() else None
     layout = TokenLayout.from_dict(cfg["layout"])
     return ZooEntry(name, model, tokenizer=vq, config=cfg, path=path,
