@@ -11,13 +11,17 @@ def test_bench_tiny_config_writes_json_and_markdown(tmp_path):
     assert rc == 0
     report = json.loads((tmp_path / "bench.json").read_text())
     methods = {r["method"]: r for r in report["results"]}
-    assert set(methods) == {"plain", "hf-assisted", "hf-prompt-lookup", "mmspec-chain", "mmspec-tree",
+    assert set(methods) == {"plain", "mmspec-plain", "hf-assisted", "hf-prompt-lookup", "mmspec-chain", "mmspec-tree",
                             "mmspec-dynamic", "mmspec-prompt-lookup"}
     for r in methods.values():
         assert r["exact"] == 1.0, r["method"]
         assert r["speedup"] > 0
     assert methods["mmspec-chain"]["tau"] >= 1.0
-    assert "| mmspec-tree |" in (tmp_path / "bench.md").read_text()
+    md = (tmp_path / "bench.md").read_text()
+    assert "| mmspec-tree |" in md
+    # the cost model is printed beside the speedups, one row per timed mmspec method
+    assert {r["method"] for r in report["cost_model"]} == {m for m in methods if m.startswith("mmspec-")}
+    assert "Cost model" in md and "| mmspec-chain |" in md.split("Cost model")[1]
 
 
 def test_bench_local_checkpoint_directory(tmp_path):
