@@ -100,8 +100,10 @@ class DiffusionLM:
 
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
         saved = {}
-        if (Path(path) / "zoo.json").exists():  # a zoo diffusion model records its own settings
-            saved = json.loads((Path(path) / "zoo.json").read_text())
+        for record in ("mmspec.json", "zoo.json"):  # `mmspec train deer` and the zoo record their own settings
+            if (Path(path) / record).exists():
+                saved = json.loads((Path(path) / record).read_text())
+                break
         convention = convention or saved.get("convention")
         mask_token_id = mask_token_id if mask_token_id is not None else saved.get("mask_token_id")
         mtype = str(getattr(config, "model_type", "")).lower()
