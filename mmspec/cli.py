@@ -209,9 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     bench = sub.add_parser("bench", help="methods side by side: tau, speedup vs plain and HF peers, exactness")
-    bench.add_argument("--model", default="tiny:llama", help="tiny:<llama|qwen2|mistral> or a local checkpoint dir")
+    bench.add_argument("--model", default="tiny:llama", help="zoo:<name> (e.g. zoo:code-target), "
+                       "tiny:<llama|qwen2|mistral> or a local checkpoint dir")
     bench.add_argument("--draft", default="tiny:llama",
-                       help="draft model: tiny:<arch>, a local checkpoint dir, 'self' or 'none'")
+                       help="draft model: zoo:<name> (e.g. zoo:code-drafter), tiny:<arch>, a local checkpoint dir, "
+                       "'self' or 'none'")
     bench.add_argument("--draft-layers", type=int, default=1, help="layers of a tiny draft model")
     bench.add_argument("--methods", default=None, help="comma list; default all of: plain, hf-assisted, "
                        "hf-prompt-lookup, mmspec-chain, mmspec-tree, mmspec-dynamic, mmspec-prompt-lookup")
