@@ -167,18 +167,124 @@ def test_image_drafter_trained_then_used_by_pipeline_cli_and_eval(zoo_env, tmp_p
     assert str(out) in (ev / "config.yaml").read_text()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("method", ["msd", "eagle", "flash"])
-def test_feature_drafters_trained_then_used(method, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def vlm_home(home):
     from mmspec.zoo import build
 
-    home = tmp_path / "zoo"
     build("vlm", micro=True, home=home, progress=False)
+    return home
+
+
+FEATURE = ["--stage1-steps", "2", "--stage2-steps", "3", "--batch-size", "4", "--scenes", "16", "--checkpoint-every",
+           "0"]
+
+
+def _feature_run(method, home, tmp_path, monkeypatch):
     monkeypatch.setenv("MMSPEC_HOME", str(home))
     out = tmp_path / method
-    assert main(["train", method, "--stage1-steps", "2", "--stage2-steps", "2", "--batch-size", "4", "--scenes", "16",
-                 "--checkpoint-every", "0", "--out", str(out)]) == 0
+    assert main(["train", method, *FEATURE, "--out", str(out)]) == 0
     record = json.loads((out / "mmspec.json").read_text())
-    assert record["method"] == method and record["route"] == "vlm"
+    assert record["method"] == method and record["route"] == "vlm" and record["kind"] == "feature-drafter"
     pipe = mmspec.pipeline("zoo:vlm-target", drafter=str(out))
-    assert pipe.method == method
+    assert pipe.method == method  # picked up from the drafter, not the zoo's default (msd)
+    return out
+
+
+def test_msd_killed_resumes_then_serves_pipeline_and_eval(vlm_home, tmp_path, monkeypatch):
+    from mmspec.zoo import vlm_drafters
+
+    ref = _feature_run("msd", vlm_home, tmp_path, monkeypatch)
+    out = tmp_path / "killed"
+    real = vlm_drafters.zoo_batches
+
+    def dying(enc, pool, batch_size, seed):
+        fn = real(enc, pool, batch_size, seed)
+
+        def batches(step, mix):
+            if batch_size == 4 and step == 1_000_001:  # stage 2, step 1
+                raise KeyboardInterrupt("killed")
+            return fn(step, mix)
+        return batches
+
+    monkeypatch.setattr(vlm_drafters, "zoo_batches", dying)
+    with pytest.raises(KeyboardInterrupt):
+        main(["train", "msd", *FEATURE, "--out", str(out)])
+    monkeypatch.setattr(vlm_drafters, "zoo_batches", real)
+    assert not out.exists() and (artifact.checkpoint_dir(out) / "stage2.pt").exists()
+    assert main(["train", "msd", *FEATURE, "--out", str(out), "--resume"]) == 0
+    a, b = weights(ref), weights(out)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    run = tmp_path / "eval"
+    assert main(["eval", "--suite", "vlm", "--methods", "msd-chain", "--vlm-drafter", str(out), "--prompts", "1",
+                 "--max-new-tokens", "6", "--no-plots", "--out", str(run), "--home", str(vlm_home),
+                 "--no-progress"]) == 0
+    recs = [r for r in json.loads((run / "results.json").read_text())["suites"]["vlm"]["records"]
+            if r["method"] == "msd-chain"]
+    assert recs and all(r["exact"] for r in recs)
+    assert str(out) in (run / "config.yaml").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["eagle", "flash"])
+def test_feature_drafters_trained_then_used(method, vlm_home, tmp_path, monkeypatch):
+    _feature_run(method, vlm_home, tmp_path, monkeypatch)
+
+
+def test_feature_training_options_that_do_not_apply_are_refused(home, tmp_path, capsys):
+    data = tmp_path / "rows.jsonl"
+    data.write_text("{}\n")
+    assert main(["train", "msd", "--data", str(data), "--out", str(tmp_path / "a")]) == 2
+    assert "--data is for checkpoint targets" in capsys.readouterr().err
+    assert main(["train", "eagle", "--target", str(tmp_path), "--scenes", "10", "--data", str(data), "--out",
+                 str(tmp_path / "b")]) == 2
+    assert "--scenes applies to the zoo target only" in capsys.readouterr().err
+    assert main(["train", "image-drafter", "--layout", str(data), "--out", str(tmp_path / "c")]) == 2
+    assert "--layout is for checkpoint targets" in capsys.readouterr().err
+    assert not (tmp_path / "a.ckpt").exists()
+
+
+def test_training_rows_checked_up_front_with_file_and_line(tmp_path):
+    from mmspec.training.feature import read_training_rows
+
+    (tmp_path / "pics").mkdir()
+    (tmp_path / "pics" / "a.png").write_bytes(b"png")
+    rows = tmp_path / "data" / "rows.jsonl"
+    rows.parent.mkdir()
+    good = {"image": "../pics/a.png", "prompt": "<image>\nWhat is it?", "response": "A cat."}
+    rows.write_text("\n".join([json.dumps(good), "not json", json.dumps({**good, "image": "missing.png"}),
+                               json.dumps({"image": "../pics/a.png", "prompt": "no placeholder", "response": "x"}),
+                               json.dumps({"prompt": "<image>"})]) + "\n")
+    with pytest.raises(ValueError) as err:
+        read_training_rows(str(rows), "<image>")
+    msg = str(err.value)
+    assert "4 bad training row(s)" in msg
+    for line, what in ((2, "not JSON"), (3, "missing.png does not exist"), (4, "lacks the image placeholder"),
+                       (5, "missing or empty field(s) ['image', 'response']")):
+        assert f"{rows}:{line}: " in msg and what in msg
+    rows.write_text(json.dumps(good) + "\n")
+    [row] = read_training_rows(str(rows), "<image>")  # relative to the data file, as in mmspec eval
+    assert Path(row["image"]).resolve() == (tmp_path / "pics" / "a.png").resolve()
+
+
+def test_output_appears_whole_or_not_at_all(tmp_path):
+    out = tmp_path / "drafter"
+
+    def good(d):
+        (d / "model.safetensors").write_text("v1")
+
+    artifact.prepare_run(out, False, {"a": 1})
+    artifact.write_artifact(out, good, {"kind": "diffusion-lm", "route": "text"})
+    assert artifact.read_record(out)["kind"] == "diffusion-lm" and not artifact.checkpoint_dir(out).exists()
+
+    def dies(d):
+        (d / "model.safetensors").write_text("v2, half")
+        raise KeyboardInterrupt("killed while saving")
+
+    with pytest.raises(KeyboardInterrupt):
+        artifact.write_artifact(out, dies, {"kind": "diffusion-lm"})
+    assert (out / "model.safetensors").read_text() == "v1"  # the previous drafter, untouched
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not the output of an earlier"):
+        artifact.prepare_run(tmp_path / "other", False, {})

@@ -301,6 +301,7 @@ def cli_train_feature(args) -> int:
         ckpt = prepare_run(args.out, args.resume, settings)
         target = AutoModelForImageTextToText.from_pretrained(args.target, local_files_only=True).eval()
         val = [batches(-1 - i, 1.0) for i in range(2)]
+    torch.manual_seed(cfg.seed)  # the same command trains the same drafter (and a resumed run matches it)
     net = FeatureDraftModel(FeatureDrafterConfig.for_target(target, method, **overrides))
     report = train_feature_drafter(net, target, batches, val, cfg, checkpoint=ckpt,
                                    checkpoint_every_s=args.checkpoint_every)
