@@ -1,7 +1,7 @@
 """Masked diffusion LMs as drafters: one forward over ``prefix + k [MASK] slots`` gives every slot's
 next-token distribution (a token lattice), which DEER and DiffuSpec turn into drafts.
 
-Two conventions exist among real checkpoints (DESIGN.md, "DiffuSpec"):
+Two conventions exist among real checkpoints (docs/design.md, "DiffuSpec"):
 
 * ``"llada"`` — the logits at a mask position predict that position (LLaDA, MDLM);
 * ``"dream"`` — position i predicts position i+1, like an AR model (Dream, DiffuCoder, open-dCoder, and
