@@ -24,6 +24,8 @@ def _print_report(report: dict, console: Console, title: str) -> None:
             f"{r['seconds']:.3f}",
         )
     console.print(table)
+    if (report.get("load") or {}).get("warning"):
+        console.print(f"[yellow]warning: {report['load']['warning']}[/yellow]")
 
 
 def _finish_suite(report: dict, args, suite: str, what: str) -> int:
