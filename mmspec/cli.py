@@ -257,8 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     img.add_argument("--tree", choices=["chain", "static", "dynamic"], default="static")
     img.add_argument("--num-tokens", type=int, default=4, help="chain length")
     img.add_argument("--drafter", default="ar", help="ar: the zoo's small AR drafter (run with CFG); feature: "
-                     "image-eagle, a feature drafter on the guided target's features; sar: image-sar, the same drafting "
-                     "4 tokens per forward; or a directory written by `mmspec train image-drafter`")
+                     "image-eagle, a feature drafter on the guided target's features; sar: image-sar, the same "
+                     "drafting 4 tokens per forward; or a directory written by `mmspec train image-drafter`")
     img.add_argument("--seed", type=int, default=0)
     img.add_argument("--batch", type=int, default=12)
     img.add_argument("--out", default="runs/image")

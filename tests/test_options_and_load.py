@@ -32,7 +32,8 @@ def test_bench_report_carries_the_load_check(tmp_path):
 
 
 def test_messages_name_the_fault(tmp_path, capsys):
-    assert main(["eval", "--suite", "code", "--methods", "plain,chain", "--out", str(tmp_path / "x"), "--no-progress"]) == 2
+    assert main(["eval", "--suite", "code", "--methods", "plain,chain", "--out", str(tmp_path / "x"),
+                 "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "belongs to none of the suites" in err and "mmspec-chain" in err and "deer" in err
     bench = next(a for a in build_parser()._subparsers._group_actions[0].choices["bench"]._actions
@@ -76,7 +77,6 @@ def test_image_run_records_what_it_applied(tmp_path):
     assert not {"delta", "lam", "k", "tree", "num_tokens", "drafter"} & set(stats)  # plain AR applies none
 
 
-@pytest.mark.slow
 def test_demo_shows_progress_and_checks_the_load(tmp_path, capsys):
     from mmspec.demo import run_demo
 

@@ -86,6 +86,11 @@ def test_deer_killed_resumes_and_its_output_is_a_deer_drafter(zoo_env, code_file
     a, b = weights(ref), weights(out)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
+    from mmspec.drafters import DiffusionLM
+
+    dlm = DiffusionLM.from_pretrained(out)  # the record tells its convention and mask id
+    assert dlm.convention == "dream" and dlm.mask_token_id == 2
+    assert mmspec.pipeline("zoo:code-target", drafter=str(out), method="deer").method == "deer"
     # the pipeline runs it as DEER by default, exactly
     pipe = mmspec.pipeline("zoo:code-target", drafter=str(out))
     assert pipe.method == "deer" and type(pipe.drafter).__name__ == "DEERDrafter"
@@ -159,8 +164,8 @@ def test_image_drafter_trained_then_used_by_pipeline_cli_and_eval(zoo_env, tmp_p
 
     ev = tmp_path / "eval"
     assert main(["eval", "--suite", "image", "--methods", "spec-chain-sar", "--image-drafter", str(out), "--classes",
-                 "0", "--image-temperature", "0", "--image-latency", "0", "--no-quality", "--no-plots", "--out", str(ev),
-                 "--home", str(zoo_env), "--no-progress"]) == 0
+                 "0", "--image-temperature", "0", "--image-latency", "0", "--no-quality", "--no-plots",
+                 "--out", str(ev), "--home", str(zoo_env), "--no-progress"]) == 0
     recs = [r for r in json.loads((ev / "results.json").read_text())["suites"]["image"]["records"]
             if r["method"] == "spec-chain-sar"]
     assert recs and all(r["exact"] for r in recs)

@@ -99,7 +99,8 @@ def _dlm_methods(cfg: EvalConfig, target, drafter_device) -> dict:
     dlm = load_drafter(cfg.dlm, target, cfg.home, drafter_device)
     if drafter_kind(dlm) != "diffusion":
         raise ValueError(f"--dlm {cfg.dlm} is not a diffusion LM (pass small causal LMs with --drafter)")
-    return {m: (lambda m=m: text_drafter(target, dlm, m, num_tokens=cfg.block_tokens)[1]) for m in ("deer", "diffuspec")}
+    return {m: (lambda m=m: text_drafter(target, dlm, m, num_tokens=cfg.block_tokens)[1])
+            for m in ("deer", "diffuspec")}
 
 
 def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:

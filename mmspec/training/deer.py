@@ -202,8 +202,9 @@ def read_text_files(pattern: str) -> list[str]:
     dirs = [f for f in files if not Path(f).is_file()]
     files = [f for f in files if Path(f).is_file()]
     if len(files) < 2:
-        raise ValueError(f"--data {pattern!r} matches {len(files)} files{' (and directories ' + str(dirs[:3]) + ')' if dirs else ''}; "
-                         "need at least 2 text files (train + val)")
+        also = f" (and directories {dirs[:3]})" if dirs else ""
+        raise ValueError(f"--data {pattern!r} matches {len(files)} files{also}; need at least 2 text files "
+                         "(train + val)")
     texts, bad = [], []
     for f in files:
         try:
@@ -215,7 +216,8 @@ def read_text_files(pattern: str) -> list[str]:
             bad.append(f"{f}: empty")
         texts.append(text)
     if bad:
-        raise ValueError(f"--data: {len(bad)} unusable file(s): " + "; ".join(bad[:5]) + (" ..." if len(bad) > 5 else ""))
+        raise ValueError(f"--data: {len(bad)} unusable file(s): " + "; ".join(bad[:5])
+                         + (" ..." if len(bad) > 5 else ""))
     return texts
 
 
@@ -250,7 +252,8 @@ def cli_train_deer(args) -> int:
     if mask_id is None:
         raise ValueError("the tokenizer has no mask token: pass --mask-token-id")
     if not 0 <= mask_id < model_vocab_size(dlm):
-        raise ValueError(f"--mask-token-id {mask_id} is outside the diffusion LM's vocabulary ({model_vocab_size(dlm)})")
+        raise ValueError(f"--mask-token-id {mask_id} is outside the diffusion LM's vocabulary "
+                         f"({model_vocab_size(dlm)} ids)")
     if not args.data:
         from ..zoo.code_data import load_corpus
 

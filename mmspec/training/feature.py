@@ -310,7 +310,8 @@ def cli_train_feature(args) -> int:
         net.save_pretrained(d)
         (d / "train_report.json").write_text(json.dumps(report, indent=2))
 
-    record = {"kind": "feature-drafter", "method": method, "route": "vlm", "target": target_identity(args.target, target),
+    record = {"kind": "feature-drafter", "method": method, "route": "vlm",
+              "target": target_identity(args.target, target),
               "compress_tokens": net.config.compress_tokens, "sar_tokens": net.config.sar_tokens,
               "trained_by": f"mmspec train {method}", "settings": settings}
     out = write_artifact(args.out, save, record)
