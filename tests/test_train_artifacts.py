@@ -230,7 +230,6 @@ def test_msd_killed_resumes_then_serves_pipeline_and_eval(vlm_home, tmp_path, mo
     assert str(out) in (run / "config.yaml").read_text()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("method", ["eagle", "flash"])
 def test_feature_drafters_trained_then_used(method, vlm_home, tmp_path, monkeypatch):
     _feature_run(method, vlm_home, tmp_path, monkeypatch)
