@@ -6,7 +6,10 @@ each image to 64 or 8 entries. Prints the drafter's prompt entries and its time 
 (prefill amortised). Random weights: acceptance is meaningless here, only the drafter's cost is measured.
 
     OMP_NUM_THREADS=1 python examples/flash_compression_cost.py
+    python examples/flash_compression_cost.py --quick     # a few tokens, one timing (a smoke run)
 """
+
+import argparse
 
 import torch
 from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
@@ -17,6 +20,10 @@ from mmspec.drafters.feature_model import FeatureDrafterConfig, FeatureDraftMode
 
 
 def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--quick", action="store_true", help="8 tokens, one timed run: checks it runs, not the cost")
+    args = p.parse_args()
+    tokens, repeats = (8, 1) if args.quick else (64, 3)
     torch.manual_seed(0)
     vision = CLIPVisionConfig(image_size=336, patch_size=14, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                               num_attention_heads=2)
@@ -36,8 +43,8 @@ def main():
         engine = SpeculativeGenerator(target, drafter)
         engine.generate(ids, pixel_values=pixels, max_new_tokens=8, eos_token_id=[])  # warm-up
         best = float("inf")
-        for _ in range(3):
-            s = engine.generate(ids, pixel_values=pixels, max_new_tokens=64, eos_token_id=[]).stats
+        for _ in range(repeats):
+            s = engine.generate(ids, pixel_values=pixels, max_new_tokens=tokens, eos_token_id=[]).stats
             best = min(best, s.draft_time / (s.target_forwards - 1))
         print(f"{name:24s} drafter prompt entries {drafter.prompt_entries:4d}   drafter time per step {1000 * best:.2f} ms")
 

@@ -24,6 +24,7 @@ def main():
     p.add_argument("--image", action="append", help="image file(s); default: zoo test scenes")
     p.add_argument("--prompt", action="append", help="prompt(s) with the <image> placeholder")
     p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--scenes", type=int, default=4, help="zoo test scenes to answer (without --image)")
     args = p.parse_args()
 
     drafter = args.drafter or {"msd": "zoo:vlm-msd", "flash": "zoo:vlm-flash", "eagle": "zoo:vlm-eagle",
@@ -42,10 +43,10 @@ def main():
     else:
         from mmspec.zoo import vlm_data as vd
 
-        scenes = vd.scenes("test", 4)
-        images = [sc.image() for sc in scenes]
-        prompts = [vd.with_image(vd.CAPTION_PROMPT), vd.with_image(scenes[1].questions[0].prompt),
-                   vd.with_image(vd.CAPTION_PROMPT), vd.with_image(scenes[3].questions[2].prompt)]
+        scenes = vd.scenes("test", args.scenes)
+        images = [sc.image() for sc in scenes]  # captions and questions alternating
+        prompts = [vd.with_image(vd.CAPTION_PROMPT if i % 2 == 0 else sc.questions[i % len(sc.questions)].prompt)
+                   for i, sc in enumerate(scenes)]
     t0 = time.perf_counter()
     out = gen.generate(images=images, prompts=prompts, max_new_tokens=args.max_new_tokens)
     seconds = time.perf_counter() - t0

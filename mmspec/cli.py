@@ -24,6 +24,8 @@ def _print_report(report: dict, console: Console, title: str) -> None:
             f"{r['seconds']:.3f}",
         )
     console.print(table)
+    if (report.get("load") or {}).get("warning"):
+        console.print(f"[yellow]warning: {report['load']['warning']}[/yellow]")
 
 
 def _finish_suite(report: dict, args, suite: str, what: str) -> int:
@@ -84,7 +86,8 @@ def cmd_bench(args) -> int:
 
 
 def cmd_image(args) -> int:
-    """``mmspec image``: class-conditional pictures with plain AR, speculative decoding, LANTERN or LANTERN++."""
+    """``mmspec image``: class-conditional pictures with plain AR, speculative decoding, LANTERN or LANTERN++.
+    ``stats.json`` records the settings the method applied (bounds resolved), not every flag given."""
     import json
 
     import torch
@@ -93,16 +96,23 @@ def cmd_image(args) -> int:
     from .pipeline import pipeline
     from .zoo.image_data import image_grid
 
-    gen = pipeline("zoo:image-target", method=args.method, drafter=args.drafter)  # checks the combination first
-    classes = [int(c) for c in args.classes.split(",")] if args.classes else list(range(gen.layout.num_classes))
+    if args.temperature < 0:
+        raise ValueError(f"--temperature must be >= 0 (0: greedy), got {args.temperature}")
+    if args.batch < 1:
+        raise ValueError(f"--batch must be >= 1, got {args.batch}")
+    kw = dict(cfg_scale=args.cfg_scale, temperature=args.temperature, k=args.k, delta=args.delta, lam=args.lam,
+              tree=args.tree, num_tokens=args.num_tokens)
+    gen = pipeline("zoo:image-target", method=args.method, drafter=args.drafter, **kw)  # checks the combination
+    try:
+        classes = [int(c) for c in args.classes.split(",")] if args.classes else list(range(gen.layout.num_classes))
+    except ValueError:
+        raise ValueError(f"--classes takes a comma list of class ids, got {args.classes!r}") from None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    kw = dict(method=args.method, cfg_scale=args.cfg_scale, temperature=args.temperature, k=args.k,
-              delta=args.delta, lam=args.lam, tree=args.tree, num_tokens=args.num_tokens, drafter=args.drafter)
     batches = [classes[i: i + args.batch] for i in range(0, len(classes), args.batch)]
     pictures, stats = [], {"new_tokens": 0, "target_forwards": 0, "row_forwards": 0, "seconds": 0.0, "bounds": []}
     for i, chunk in enumerate(tqdm(batches, desc=f"mmspec image ({args.method})")):
-        res = gen.generate(chunk, seed=args.seed + i, **kw)
+        res = gen.generate(chunk, seed=args.seed + i)
         pictures.append(res.images)
         stats["seconds"] += res.seconds
         if res.stats is not None:
@@ -113,8 +123,11 @@ def cmd_image(args) -> int:
     images = torch.cat(pictures)
     grid = out / "grid.png"
     image_grid(images, nrow=min(len(classes), gen.layout.num_classes), scale=3).save(grid)
-    used = {k: res.config[k] for k in ("delta", "lam")}  # the bounds in force, defaults resolved
-    summary = {**kw, **used, "classes": classes, "seed": args.seed, "images": len(classes), "seconds": stats["seconds"],
+    applied = {k: v for k, v in res.config.items() if k not in ("class_ids", "seed")}
+    if args.drafter not in ("ar", "feature", "sar") and args.method != "ar":
+        applied["drafter_path"] = args.drafter
+    summary = {**applied, "classes": classes, "seed": args.seed, "batch": args.batch, "images": len(classes),
+               "seconds": stats["seconds"],
                "tau": stats["new_tokens"] / stats["row_forwards"] if stats["row_forwards"] else 1.0,
                "max_relaxation_bound": max(stats["bounds"]) if stats["bounds"] else None, "grid": str(grid)}
     (out / "stats.json").write_text(json.dumps(summary, indent=2))
@@ -191,6 +204,13 @@ def cmd_zoo(args) -> int:
     return 0
 
 
+def _add_resume_arguments(parser) -> None:
+    parser.add_argument("--resume", action="store_true", help="continue a killed run from the checkpoints in "
+                        "<out>.ckpt (same settings); without it an existing checkpoint is an error")
+    parser.add_argument("--checkpoint-every", type=float, default=120.0,
+                        help="seconds between training checkpoints (default 120)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mmspec", description="Lossless speculative decoding on stock HF models")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -202,9 +222,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     bench = sub.add_parser("bench", help="methods side by side: tau, speedup vs plain and HF peers, exactness")
-    bench.add_argument("--model", default="tiny:llama", help="tiny:<llama|qwen2|mistral> or a local checkpoint dir")
+    bench.add_argument("--model", default="tiny:llama", help="zoo:<name> (e.g. zoo:code-target), "
+                       "tiny:<llama|qwen2|mistral> or a local checkpoint dir")
     bench.add_argument("--draft", default="tiny:llama",
-                       help="draft model: tiny:<arch>, a local checkpoint dir, 'self' or 'none'")
+                       help="draft model: zoo:<name> (e.g. zoo:code-drafter), tiny:<arch>, a local checkpoint dir, "
+                       "'self' or 'none'")
     bench.add_argument("--draft-layers", type=int, default=1, help="layers of a tiny draft model")
     bench.add_argument("--methods", default=None, help="comma list; default all of: plain, hf-assisted, "
                        "hf-prompt-lookup, mmspec-chain, mmspec-tree, mmspec-dynamic, mmspec-prompt-lookup")
@@ -237,15 +259,17 @@ def build_parser() -> argparse.ArgumentParser:
     img.add_argument("--method", choices=["ar", "spec", "lantern", "lantern++"], default="lantern++")
     img.add_argument("--classes", default=None, help="comma list of class ids (-1: unconditional); default all")
     img.add_argument("--cfg-scale", type=float, default=3.0)
-    img.add_argument("--temperature", type=float, default=1.0)
+    img.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0: greedy)")
     img.add_argument("--k", type=int, default=8, help="latent neighbours per code")
-    img.add_argument("--delta", type=float, default=None, help="LANTERN: total-variation bound (default 0.1)")
-    img.add_argument("--lam", type=float, default=None, help="LANTERN++: multiplicative bound λ (default 2)")
+    img.add_argument("--delta", type=float, default=None, help="--method lantern only: total-variation bound "
+                     "(default 0.1)")
+    img.add_argument("--lam", type=float, default=None, help="--method lantern++ only: multiplicative bound λ "
+                     "(default 2)")
     img.add_argument("--tree", choices=["chain", "static", "dynamic"], default="static")
     img.add_argument("--num-tokens", type=int, default=4, help="chain length")
-    img.add_argument("--drafter", choices=["ar", "feature", "sar"], default="ar", help="ar: the zoo's small AR "
-                     "drafter (run with CFG); feature: image-eagle, a feature drafter on the guided target's features; "
-                     "sar: image-sar, the same drafting 4 tokens per forward")
+    img.add_argument("--drafter", default="ar", help="ar: the zoo's small AR drafter (run with CFG); feature: "
+                     "image-eagle, a feature drafter on the guided target's features; sar: image-sar, the same "
+                     "drafting 4 tokens per forward; or a directory written by `mmspec train image-drafter`")
     img.add_argument("--seed", type=int, default=0)
     img.add_argument("--batch", type=int, default=12)
     img.add_argument("--out", default="runs/image")
@@ -266,7 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
     td.add_argument("--stage1-steps", type=int, default=600)
     td.add_argument("--stage2-steps", type=int, default=300)
     td.add_argument("--samples", type=int, default=3072, help="target generations to train on")
-    td.add_argument("--out", required=True, help="where to save the aligned drafter")
+    td.add_argument("--val-samples", type=int, default=128, help="held-out target generations (validation)")
+    td.add_argument("--out", required=True, help="where to save the aligned drafter (a directory with mmspec.json)")
+    _add_resume_arguments(td)
     td.set_defaults(func=cmd_train)
     for method, what in (("eagle", "plain EAGLE-style feature drafter (no decoupling)"),
                          ("msd", "MSD: decoupled visual inputs, two-stage text-then-multimodal training"),
@@ -274,8 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
         tf = train_sub.add_parser(method, help=f"train a {what} for a VLM target")
         tf.add_argument("--target", default="zoo:vlm-target", help="zoo:vlm-target or a local VLM checkpoint dir "
                         "(LLaVA, LLaVA-NeXT, Qwen2-VL, Qwen2.5-VL, PaliGemma, Gemma3, Idefics3)")
-        tf.add_argument("--data", default=None, help=".jsonl of {image, prompt, response} (for checkpoint targets)")
-        tf.add_argument("--scenes", type=int, default=4096, help="zoo target: training scenes")
+        tf.add_argument("--data", default=None, help=".jsonl of {image, prompt, response} (checkpoint targets only; "
+                        "image paths relative to the file; every row is checked before training)")
+        tf.add_argument("--scenes", type=int, default=None, help="zoo target only: training scenes (default 4096)")
         tf.add_argument("--stage1-steps", type=int, default=300, help="stage 1: text-only rows")
         tf.add_argument("--stage2-steps", type=int, default=1500, help="stage 2: multimodal share rising 0 -> 1")
         tf.add_argument("--budget-s", type=float, default=450.0, help="time budget (20%% stage 1, 80%% stage 2)")
@@ -284,7 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
         if method == "flash":
             tf.add_argument("--compress-tokens", type=int, default=8, help="learned queries per image (nested)")
             tf.add_argument("--sar-tokens", type=int, default=4, help="draft tokens per drafter forward")
-        tf.add_argument("--out", required=True)
+        tf.add_argument("--out", required=True, help="where to save the drafter (a directory with mmspec.json)")
+        _add_resume_arguments(tf)
         tf.set_defaults(func=cmd_train)
 
     ti = train_sub.add_parser("image-drafter", help="train a feature drafter for a guided visual AR target "
@@ -296,12 +324,15 @@ def build_parser() -> argparse.ArgumentParser:
     ti.add_argument("--cfg-scale", type=float, default=3.0, help="the guidance scale the drafter will serve")
     ti.add_argument("--sar-tokens", type=int, default=1, help="draft tokens per drafter forward (FLASH-style head)")
     ti.add_argument("--samples", type=int, default=4096, help="guided target samples to train on")
+    ti.add_argument("--val-samples", type=int, default=256, help="held-out guided target samples (validation)")
     ti.add_argument("--steps", type=int, default=3000)
     ti.add_argument("--budget-s", type=float, default=600.0)
     ti.add_argument("--batch-size", type=int, default=32)
     ti.add_argument("--lr", type=float, default=2e-3)
     ti.add_argument("--seed", type=int, default=0)
-    ti.add_argument("--out", required=True)
+    ti.add_argument("--out", required=True, help="where to save the drafter (a directory with mmspec.json; use it "
+                    "with `mmspec image --drafter DIR`)")
+    _add_resume_arguments(ti)
     ti.set_defaults(func=cmd_train)
 
     from .eval.config import add_eval_arguments

@@ -24,6 +24,11 @@ DIFFUSION_MODELS = ["code-dlm", "code-deer", "code-ngram"]
 BEST_VLM_METHODS = ["msd-chain", "flash-1"]
 
 
+def step(console: Console, text: str) -> None:
+    """A status line as the demo goes (it runs for a minute or more: silence looks like a hang)."""
+    console.print(f"[dim]… {text}[/dim]", highlight=False)
+
+
 def print_table(report: dict, console: Console, title: str) -> None:
     table = Table(title=title)
     for col in ("method", "τ (mean accepted)", "speedup vs plain", "exact", "time (s)"):
@@ -32,11 +37,14 @@ def print_table(report: dict, console: Console, title: str) -> None:
         table.add_row(r["method"], f"{r['tau']:.2f}" if r["tau"] is not None else "n/a", f"{r['speedup']:.2f}×",
                       f"{100 * r['exact']:.0f}%" if r["exact"] is not None else "n/a", f"{r['seconds']:.3f}")
     console.print(table)
+    if (report.get("load") or {}).get("warning"):
+        console.print(f"[yellow]warning: {report['load']['warning']}[/yellow]")
 
 
 def code_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int) -> dict:
     from .zoo.code_data import completion_prompts, load_corpus
 
+    step(console, "code: loading code-target, code-drafter and the diffusion drafters")
     target, draft = load("code-target"), load("code-drafter")
     tok = target.tokenizer
     prompts = completion_prompts(load_corpus(), "test", limit=num_prompts)
@@ -49,8 +57,9 @@ def code_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int
         factories = diffusion_factories()
         extra = {m: factories[m] for m in BEST_TEXT_METHODS}
         methods += BEST_TEXT_METHODS
+    step(console, f"code: timing {len(methods)} methods on {len(ids)} prompts (1 warm-up, 2 rounds)")
     report = compare(target.model, draft.model, ids, methods, max_new_tokens=max_new_tokens, num_tokens=4,
-                     repeats=2, progress=False, extra=extra)
+                     repeats=2, progress=True, extra=extra, desc="code")
     report["config"].update(model="zoo:code-target", draft="zoo:code-drafter", prompts="held-out stdlib functions")
     print_table(report, console, f"code: {len(ids)} held-out completion prompts × {max_new_tokens} tokens, greedy")
     pipe = pipeline("zoo:code-target")  # the zoo default: DEER with the aligned diffusion drafter
@@ -68,6 +77,7 @@ def vlm_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int)
     prompt lookup and the best feature drafters (MSD, FLASH), every method stopping at EOS."""
     from .eval.vlm_suite import feature_factories, vlm_prompts
 
+    step(console, "vlm: loading vlm-target and its drafters")
     target = load("vlm-target")
     processor = target.tokenizer
     prompts = vlm_prompts(processor, num_prompts, "mixed")  # half captions, half questions
@@ -75,8 +85,10 @@ def vlm_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int)
     factories = feature_factories()
     methods = ["plain", "mmspec-prompt-lookup", "text-chain"] + BEST_VLM_METHODS
     eos = target.extras["tokenizer"].eos_token_id
+    step(console, f"vlm: timing {len(methods)} methods on {len(prompts)} scenes (1 warm-up, 2 rounds)")
     report = compare(target.model, None, prompts, methods, max_new_tokens=n_new, num_tokens=4, repeats=2,
-                     progress=False, extra={m: factories[m] for m in methods if m in factories}, eos_token_id=eos)
+                     progress=True, extra={m: factories[m] for m in methods if m in factories}, eos_token_id=eos,
+                     desc="vlm")
     report["config"].update(model="zoo:vlm-target", draft="zoo:vlm-drafter (text only) / vlm-msd / vlm-flash",
                             prompts="held-out scenes: captions and questions")
     print_table(report, console, f"vlm: {len(prompts)} held-out scenes (captions and questions), up to {n_new} "
@@ -101,6 +113,7 @@ def image_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: in
     zoo's classifier. (Speculative decoding of image codes comes with relaxed acceptance.)"""
     from .zoo import image_data
 
+    step(console, "image: sampling one picture per class with CFG")
     entry, clf = load("image-target"), load("image-classifier")
     pipe = pipeline(entry.model, method="ar", vq=entry.extras["vq"])  # plain AR sampling with CFG (no drafter)
     layout = pipe.layout
@@ -147,6 +160,9 @@ def run_demo(out_dir: str | Path = "runs/demo", num_prompts: int = 8, max_new_to
     home = zoo_home()
     console.print(f"[bold]mmspec demo[/bold] — zoo at {home}; all runs offline, greedy outputs checked against "
                   "plain decoding.")
+    from .eval.load import load_average
+
+    load_start = load_average()
     reports = {}
     for family, run in (("code", code_demo), ("vlm", vlm_demo), ("image", image_demo)):
         names = family_module(family).NAMES if family != "code" else ["code-target", "code-drafter"]
@@ -163,6 +179,12 @@ def run_demo(out_dir: str | Path = "runs/demo", num_prompts: int = 8, max_new_to
         return 1
     bad = [f"{fam}:{r['method']}" for fam, rep in reports.items() for r in rep.get("results", [])
            if r.get("exact") is not None and r["exact"] < 1.0]
+    from .eval.load import load_check
+
+    load = load_check(load_start)
+    write_json(out / "load.json", load)
+    if load["warning"]:
+        console.print(f"[yellow]warning: {load['warning']}[/yellow]")
     console.print(f"wrote results to {out}/")
     if bad:
         console.print(f"[red]not exact: {bad}[/red]")

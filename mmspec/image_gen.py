@@ -44,7 +44,13 @@ def lattice_tree(depth: int) -> TreeTemplate:
 
 def resolve_bound(method: str, delta: float | None, lam: float | None) -> dict:
     """The bound a method relaxes acceptance by: LANTERN's δ or LANTERN++'s λ (defaults 0.1 and 2); ``{}`` for
-    the lossless methods."""
+    the lossless methods. A bound the method does not use is an error, not silently dropped."""
+    if delta is not None and method != "lantern":
+        raise ValueError(f"delta (LANTERN's total-variation bound) does not apply to method {method!r}; "
+                         "it is used by method 'lantern' only")
+    if lam is not None and method != "lantern++":
+        raise ValueError(f"lam (LANTERN++'s multiplicative bound) does not apply to method {method!r}; "
+                         "it is used by method 'lantern++' only")
     if method == "lantern":
         return {"delta": 0.1 if delta is None else delta}
     if method == "lantern++":
@@ -110,6 +116,17 @@ class ImageGenerator:
         return cls(t.model, d.model, t.extras["vq"], t.extras["layout"], t.extras.get("classes"),
                    optional("image-eagle"), optional("image-sar"))
 
+    def set_feature_drafter(self, net, kind: str) -> None:
+        """Use ``net`` as the ``"feature"`` (one token per forward) or ``"sar"`` drafter, checked against the target."""
+        from .drafters.feature_model import signature_mismatch
+
+        if kind not in ("feature", "sar"):
+            raise ValueError(f"feature drafter kind must be 'feature' or 'sar', got {kind!r}")
+        problem = signature_mismatch(net.config.target, self.target)
+        if problem:
+            raise ValueError(f"the feature drafter was trained against another target: {problem}")
+        self.feature_drafters[kind] = net
+
     def relaxation(self, k: int, delta: float | None = None, lam: float | None = None) -> Relaxation:
         return Relaxation.from_codebook(self.codebook, self.layout.vocab_size, k, self.layout.code_offset,
                                         delta=delta, lam=lam)
@@ -153,15 +170,16 @@ class ImageGenerator:
         bad = [c for c in class_ids if not (c == -1 or 0 <= c < n_classes)]
         if not class_ids or bad:
             raise ValueError(f"class ids must be in [0, {n_classes}) (or -1: unconditional), got {class_ids}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature}")
+        bound = resolve_bound(method, delta, lam)  # before any work: a bound the method ignores is refused
         gen = torch.Generator().manual_seed(seed)
         t0 = time.perf_counter()
         stats = None
         if method == "ar":
             codes = generate_codes(self.target, class_ids, cfg_scale, temperature, 0, gen, self.layout)
         else:
-            bound = resolve_bound(method, delta, lam)
             relax = self.relaxation(k, **bound) if bound else None
-            delta, lam = bound.get("delta", delta), bound.get("lam", lam)  # recorded as resolved
             target = CFGModel(self.target, cfg_scale, self.layout.null_id, self._codes())
             engine = SpeculativeGenerator(target, self.drafter(cfg_scale, tree, num_tokens, kind=drafter),
                                           relaxation=relax)
@@ -172,8 +190,13 @@ class ImageGenerator:
             stats = out.stats
         seconds = time.perf_counter() - t0
         images = decode_codes(self.vq, codes, self.layout.grid)
-        config = dict(method=method, cfg_scale=cfg_scale, temperature=temperature, k=k, delta=delta, lam=lam,
-                      tree=str(tree), seed=seed, class_ids=class_ids, drafter=drafter if method != "ar" else None)
+        config = dict(method=method, cfg_scale=cfg_scale, temperature=temperature, seed=seed, class_ids=class_ids)
+        if method != "ar":  # only what this method applied, bounds resolved to their defaults
+            config.update(drafter=drafter, tree=str(tree), **bound)
+            if bound:
+                config["k"] = k
+            if tree == "chain" and drafter != "sar":
+                config["num_tokens"] = num_tokens
         return ImageOutput(images, codes, stats, seconds, config)
 
 

@@ -7,7 +7,7 @@ use fewer than ``N`` nodes; unused slots have ``valid = False``.
 
 ``q[b, n]`` is the distribution node ``n`` was drawn from (the drafter's distribution at its parent).
 ``q is None`` means every child was chosen deterministically (point-mass proposals), which the
-sampling verifier handles exactly (DESIGN.md, "Tree verifier").
+sampling verifier handles exactly (docs/design.md, "Tree verifier").
 
 Derived views (ancestor mask, depth, ``position_ids``, root-to-leaf paths) follow EAGLE's tree
 buffers idea, computed with tensor ops rather than per-node Python.

@@ -118,12 +118,30 @@ class VLMGenerator:
             if n != len(row):
                 raise ValueError(f"prompt {i} has {n} image placeholder(s) {placeholder!r} for {len(row)} image(s)")
             flat.extend(row)
+        self._check_sizes(flat)
         tok = self.tokenizer
         tok.padding_side = "left"  # decoder-only generation: real tokens last
         inputs = self.processor(images=flat or None, text=list(prompts), return_tensors="pt", padding=True)
         out = {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}
         out.update(forward_inputs(self.target, dict(inputs)))  # pixel_values, image_sizes, image_grid_thw, ...
         return out
+
+    def _check_sizes(self, images: list) -> None:
+        """A processor that neither resizes nor crops (the zoo's) takes pictures of one size only; another size
+        would surface later as a placeholder-count mismatch, so it is named here."""
+        ip = getattr(self.processor, "image_processor", None)
+        if ip is None or getattr(ip, "do_resize", True) or getattr(ip, "do_center_crop", True):
+            return
+        crop = getattr(ip, "crop_size", None) or {}
+        want = (crop.get("width"), crop.get("height"))
+        if None in want:
+            return
+        for i, img in enumerate(images):
+            size = tuple(img.size) if hasattr(img, "size") and not callable(img.size) else \
+                (int(img.shape[-1]), int(img.shape[-2])) if hasattr(img, "shape") else None
+            if size is not None and size != want:
+                raise ValueError(f"image {i} is {size[0]}x{size[1]} pixels, but this model's processor takes "
+                                 f"{want[0]}x{want[1]} pictures and does not resize: resize it first")
 
     @torch.no_grad()
     def generate(self, images=None, prompts: list[str] | str = (), max_new_tokens: int = 64, do_sample: bool = False,

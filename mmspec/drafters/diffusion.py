@@ -1,7 +1,7 @@
 """Masked diffusion LMs as drafters: one forward over ``prefix + k [MASK] slots`` gives every slot's
 next-token distribution (a token lattice), which DEER and DiffuSpec turn into drafts.
 
-Two conventions exist among real checkpoints (DESIGN.md, "DiffuSpec"):
+Two conventions exist among real checkpoints (docs/design.md, "DiffuSpec"):
 
 * ``"llada"`` — the logits at a mask position predict that position (LLaDA, MDLM);
 * ``"dream"`` — position i predicts position i+1, like an AR model (Dream, DiffuCoder, open-dCoder, and
@@ -106,8 +106,10 @@ class DiffusionLM:
         with explain_remote_failure(path):
             config = AutoConfig.from_pretrained(require_config(path, "diffusion LM"), trust_remote_code=trust_remote_code)
         saved = {}
-        if (Path(path) / "zoo.json").exists():  # a zoo diffusion model records its own settings
-            saved = json.loads((Path(path) / "zoo.json").read_text())
+        for record in ("mmspec.json", "zoo.json"):  # `mmspec train deer` and the zoo record their own settings
+            if (Path(path) / record).exists():
+                saved = json.loads((Path(path) / record).read_text())
+                break
         convention = convention or saved.get("convention")
         mask_token_id = mask_token_id if mask_token_id is not None else saved.get("mask_token_id")
         mtype = str(getattr(config, "model_type", "")).lower()

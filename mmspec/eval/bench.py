@@ -245,7 +245,11 @@ def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str]
     runners = {m: r for m, r in runners.items() if r is not None}
     # each method's time is the median over rounds of its time for the whole prompt set (bench) or, per prompt,
     # the median over rounds (per-prompt records)
+    from .load import load_average, load_check
+
+    load_start = load_average()
     runs = time_methods(runners, prompts, repeats, warmup, seed, progress, desc)
+    load = load_check(load_start, [sum(t) for t in runs["plain"]["times"]])
     results: dict[str, MethodResult] = {}
     records: dict[str, list[dict]] = {}
     plain_out = runs["plain"]["outputs"]
@@ -288,6 +292,7 @@ def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str]
                        do_sample=do_sample, temperature=temperature, repeats=repeats, seed=seed, warmup=warmup,
                        torch=torch.__version__, threads=torch.get_num_threads()),
         "results": out,
+        "load": load,
     }
 
 
@@ -310,6 +315,8 @@ def to_markdown(report: dict) -> str:
         lines.append(f"| {r['method']} | {tau} | {r['speedup']:.2f}× | {exact} | {share} | {r['seconds']:.3f} |")
     if report.get("cost_model"):
         lines += ["", *cost_table(report["cost_model"])]
+    if (report.get("load") or {}).get("warning"):
+        lines += ["", f"**Warning:** {report['load']['warning']}."]
     return "\n".join(lines) + "\n"
 
 

@@ -38,6 +38,7 @@ class EvalConfig:
     code_data: str | None = None  # HumanEval-format .jsonl ("prompt" fields)
     chat_data: str | None = None  # Spec-Bench question.jsonl (question_id, category, turns)
     vlm_data: str | None = None  # .jsonl of {"image": path, "question": text}
+    image_drafter: str | None = None  # feature drafter dir (mmspec train image-drafter) for the zoo image target
     image_classes: list[int] | None = None  # default: the first num_prompts classes
     image_cfg_scale: float = 3.0
     image_temperature: float = 1.0  # 0: greedy (then exactness against plain AR is checked)
@@ -88,7 +89,9 @@ class EvalConfig:
             if suite and suite not in self.suites:
                 raise ValueError(f"method {m!r} names suite {suite!r}, which this run does not select")
             if not suite and not any(name in ms for ms in known.values()):
-                raise ValueError(f"method {m!r} belongs to none of the suites {self.suites}")
+                names = "; ".join(f"{s}: {', '.join(ms)}" for s, ms in known.items())
+                raise ValueError(f"method {m!r} belongs to none of the suites {self.suites}; their methods are "
+                                 f"{names}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -151,6 +154,7 @@ FLAGS = [
     ("--dlm", "dlm", str, "diffusion drafter (Dream/LLaDA-style checkpoint) of a text target"),
     ("--vlm-model", "vlm_model", str, "VLM target (default zoo:vlm-target)"),
     ("--vlm-drafter", "vlm_drafter", str, "feature drafter dir (mmspec train msd|flash|eagle) or small causal LM"),
+    ("--image-drafter", "image_drafter", str, "feature drafter dir (mmspec train image-drafter) for the image suite"),
     ("--data", None, str, "data file of the one selected suite (HumanEval .jsonl, Spec-Bench question.jsonl, or "
                           "VLM .jsonl of image + question)"),
     ("--code-data", "code_data", str, None),

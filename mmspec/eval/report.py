@@ -90,6 +90,7 @@ def to_markdown(results: dict) -> str:
         "seconds / the method's seconds, summed over the same prompts, measured in the same process (per shard, then "
         "summed: see README, Evaluation). τ = new tokens / target forwards. Re-run: "
         f"`mmspec eval --config {Path(cfg['out']) / 'config.yaml'}`.", "",
+        *([f"**Warning:** {results['load']['warning']}.", ""] if (results.get("load") or {}).get("warning") else []),
         "## Summary", "", *headline(results), "",
     ]
     for name, s in results["suites"].items():

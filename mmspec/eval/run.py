@@ -70,6 +70,9 @@ def _run_suites(cfg: EvalConfig, suites: list, procs: Processes, out: Path, t_st
         cfg.save(out / "config.yaml")
     procs.start(out)
     results = {"config": cfg.to_dict(), "environment": environment(procs), "suites": {}}
+    from .load import load_average, load_check
+
+    load_start = load_average()
     for suite in suites:
         t0 = time.perf_counter()
         mine = procs.shard(len(suite.items))
@@ -93,6 +96,7 @@ def _run_suites(cfg: EvalConfig, suites: list, procs: Processes, out: Path, t_st
     if not procs.is_main:
         return None
     results["wall_seconds"] = time.perf_counter() - t_start
+    results["load"] = load_check(load_start)  # timings taken on a busy machine say so
     if cfg.plots:
         draw_plots(results, out)
     from .report import write_outputs
@@ -148,6 +152,8 @@ def cli_eval(args: argparse.Namespace) -> int:
     from .report import headline
 
     print("\n".join(headline(results)))  # a Markdown table: not re-wrapped to the terminal's width
+    if results["load"]["warning"]:
+        print(f"warning: {results['load']['warning']}")
     print(f"wrote {cfg.out}/report.md, results.json, config.yaml and plots in {results['wall_seconds']:.0f} s")
     return 0
 

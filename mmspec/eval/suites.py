@@ -104,6 +104,17 @@ def placement(cfg: EvalConfig, spec: str, device: str | None) -> tuple[str | Non
     return cfg.device_map or device, cfg.drafter_device or device
 
 
+def _dlm_methods(cfg: EvalConfig, target, drafter_device) -> dict:
+    """deer / diffuspec factories over ``--dlm`` (a diffusion LM, e.g. the output of ``mmspec train deer``)."""
+    if not cfg.dlm:
+        return {}
+    dlm = load_drafter(cfg.dlm, target, cfg.home, drafter_device, cfg.trust_remote_code)
+    if drafter_kind(dlm) != "diffusion":
+        raise ValueError(f"--dlm {cfg.dlm} is not a diffusion LM (pass small causal LMs with --drafter)")
+    return {m: (lambda m=m: text_drafter(target, dlm, m, num_tokens=cfg.block_tokens)[1])
+            for m in ("deer", "diffuspec")}
+
+
 def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:
     """code (zoo held-out functions / HumanEval file) or chat (Spec-Bench questions, turn by turn)."""
     spec = cfg.model or "zoo:code-target"
@@ -119,18 +130,13 @@ def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:
 
         draft = load_drafter(cfg.drafter or "zoo:code-drafter", target, cfg.home)
         extra = diffusion_factories(cfg.home, cfg.block_tokens, cfg.block_tokens)
+        extra.update(_dlm_methods(cfg, target, drafter_device))  # --dlm replaces the zoo's deer / diffuspec
         available, default = ALL_METHODS + list(extra), CODE_METHODS
     else:
         draft = load_drafter(cfg.drafter, target, cfg.home, drafter_device) if cfg.drafter else None
         if draft is not None:  # through the pipeline: kind and vocabulary checks
             text_drafter(target, draft, "chain")
-        extra = {}
-        if cfg.dlm:
-            dlm = load_drafter(cfg.dlm, target, cfg.home, drafter_device, cfg.trust_remote_code)
-            if drafter_kind(dlm) != "diffusion":
-                raise ValueError(f"--dlm {cfg.dlm} is not a diffusion LM (pass small causal LMs with --drafter)")
-            extra = {m: (lambda m=m: text_drafter(target, dlm, m, num_tokens=cfg.block_tokens)[1])
-                     for m in ("deer", "diffuspec")}
+        extra = _dlm_methods(cfg, target, drafter_device)
         available = [m for m in ALL_METHODS if draft is not None or m not in NEEDS_DRAFT] + list(extra)
         default = available
     methods = cfg.methods_for(suite, available, default)
@@ -228,23 +234,11 @@ def vlm_suite(cfg: EvalConfig, device: str | None = None) -> Suite:
         from .vlm_suite import VLM_METHODS, feature_factories
 
         extra = feature_factories(cfg.home, k)
-        available, default = BASE_VLM + list(extra), VLM_METHODS
+        mine = _vlm_drafter_methods(cfg, target, proc, drafter_device)  # --vlm-drafter replaces the zoo's own
+        extra.update(mine)
+        available, default = BASE_VLM + list(extra), VLM_METHODS + [m for m in mine if m not in VLM_METHODS]
     else:
-        extra = {}
-        if cfg.vlm_drafter:
-            d = load_drafter(cfg.vlm_drafter, target, cfg.home, drafter_device)
-            method, d = vlm_drafter(target, d, None)
-
-            def make(**kw):
-                return lambda: pipeline(target.model, d, method, processor=proc, **kw).drafter
-
-            if method == "text":
-                extra = {"text-chain": make(num_tokens=k), "text-tree": make(tree=DEFAULT_TREE)}
-            elif method == "flash":
-                extra = {"flash": make()}
-            else:
-                extra = {f"{method}-chain": make(num_tokens=k),
-                         f"{method}-dynamic": make(num_tokens=k + 1, tree="dynamic", top_k=4, num_nodes=16)}
+        extra = _vlm_drafter_methods(cfg, target, proc, drafter_device)
         available = BASE_VLM + list(extra)
         default = available
     methods = cfg.methods_for("vlm", available, default)
@@ -326,9 +320,30 @@ def image_table(sweep: bool, have: list[str]) -> dict[str, tuple[str, str, dict]
     return {image_slug(m, kw): (name, m, kw) for name, m, kw in rows}
 
 
+def _vlm_drafter_methods(cfg: EvalConfig, target, proc, drafter_device) -> dict:
+    """Factories of the methods ``--vlm-drafter`` serves (its method read off the drafter itself)."""
+    if not cfg.vlm_drafter:
+        return {}
+    k = cfg.num_tokens
+    d = load_drafter(cfg.vlm_drafter, target, cfg.home, drafter_device)
+    method, d = vlm_drafter(target, d, None)
+
+    def make(**kw):
+        return lambda: pipeline(target.model, d, method, processor=proc, **kw).drafter
+
+    if method == "text":
+        return {"text-chain": make(num_tokens=k), "text-tree": make(tree=DEFAULT_TREE)}
+    if method == "flash":
+        return {"flash": make()}
+    return {f"{method}-chain": make(num_tokens=k),
+            f"{method}-dynamic": make(num_tokens=k + 1, tree="dynamic", top_k=4, num_nodes=16)}
+
+
 def image_suite(cfg: EvalConfig) -> Suite:
-    """Class-conditional pictures one at a time (batch 1, the papers' latency setting), per class."""
-    pipe = pipeline("zoo:image-target", home=cfg.home)
+    """Class-conditional pictures one at a time (batch 1, the papers' latency setting), per class. With
+    ``image_drafter`` (a ``mmspec train image-drafter`` directory) its rows replace the zoo's feature or sar
+    drafter's."""
+    pipe = pipeline("zoo:image-target", drafter=cfg.image_drafter, home=cfg.home)
     have = [k for k, net in pipe.generator.feature_drafters.items() if net is not None]
     table = image_table(cfg.image_sweep, have)
     available = list(table)

@@ -192,6 +192,12 @@ def load_drafter(spec, target: Target, home=None, device=None, trust_remote_code
     path = Path(spec)
     if not path.is_dir():
         raise ValueError(f"drafter {spec!r} is neither 'zoo:<name>' nor a local checkpoint directory")
+    from ..training.artifact import read_record
+
+    record = read_record(path)  # what `mmspec train ...` wrote: kind, method, the route it serves
+    if record is not None and record.get("route") not in (None, target.route):
+        raise ValueError(f"drafter {spec} was trained for {record['route']} targets ({record.get('trained_by')}, "
+                         f"against {record.get('target', {}).get('spec')}); {target.name} is a {target.route} target")
     if (path / "feature_drafter.json").exists():  # it reads the target's features: same dtype
         net = FeatureDraftModel.from_pretrained(path, target=target.model).to(dtype=target.model.dtype)
         return place(net, device)
@@ -203,9 +209,10 @@ def load_drafter(spec, target: Target, home=None, device=None, trust_remote_code
         return place(DiffusionLM.from_pretrained(path, trust_remote_code=True, target_vocab_size=vocab), device)
     config = AutoConfig.from_pretrained(path, local_files_only=True)
     mtype = str(getattr(config, "model_type", "")).lower()
-    if (path / "zoo.json").exists() and "mask_token_id" in (path / "zoo.json").read_text() or \
+    if record is not None and record.get("kind") == "diffusion-lm" or \
+            (path / "zoo.json").exists() and "mask_token_id" in (path / "zoo.json").read_text() or \
             any(k in mtype for k in ("dream", "llada", "diffucoder")):
-        return DiffusionLM.from_pretrained(path, target_vocab_size=vocab)
+        return place(DiffusionLM.from_pretrained(path, target_vocab_size=vocab), device)
     kw = dict(device_map={"": device}) if device else {}
     return AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **kw).eval()
 

@@ -44,21 +44,40 @@ class ImagePipeline:
     __call__ = generate
 
 
+def _feature_net(spec, target: Target, home, device, what: str):
+    from ..image_gen import IMAGE_DRAFTERS
+
+    net = load_drafter(spec, target, home, device)
+    if drafter_kind(net) != "feature":
+        raise ValueError(f"{what}={spec!r}: the zoo image target drafts with one of {IMAGE_DRAFTERS} or a feature "
+                         "drafter trained by `mmspec train image-drafter` (its directory or the FeatureDraftModel)")
+    return net
+
+
 def image_pipeline(target: Target, drafter, method: str | None, home=None, device=None, **options):
-    from ..image_gen import IMAGE_DRAFTERS, ImageGenerator
+    from ..image_gen import IMAGE_DRAFTERS, ImageGenerator, resolve_bound
 
     opts = take_options(options, IMAGE_OPTIONS, "image")
     method = method or "lantern++"
     if method not in IMAGE_METHODS:
         raise wrong_method(method, "image", target)
+    resolve_bound(method, opts["delta"], opts["lam"])  # a bound the method does not use is refused here
+    if opts["temperature"] < 0:
+        raise ValueError(f"temperature must be >= 0 (0: greedy), got {opts['temperature']}")
     drafter = "ar" if drafter is None else drafter
     if target.zoo == "image-target":
-        if not isinstance(drafter, str) or drafter not in IMAGE_DRAFTERS:
-            raise ValueError(f"the zoo image target drafts with one of {IMAGE_DRAFTERS} (its own drafters)")
         gen = ImageGenerator.from_zoo(home)
         if device is not None:
             gen.target.to(device)
-        kind = drafter
+        for name, kind in (("feature_drafter", "feature"), ("sar_drafter", "sar")):  # replace the zoo's own
+            if opts[name] is not None:
+                gen.set_feature_drafter(_feature_net(opts[name], target, home, device, name), kind)
+        if isinstance(drafter, str) and drafter in IMAGE_DRAFTERS:
+            kind = drafter
+        else:  # a trained feature drafter (`mmspec train image-drafter`): its head decides feature or sar
+            net = _feature_net(drafter, target, home, device, "drafter")
+            kind = "sar" if net.config.sar_tokens > 1 else "feature"
+            gen.set_feature_drafter(net, kind)
     else:  # a checkpoint over [class token] + VQ codes: an AR drafter over the same layout and the VQ decoder
         from ..zoo.image import layout_of
 

@@ -16,6 +16,7 @@ prefix causal, the block seeing everything), so the KV-cached drafter is exactly
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass
 
@@ -135,7 +136,9 @@ def agreement(model, data: Generations, k: int, mask_id: int, cfg: DEERConfig) -
 
 
 def train_stage(model, stage: int, train: Generations, val: Generations, mask_id: int, cfg: DEERConfig,
-                progress: bool = True, teacher=None) -> TrainResult:
+                progress: bool = True, teacher=None, checkpoint=None, checkpoint_every_s: float = 300.0
+                ) -> TrainResult:
+    """One stage of training; with ``checkpoint`` (a file) it resumes from and saves to it."""
     make = stage1_batch if stage == 1 else stage2_batch
     g = torch.Generator().manual_seed(cfg.seed + stage)
     vg = torch.Generator().manual_seed(cfg.seed + 100 + stage)
@@ -158,23 +161,30 @@ def train_stage(model, stage: int, train: Generations, val: Generations, mask_id
     budget = cfg.stage1_budget_s if stage == 1 else cfg.stage2_budget_s
     return train_loop(model, next_batch, val_loss, loss_fn, max_steps=steps, budget_s=budget, lr=cfg.lr,
                       warmup=min(50, steps // 5), eval_every=cfg.eval_every, patience=cfg.patience,
-                      desc=f"deer stage {'I' * stage}", progress=progress)
+                      desc=f"deer stage {'I' * stage}", progress=progress, checkpoint=checkpoint,
+                      checkpoint_every_s=checkpoint_every_s, generators=(g,))
 
 
 def align(dlm_model, target, train_stream: torch.Tensor, val_stream: torch.Tensor, mask_id: int,
           cfg: DEERConfig | None = None, stages: tuple[int, ...] = (1, 2), progress: bool = True,
-          on_stage=None) -> dict:
+          on_stage=None, checkpoint=None, checkpoint_every_s: float = 300.0) -> dict:
     """Run DEER's alignment in place on ``dlm_model``; returns the report (data, per-stage training,
     greedy block agreement at k = 8 and 16 on held-out target generations before and after each stage).
-    ``on_stage(stage, model)`` is called after each stage (e.g. to save a Stage-I-only checkpoint)."""
+    ``on_stage(stage, model)`` is called after each stage (e.g. to save a Stage-I-only checkpoint).
+    ``checkpoint``: a directory for the generations and per-stage checkpoints (a killed run resumes there)."""
+    from .artifact import cached, stage_checkpoint
+
     cfg = cfg or DEERConfig()
     t0 = time.perf_counter()
-    train = target_generations(target, train_stream, cfg.n_train, cfg, cfg.seed, progress=progress)
-    val = target_generations(target, val_stream, cfg.n_val, cfg, cfg.seed + 1, progress=progress)
+    data = cached(None if checkpoint is None else checkpoint / "generations.pt", lambda: (
+        target_generations(target, train_stream, cfg.n_train, cfg, cfg.seed, progress=progress),
+        target_generations(target, val_stream, cfg.n_val, cfg, cfg.seed + 1, progress=progress)))
+    train, val = data
     report = {"config": asdict(cfg), "generation_seconds": time.perf_counter() - t0,
               "agreement": {"before": {k: agreement(dlm_model, val, k, mask_id, cfg) for k in (8, 16)}}}
     for stage in stages:
-        res = train_stage(dlm_model, stage, train, val, mask_id, cfg, progress, teacher=target)
+        res = train_stage(dlm_model, stage, train, val, mask_id, cfg, progress, teacher=target,
+                          checkpoint=stage_checkpoint(checkpoint, stage), checkpoint_every_s=checkpoint_every_s)
         report[f"stage{stage}"] = {"steps": res.steps, "seconds": res.seconds, "best_val_loss": res.best_val_loss,
                                    "stopped": res.stopped, "val_history": res.val_history}
         report["agreement"][f"after_stage{stage}"] = {k: agreement(dlm_model, val, k, mask_id, cfg) for k in (8, 16)}
@@ -207,16 +217,54 @@ def load_dlm(spec: str, trust_remote_code: bool = False):
     return model, tok
 
 
-def cli_train_deer(args) -> int:
-    """``mmspec train deer``: align a diffusion LM (stock causal-LM class run bidirectionally) to a target."""
+def read_text_files(pattern: str) -> list[str]:
+    """The texts of the files ``pattern`` matches, each checked before training starts."""
     import glob
-    import json
     from pathlib import Path
 
+    files = sorted(f for f in glob.glob(pattern, recursive=True))
+    dirs = [f for f in files if not Path(f).is_file()]
+    files = [f for f in files if Path(f).is_file()]
+    if len(files) < 2:
+        also = f" (and directories {dirs[:3]})" if dirs else ""
+        raise ValueError(f"--data {pattern!r} matches {len(files)} files{also}; need at least 2 text files "
+                         "(train + val)")
+    texts, bad = [], []
+    for f in files:
+        try:
+            text = Path(f).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            bad.append(f"{f}: {err}")
+            continue
+        if not text.strip():
+            bad.append(f"{f}: empty")
+        texts.append(text)
+    if bad:
+        raise ValueError(f"--data: {len(bad)} unusable file(s): " + "; ".join(bad[:5])
+                         + (" ..." if len(bad) > 5 else ""))
+    return texts
+
+
+def cli_train_deer(args) -> int:
+    """``mmspec train deer``: align a diffusion LM (stock causal-LM class run bidirectionally) to a target.
+    Checkpoints go to ``<out>.ckpt`` (``--resume`` continues a killed run); the output is written atomically
+    with its ``mmspec.json`` record, so ``mmspec.pipeline(target, drafter=OUT)`` runs it as a DEER drafter."""
     from ..drafters.diffusion import check_vocabularies, model_vocab_size
-
     from ..eval.bench import load_model
+    from .artifact import prepare_run, target_identity, write_artifact
 
+    stages = tuple(int(x) for x in args.stages.split(",") if x.strip().isdigit())
+    if stages not in ((1,), (1, 2)):
+        raise ValueError(f"--stages must be '1' or '1,2', got {args.stages!r}")
+    for name in ("stage1_steps", "stage2_steps", "samples", "val_samples"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.data:
+        train_texts = read_text_files(args.data)  # checked before anything is loaded or trained
+        cut = max(1, len(train_texts) // 20)
+        train_texts, val_texts = train_texts[cut:], train_texts[:cut]
+    settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "checkpoint_every")}
+    ckpt = prepare_run(args.out, args.resume, settings)
     target, tok = load_model(args.target)
     dlm, dlm_tok = load_dlm(args.dlm, getattr(args, "trust_remote_code", False))
     if tok is None or dlm_tok is None:
@@ -227,14 +275,10 @@ def cli_train_deer(args) -> int:
         mask_id = tok.convert_tokens_to_ids("<mask>") if "<mask>" in tok.get_vocab() else None
     if mask_id is None:
         raise ValueError("the tokenizer has no mask token: pass --mask-token-id")
-    if args.data:
-        files = sorted(glob.glob(args.data, recursive=True))
-        if len(files) < 2:
-            raise ValueError(f"--data {args.data!r} matches {len(files)} files; need at least 2 (train + val)")
-        texts = [Path(f).read_text(errors="replace") for f in files]
-        cut = max(1, len(texts) // 20)
-        train_texts, val_texts = texts[cut:], texts[:cut]
-    else:
+    if not 0 <= mask_id < model_vocab_size(dlm):
+        raise ValueError(f"--mask-token-id {mask_id} is outside the diffusion LM's vocabulary "
+                         f"({model_vocab_size(dlm)} ids)")
+    if not args.data:
         from ..zoo.code_data import load_corpus
 
         corpus = load_corpus()
@@ -246,16 +290,25 @@ def cli_train_deer(args) -> int:
         return torch.tensor([t for doc in ids for t in doc + ([eos] if eos is not None else [])], dtype=torch.long)
 
     cfg = DEERConfig(stage1_steps=args.stage1_steps, stage2_steps=args.stage2_steps, n_train=args.samples,
-                     convention=args.convention)
-    stages = tuple(int(x) for x in args.stages.split(","))
-    if stages not in ((1,), (1, 2)):
-        raise ValueError(f"--stages must be '1' or '1,2', got {args.stages!r}")
-    report = align(dlm, target, stream(train_texts), stream(val_texts), mask_id, cfg, stages)
-    out = Path(args.out)
-    dlm.save_pretrained(out)
-    dlm_tok.save_pretrained(out)
-    (out / "deer.json").write_text(json.dumps({"mask_token_id": mask_id, "convention": args.convention,
-                                               "target": args.target, "from": args.dlm, **report}, indent=2))
+                     n_val=args.val_samples, convention=args.convention)
+    train_stream, val_stream = stream(train_texts), stream(val_texts)
+    for name, s in (("training", train_stream), ("validation", val_stream)):
+        if s.numel() < cfg.prefix_max + 2:
+            raise ValueError(f"the {name} text holds {s.numel()} tokens; DEER cuts prefixes of up to "
+                             f"{cfg.prefix_max} tokens: give more text")
+    report = align(dlm, target, train_stream, val_stream, mask_id, cfg, stages, checkpoint=ckpt,
+                   checkpoint_every_s=args.checkpoint_every)
+
+    def save(d):
+        dlm.save_pretrained(d)
+        dlm_tok.save_pretrained(d)
+        (d / "deer.json").write_text(json.dumps({"from": args.dlm, **report}, indent=2))
+
+    record = {"kind": "diffusion-lm", "method": "deer", "route": "text", "convention": args.convention,
+              "mask_token_id": int(mask_id), "attention_pattern": cfg.pattern, "block_tokens": 8,
+              "target": target_identity(args.target, target), "from": args.dlm, "trained_by": "mmspec train deer",
+              "settings": settings, "stages": list(stages)}
+    out = write_artifact(args.out, save, record)
     a = report["agreement"]
     last = f"after_stage{stages[-1]}"
     print(f"greedy block agreement (k=8): before {a['before'][8]['accepted']:.2f}, after {a[last][8]['accepted']:.2f}"

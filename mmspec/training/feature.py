@@ -129,9 +129,13 @@ def slot_accuracy(net: FeatureDraftModel, target, batches: list[dict], compress_
 
 
 def train_feature_drafter(net: FeatureDraftModel, target, batches, val_batches: list[dict],
-                          cfg: FeatureTrainConfig | None = None, progress: bool = True) -> dict:
+                          cfg: FeatureTrainConfig | None = None, progress: bool = True, checkpoint=None,
+                          checkpoint_every_s: float = 300.0) -> dict:
     """Two-stage training. ``batches(step, multimodal_prob)`` returns a right-padded batch dict
-    (``input_ids``, ``attention_mask``, optional ``pixel_values`` for the rows holding image tokens)."""
+    (``input_ids``, ``attention_mask``, optional ``pixel_values`` for the rows holding image tokens).
+    ``checkpoint``: a directory for per-stage checkpoints; a killed run called again with it resumes."""
+    from .artifact import stage_checkpoint
+
     cfg = cfg or FeatureTrainConfig()
     target.eval()
     for p in target.parameters():
@@ -166,7 +170,9 @@ def train_feature_drafter(net: FeatureDraftModel, target, batches, val_batches: 
 
         res = train_loop(net, next_batch, val_loss, loss_fn, max_steps=steps, budget_s=budget, lr=cfg.lr,
                          warmup=cfg.warmup, eval_every=cfg.eval_every, patience=cfg.patience,
-                         desc=f"{net.config.method} stage {stage}", progress=progress)
+                         desc=f"{net.config.method} stage {stage}", progress=progress,
+                         checkpoint=stage_checkpoint(checkpoint, stage), checkpoint_every_s=checkpoint_every_s,
+                         generators=(g, rng))
         report[f"stage{stage}"] = {"steps": res.steps, "seconds": res.seconds, "best_val_loss": res.best_val_loss,
                                    "stopped": res.stopped, "val_history": res.val_history}
     report["train_seconds"] = time.perf_counter() - t0
@@ -179,19 +185,54 @@ def train_feature_drafter(net: FeatureDraftModel, target, batches, val_batches: 
 __all__ = ["FeatureTrainConfig", "target_features", "feature_loss", "slot_accuracy", "train_feature_drafter"]
 
 
-def jsonl_batches(path: str, processor, batch_size: int, seed: int):
-    """``batches(step, multimodal_prob)`` over a user ``.jsonl`` of ``{"image": path, "prompt": ..., "response":
-    ...}`` rows (the prompt holds the processor's image placeholder). Text-only rows drop the image and its
-    placeholder."""
+def read_training_rows(path: str, placeholder: str) -> list[dict]:
+    """Every row of a training ``.jsonl`` checked before training starts: JSON, ``image`` / ``prompt`` /
+    ``response`` strings, the picture present (a relative path is relative to the data file, as in
+    ``mmspec eval``) and the prompt holding the image placeholder. All faults are reported with file:line."""
     import json
+    from pathlib import Path
 
-    from PIL import Image
-
-    with open(path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"--data {path} is not a file")
+    rows, faults = [], []
+    for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            faults.append(f"{path}:{n}: not JSON ({err.msg})")
+            continue
+        if not isinstance(row, dict):
+            faults.append(f"{path}:{n}: a row is an object with image, prompt and response")
+            continue
+        bad = [k for k in ("image", "prompt", "response") if not isinstance(row.get(k), str) or not row[k]]
+        if bad:
+            faults.append(f"{path}:{n}: missing or empty field(s) {bad}")
+            continue
+        image = Path(row["image"]) if Path(row["image"]).is_absolute() else file.parent / row["image"]
+        if not image.is_file():
+            faults.append(f"{path}:{n}: image {image} does not exist")
+        if placeholder not in row["prompt"]:
+            faults.append(f"{path}:{n}: the prompt lacks the image placeholder {placeholder!r}")
+        rows.append({**row, "image": str(image)})
+    if faults:
+        more = f" (and {len(faults) - 10} more)" if len(faults) > 10 else ""
+        raise ValueError(f"{len(faults)} bad training row(s):\n  " + "\n  ".join(faults[:10]) + more)
     if not rows:
         raise ValueError(f"{path} holds no rows")
+    return rows
+
+
+def jsonl_batches(path: str, processor, batch_size: int, seed: int):
+    """``batches(step, multimodal_prob)`` over a user ``.jsonl`` of ``{"image": path, "prompt": ..., "response":
+    ...}`` rows (the prompt holds the processor's image placeholder; a relative image path is relative to the
+    data file). Text-only rows drop the image and its placeholder."""
+    from PIL import Image
+
     placeholder = getattr(processor, "image_token", "<image>")
+    rows = read_training_rows(path, placeholder)
     tok = processor.tokenizer
     tok.padding_side = "right"
 
@@ -211,45 +252,72 @@ def jsonl_batches(path: str, processor, batch_size: int, seed: int):
 
 
 def cli_train_feature(args) -> int:
-    """``mmspec train eagle|msd|flash``: train a feature drafter against a frozen VLM target."""
+    """``mmspec train eagle|msd|flash``: train a feature drafter against a frozen VLM target.
+    Checkpoints go to ``<out>.ckpt`` (``--resume`` continues a killed run); the output is written atomically
+    with its ``mmspec.json`` record."""
+    import json
     from pathlib import Path
 
     from ..drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
+    from .artifact import prepare_run, target_identity, write_artifact
 
     method = args.train_command
+    zoo_target = args.target.startswith("zoo:")
+    if zoo_target and args.data:
+        raise ValueError("--data is for checkpoint targets; the zoo target trains on its own scenes (--scenes)")
+    if not zoo_target and args.scenes is not None:
+        raise ValueError("--scenes applies to the zoo target only; a checkpoint target trains on --data")
+    if not zoo_target and not args.data:
+        raise ValueError("training against a checkpoint needs --data (a .jsonl of image / prompt / response)")
+    for name in ("stage1_steps", "stage2_steps"):
+        if getattr(args, name) < 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 0")
+    if args.stage1_steps + args.stage2_steps < 1 or args.batch_size < 1 or args.budget_s <= 0 or args.lr <= 0:
+        raise ValueError("need some steps, --batch-size >= 1, --budget-s > 0 and --lr > 0")
     overrides = {}
     if method == "flash":
+        if args.compress_tokens < 1 or args.sar_tokens < 1:
+            raise ValueError("--compress-tokens and --sar-tokens must be >= 1")
         overrides = dict(compress_tokens=args.compress_tokens, sar_tokens=args.sar_tokens)
     cfg = FeatureTrainConfig(stage1_steps=args.stage1_steps, stage2_steps=args.stage2_steps,
                              stage1_budget_s=args.budget_s * 0.2, stage2_budget_s=args.budget_s * 0.8,
                              batch_size=args.batch_size, lr=args.lr)
-    if args.target.startswith("zoo:"):
+    if zoo_target:
         from ..zoo import load, zoo_home
         from ..zoo.code_data import ensure_tokenizer
         from ..zoo.vlm import Encoder, ScenePool, num_image_tokens
         from ..zoo.vlm_drafters import zoo_batches
 
+        settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "checkpoint_every")}
+        ckpt = prepare_run(args.out, args.resume, settings)
         target = load(args.target.split(":", 1)[1]).model
         enc = Encoder(ensure_tokenizer(zoo_home(), False), num_image_tokens())
-        batches = zoo_batches(enc, ScenePool("train", args.scenes), cfg.batch_size, cfg.seed)
+        batches = zoo_batches(enc, ScenePool("train", args.scenes or 4096), cfg.batch_size, cfg.seed)
         val_fn = zoo_batches(enc, ScenePool("val", 64, start=5000), 32, cfg.seed + 99)
         val = [val_fn(i, 1.0) for i in range(2)]
     else:
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
-        if not args.data:
-            raise ValueError("training against a checkpoint needs --data (a .jsonl of image / prompt / response)")
-        target = AutoModelForImageTextToText.from_pretrained(args.target, local_files_only=True).eval()
         processor = AutoProcessor.from_pretrained(args.target, local_files_only=True)
-        batches = jsonl_batches(args.data, processor, cfg.batch_size, cfg.seed)
+        batches = jsonl_batches(args.data, processor, cfg.batch_size, cfg.seed)  # every row checked here
+        settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "checkpoint_every")}
+        ckpt = prepare_run(args.out, args.resume, settings)
+        target = AutoModelForImageTextToText.from_pretrained(args.target, local_files_only=True).eval()
         val = [batches(-1 - i, 1.0) for i in range(2)]
+    torch.manual_seed(cfg.seed)  # the same command trains the same drafter (and a resumed run matches it)
     net = FeatureDraftModel(FeatureDrafterConfig.for_target(target, method, **overrides))
-    report = train_feature_drafter(net, target, batches, val, cfg)
-    out = Path(args.out)
-    net.save_pretrained(out)
-    import json
+    report = train_feature_drafter(net, target, batches, val, cfg, checkpoint=ckpt,
+                                   checkpoint_every_s=args.checkpoint_every)
 
-    (out / "train_report.json").write_text(json.dumps(report, indent=2))
+    def save(d):
+        net.save_pretrained(d)
+        (d / "train_report.json").write_text(json.dumps(report, indent=2))
+
+    record = {"kind": "feature-drafter", "method": method, "route": "vlm",
+              "target": target_identity(args.target, target),
+              "compress_tokens": net.config.compress_tokens, "sar_tokens": net.config.sar_tokens,
+              "trained_by": f"mmspec train {method}", "settings": settings}
+    out = write_artifact(args.out, save, record)
     acc = {k: [round(a, 3) for a in v] for k, v in report["slot_accuracy"].items()}
     print(f"{method} drafter saved to {out}; teacher-forced slot agreement with the target: {acc}")
     return 0

@@ -56,9 +56,13 @@ def sequence_batches(seqs: torch.LongTensor, batch_size: int, seed: int):
 
 def train_image_drafter(target, layout, cfg_scale: float = 3.0, sar_tokens: int = 1, samples: int = 4096,
                         val_samples: int = 256, train_cfg: FeatureTrainConfig | None = None, seed: int = 0,
-                        progress: bool = True, seqs: torch.LongTensor | None = None):
+                        progress: bool = True, seqs: torch.LongTensor | None = None, checkpoint=None,
+                        checkpoint_every_s: float = 300.0):
     """Returns (drafter network, report). ``target``: the raw visual AR model (it gets wrapped here).
-    ``seqs``: ``samples + val_samples`` guided target samples already drawn (else drawn here)."""
+    ``seqs``: ``samples + val_samples`` guided target samples already drawn (else drawn here).
+    ``checkpoint``: a directory for the samples and the training checkpoints (a killed run resumes there)."""
+    from .artifact import cached
+
     from ..drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
 
     if cfg_scale != 1.0 and layout.null_id is None:
@@ -68,7 +72,8 @@ def train_image_drafter(target, layout, cfg_scale: float = 3.0, sar_tokens: int 
     cfg = train_cfg or FeatureTrainConfig(stage1_steps=3000, stage1_budget_s=600.0, stage2_steps=0)
     t0 = time.perf_counter()
     if seqs is None:
-        seqs = target_samples(target, layout, samples + val_samples, cfg_scale, seed, progress=progress)
+        seqs = cached(None if checkpoint is None else checkpoint / "samples.pt", lambda: target_samples(
+            target, layout, samples + val_samples, cfg_scale, seed, progress=progress))
     elif len(seqs) != samples + val_samples:
         raise ValueError(f"{len(seqs)} sequences given for {samples} + {val_samples} samples")
     sample_seconds = time.perf_counter() - t0
@@ -79,20 +84,35 @@ def train_image_drafter(target, layout, cfg_scale: float = 3.0, sar_tokens: int 
     net = FeatureDraftModel(FeatureDrafterConfig.for_target(guided, "eagle", sar_tokens=sar_tokens,
                                                             guidance_scale=cfg_scale))
     report = train_feature_drafter(net, guided, sequence_batches(train, cfg.batch_size, seed), val_batches, cfg,
-                                   progress=progress)
+                                   progress=progress, checkpoint=checkpoint, checkpoint_every_s=checkpoint_every_s)
     report.update(samples=samples, val_samples=val_samples, cfg_scale=cfg_scale, sample_seconds=sample_seconds,
                   params=sum(p.numel() for p in net.parameters()))
     return net, report
 
 
 def cli_train_image_drafter(args) -> int:
-    """``mmspec train image-drafter``: a feature drafter for the zoo's (or a local) visual AR target."""
+    """``mmspec train image-drafter``: a feature drafter for the zoo's (or a local) visual AR target.
+    Checkpoints go to ``<out>.ckpt`` (``--resume`` continues a killed run); the output is written atomically
+    with its ``mmspec.json`` record, so ``mmspec.pipeline(target, drafter=OUT)`` / ``mmspec image --drafter OUT``
+    use it."""
     from ..zoo import load
     from ..zoo.image import TokenLayout, layout_of
+    from .artifact import prepare_run, target_identity, write_artifact
 
-    if args.target.startswith("zoo:"):
+    zoo_target = args.target.startswith("zoo:")
+    if zoo_target and args.layout is not None:
+        raise ValueError("--layout is for checkpoint targets; the zoo target carries its own token layout")
+    if args.sar_tokens < 1 or args.samples < 1 or args.val_samples < 1 or args.steps < 1 or args.batch_size < 1:
+        raise ValueError("--sar-tokens, --samples, --val-samples, --steps and --batch-size must be >= 1")
+    if args.cfg_scale < 0 or args.budget_s <= 0 or args.lr <= 0:
+        raise ValueError("--cfg-scale must be >= 0, --budget-s and --lr > 0")
+    settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "checkpoint_every")}
+    ckpt = prepare_run(args.out, args.resume, settings)
+    if zoo_target:
         entry = load(args.target.split(":", 1)[1])
-        target, layout = entry.model, entry.extras["layout"]
+        target, layout = entry.model, entry.extras.get("layout")
+        if layout is None:
+            raise ValueError(f"{args.target} is not a visual AR target (no token layout)")
     else:
         from transformers import AutoModelForCausalLM
 
@@ -101,10 +121,18 @@ def cli_train_image_drafter(args) -> int:
     cfg = FeatureTrainConfig(stage1_steps=args.steps, stage1_budget_s=args.budget_s, stage2_steps=0,
                              batch_size=args.batch_size, lr=args.lr)
     net, report = train_image_drafter(target, layout, args.cfg_scale, args.sar_tokens, args.samples,
-                                      train_cfg=cfg, seed=args.seed)
-    out = Path(args.out)
-    net.save_pretrained(out)
-    (out / "train_report.json").write_text(json.dumps(report, indent=2, default=str))
+                                      val_samples=args.val_samples, train_cfg=cfg, seed=args.seed, checkpoint=ckpt,
+                                      checkpoint_every_s=args.checkpoint_every)
+
+    def save(d):
+        net.save_pretrained(d)
+        (d / "train_report.json").write_text(json.dumps(report, indent=2, default=str))
+
+    record = {"kind": "feature-drafter", "method": "image", "route": "image",
+              "drafter": "sar" if args.sar_tokens > 1 else "feature", "cfg_scale": args.cfg_scale,
+              "sar_tokens": args.sar_tokens, "target": target_identity(args.target, target),
+              "trained_by": "mmspec train image-drafter", "settings": settings}
+    out = write_artifact(args.out, save, record)
     acc = [round(a, 3) for a in next(iter(report["slot_accuracy"].values()))]
     print(f"image feature drafter saved to {out}; teacher-forced agreement of its slots with the guided target "
           f"(cfg {args.cfg_scale}): {acc}")

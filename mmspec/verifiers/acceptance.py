@@ -1,4 +1,4 @@
-"""Acceptance rules of the shared tree verifier (DESIGN.md, "Tree verifier").
+"""Acceptance rules of the shared tree verifier (docs/design.md, "Tree verifier").
 
 * ``greedy_accept``: a child is accepted iff it is the target's argmax at its parent; the deepest
   accepted node wins, and the target's argmax there is the bonus token. Bit-exact with greedy decoding.

@@ -70,13 +70,13 @@ def train_loop(model: torch.nn.Module, next_batch: Callable[[int], dict], val_lo
                lr: float = 1e-3, warmup: int = 50, eval_every: int = 100, patience: int = 3,
                weight_decay: float = 0.01, desc: str = "train", progress: bool = True,
                checkpoint: Path | None = None, checkpoint_every_s: float = 300.0,
-               generators: tuple[torch.Generator, ...] = ()) -> TrainResult:
+               generators: tuple[torch.Generator | random.Random, ...] = ()) -> TrainResult:
     """AdamW + warmup/cosine; evaluates every ``eval_every`` steps, keeps the best weights and stops
     when validation has not improved ``patience`` times in a row, or the time budget runs out.
 
     With ``checkpoint`` the whole loop state (weights, optimiser, step, best weights, history, the
-    ``generators`` that draw batches, RNG states, time spent) is written there every
-    ``checkpoint_every_s`` seconds and at the end, and a later call with the same path resumes from it:
+    ``generators`` that draw batches (torch or ``random.Random``), RNG states, time spent) is written there
+    every ``checkpoint_every_s`` seconds and at the end, and a later call with the same path resumes from it:
     a killed multi-hour build loses at most one interval. ``budget_s`` counts the time of all runs."""
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay,
                             betas=(0.9, 0.95))
@@ -99,7 +99,10 @@ def train_loop(model: torch.nn.Module, next_batch: Callable[[int], dict], val_lo
         best, best_state, bad, history = saved["best"], saved["best_state"], saved["bad"], saved["history"]
         first, spent_before, stopped, done = saved["step"], saved["seconds"], saved["stopped"], saved["done"]
         for g, st in zip(generators, saved["generators"]):
-            g.set_state(st)
+            if isinstance(g, torch.Generator):
+                g.set_state(st)
+            else:
+                g.setstate(st)
         torch.set_rng_state(saved["torch_rng"])
         random.setstate(saved["python_rng"])
 
@@ -114,7 +117,8 @@ def train_loop(model: torch.nn.Module, next_batch: Callable[[int], dict], val_lo
         save_checkpoint(checkpoint, {
             "model": model.state_dict(), "optimizer": opt.state_dict(), "step": step_done, "max_steps": max_steps,
             "best": best, "best_state": best_state, "bad": bad, "history": history, "seconds": spent(),
-            "stopped": stopped, "done": finished, "generators": [g.get_state() for g in generators],
+            "stopped": stopped, "done": finished,
+            "generators": [g.get_state() if isinstance(g, torch.Generator) else g.getstate() for g in generators],
             "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()})
 
     last_write = time.perf_counter()

@@ -1,0 +1,130 @@
+"""What ``mmspec train ...`` leaves behind, and how a killed run comes back.
+
+* The output is one self-describing directory: the weights plus ``mmspec.json`` (kind, method, logits
+  convention, mask id, target identity, the settings it was trained with), so ``mmspec.pipeline``, the
+  generators and ``mmspec eval`` use it with the right method without being told.
+* It is written atomically: everything goes to a hidden sibling directory that is renamed into place at the
+  end, so ``--out`` holds either the previous drafter or the new one, never half of one.
+* While training, ``<out>.ckpt/`` holds the run's settings, its expensive data (target generations) and one
+  :func:`~mmspec.zoo.common.train_loop` checkpoint per stage; ``--resume`` continues from them and they are
+  removed once the output is in place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Callable
+
+RECORD = "mmspec.json"
+FORMAT = 1
+
+
+def checkpoint_dir(out: str | Path) -> Path:
+    out = Path(out)
+    return out.with_name(out.name + ".ckpt")
+
+
+def prepare_run(out: str | Path, resume: bool, settings: dict) -> Path:
+    """Check ``--out`` and the checkpoints before any work; returns the checkpoint directory.
+
+    ``settings`` (JSON-able) are recorded with the checkpoints: resuming with other settings would mix two
+    runs, so it is refused naming what differs."""
+    out = Path(out)
+    if out.exists() and not (out.is_dir() and ((out / RECORD).exists() or not any(out.iterdir()))):
+        raise ValueError(f"--out {out} exists and is not the output of an earlier `mmspec train`: choose a new "
+                         "directory (an earlier training output there is replaced only when the new one is complete)")
+    ckpt = checkpoint_dir(out)
+    saved = ckpt / "run.json"
+    settings = json.loads(json.dumps(settings, default=str))
+    if ckpt.exists() and not resume:
+        raise ValueError(f"{ckpt} holds the checkpoints of an interrupted run into {out}: pass --resume to continue "
+                         "it, or delete that directory to start over")
+    if resume and saved.exists():
+        before = json.loads(saved.read_text())
+        differ = sorted(k for k in set(before) | set(settings) if before.get(k) != settings.get(k))
+        if differ:
+            raise ValueError(f"--resume: the checkpoints in {ckpt} were written with other settings "
+                             f"({', '.join(f'{k}: {before.get(k)!r} then, {settings.get(k)!r} now' for k in differ)})")
+    try:
+        ckpt.mkdir(parents=True, exist_ok=True)
+        saved.write_text(json.dumps(settings, indent=2, sort_keys=True))
+    except OSError as err:
+        raise ValueError(f"cannot write checkpoints next to --out ({ckpt}): {err.strerror}") from None
+    return ckpt
+
+
+def cached(path: Path | None, make: Callable[[], object]):
+    """``make()``, kept in ``path`` (torch.save, atomic) so a resumed run does not redo it."""
+    from ..zoo.common import load_checkpoint, save_checkpoint
+
+    if path is None:
+        return make()
+    saved = load_checkpoint(path)
+    if saved is not None:
+        return saved["value"]
+    value = make()
+    save_checkpoint(path, {"value": value})
+    return value
+
+
+def write_artifact(out: str | Path, save: Callable[[Path], None], record: dict) -> Path:
+    """``save(dir)`` writes the weights; ``record`` becomes ``mmspec.json``. The directory appears at ``out``
+    complete or not at all; an earlier training output there is replaced. The checkpoints go afterwards."""
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.partial")
+    old = out.with_name(f".{out.name}.old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    save(tmp)
+    (tmp / RECORD).write_text(json.dumps({"format": FORMAT, **record}, indent=2, default=str) + "\n")
+    if out.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
+    shutil.rmtree(checkpoint_dir(out), ignore_errors=True)
+    return out
+
+
+def read_record(path: str | Path) -> dict | None:
+    """The ``mmspec.json`` of a trained directory, or None when there is none."""
+    file = Path(path) / RECORD
+    if not file.exists():
+        return None
+    try:
+        record = json.loads(file.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{file} cannot be read ({err}); retrain into that directory") from None
+    if not isinstance(record, dict) or "kind" not in record:
+        raise ValueError(f"{file} is not an mmspec training record (no 'kind')")
+    return record
+
+
+def target_identity(spec: str, model) -> dict:
+    """Enough to tell later which target a drafter was trained against."""
+    from ..verifiers.tree_forward import text_config
+
+    cfg = text_config(model)
+    ident = {"spec": str(spec), "class": type(model).__name__, "vocab_size": int(cfg.vocab_size),
+             "hidden_size": int(getattr(cfg, "hidden_size", 0) or 0),
+             "num_hidden_layers": int(getattr(cfg, "num_hidden_layers", 0) or 0)}
+    if str(spec).startswith("zoo:"):
+        from ..zoo import zoo_home
+
+        zoo_json = zoo_home() / str(spec).split(":", 1)[1] / "zoo.json"
+        if zoo_json.exists():
+            ident["zoo_checksum"] = json.loads(zoo_json.read_text()).get("checksum", {}).get("sum")
+    return ident
+
+
+def stage_checkpoint(ckpt: Path | None, stage: int) -> Path | None:
+    return None if ckpt is None else Path(ckpt) / f"stage{stage}.pt"
+
+
+__all__ = ["RECORD", "checkpoint_dir", "prepare_run", "cached", "write_artifact", "read_record", "target_identity",
+           "stage_checkpoint"]

@@ -1,0 +1,88 @@
+"""Options mean what they say: messages name the actual fault, image options that do not apply are refused,
+and timing reports warn when the machine was busy."""
+
+import json
+
+import pytest
+import torch
+
+import mmspec
+from mmspec.cli import build_parser, main
+from mmspec.eval.load import load_check
+
+
+def test_load_check_names_both_signs_of_a_busy_machine():
+    quiet = load_check(0.5, [1.0, 1.1], end=0.7, n_cores=2)
+    assert not quiet["busy"] and quiet["warning"] is None
+    loaded = load_check(3.5, [1.0, 1.1], end=0.7, n_cores=2)
+    assert loaded["busy"] and "load average 3.5" in loaded["warning"] and "2 cores" in loaded["warning"]
+    uneven = load_check(0.5, [1.0, 2.4], end=0.5, n_cores=2)
+    assert uneven["busy"] and "2.4× apart" in uneven["warning"]
+
+
+def test_bench_report_carries_the_load_check(tmp_path):
+    out = tmp_path / "bench"
+    assert main(["bench", "--methods", "plain,mmspec-chain", "--prompts", "1", "--prompt-length", "8",
+                 "--max-new-tokens", "4", "--repeats", "2", "--out", str(out)]) == 0
+    load = json.loads((out / "bench.json").read_text())["load"]
+    assert set(load) >= {"cores", "load_start", "load_end", "busy", "warning"}
+    assert (load["warning"] is not None) == load["busy"]
+    md = (out / "bench.md").read_text()
+    assert ("**Warning:**" in md) == load["busy"]
+
+
+def test_messages_name_the_fault(tmp_path, capsys):
+    assert main(["eval", "--suite", "code", "--methods", "plain,chain", "--out", str(tmp_path / "x"),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "belongs to none of the suites" in err and "mmspec-chain" in err and "deer" in err
+    bench = next(a for a in build_parser()._subparsers._group_actions[0].choices["bench"]._actions
+                 if "--model" in a.option_strings)
+    assert "zoo:" in bench.help
+
+
+def test_wrongly_sized_image_for_the_zoo_vlm_says_so():
+    from PIL import Image
+
+    pipe = mmspec.pipeline("zoo:vlm-target", method="prompt-lookup")
+    with pytest.raises(ValueError, match=r"image 0 is 50x40 pixels.*does not resize"):
+        pipe.generate(images=[Image.new("RGB", (50, 40))], prompts=["<image>\nCaption:"], max_new_tokens=4)
+
+
+def test_image_options_that_do_not_apply_are_refused(tmp_path, capsys):
+    for argv, message in ((["--method", "spec", "--delta", "0.9"], "delta"),
+                          (["--method", "lantern", "--lam", "5"], "lam"),
+                          (["--method", "ar", "--delta", "0.2"], "delta"),
+                          (["--temperature", "-1"], "--temperature must be >= 0")):
+        assert main(["image", *argv, "--out", str(tmp_path / "x")]) == 2, argv
+        assert message in capsys.readouterr().err, argv
+    assert not (tmp_path / "x").exists()  # refused before any work
+    for kw in (dict(method="spec", delta=0.9), dict(method="lantern++", delta=0.1), dict(method="ar", lam=2.0),
+               dict(temperature=-1.0)):
+        with pytest.raises(ValueError):
+            mmspec.pipeline("zoo:image-target", **kw)
+    with pytest.raises(ValueError, match="image drafter kind|feature drafter trained"):
+        mmspec.pipeline("zoo:image-target", drafter="zoo:image-drafter")
+
+
+def test_image_run_records_what_it_applied(tmp_path):
+    out = tmp_path / "run"
+    assert main(["image", "--method", "lantern", "--classes", "0", "--tree", "chain", "--out", str(out)]) == 0
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["delta"] == 0.1 and stats["k"] == 8 and "lam" not in stats  # the default bound, resolved
+    assert stats["method"] == "lantern" and stats["num_tokens"] == 4 and stats["drafter"] == "ar"
+    out = tmp_path / "ar"
+    assert main(["image", "--method", "ar", "--classes", "0", "--out", str(out)]) == 0
+    stats = json.loads((out / "stats.json").read_text())
+    assert not {"delta", "lam", "k", "tree", "num_tokens", "drafter"} & set(stats)  # plain AR applies none
+
+
+def test_demo_shows_progress_and_checks_the_load(tmp_path, capsys):
+    from mmspec.demo import run_demo
+
+    run_demo(tmp_path, num_prompts=1, max_new_tokens=4)
+    out = capsys.readouterr()
+    assert "… code: timing" in out.out and "… vlm: timing" in out.out and "… image:" in out.out
+    load = json.loads((tmp_path / "load.json").read_text())
+    assert load["busy"] == (load["warning"] is not None)
+    assert json.loads((tmp_path / "code.json").read_text())["load"]["cores"] >= 1
