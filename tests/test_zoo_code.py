@@ -67,7 +67,9 @@ def test_micro_build_loads_and_matches_checksum(tmp_path):
         got, rec = checksum(entry), entry.config["checksum"]
         assert abs(got["sum"] - rec["sum"]) <= 1e-4 * max(1.0, abs(rec["sum"])), name
     report = read_json(tmp_path / "code-deer" / "metrics.json")
-    assert {"before", "after_stage1", "after_stage2"} <= set(report["agreement"])
+    assert {"start", "after_stage1", "after_stage2"} <= set(report["agreement"])
+    assert {"start", "after_stage1", "after_stage2"} <= set(report["tau"])  # τ of DEER decoding per stage
+    assert "tau_gain_stages_1_2" in report
     vocab = target.model.config.vocab_size
     ngram = load("code-ngram", home=tmp_path).model
     for drafter in (DEERDrafter(diffusion_lm(load("code-deer", home=tmp_path), target_vocab_size=vocab), num_tokens=4),
