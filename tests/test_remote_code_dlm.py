@@ -409,3 +409,23 @@ def test_broken_remote_code_names_the_file(tmp_path, where):
     dlm = DiffusionLM.from_pretrained(folder, trust_remote_code=True)
     with pytest.raises(ValueError, match=f"{MODULE}.py, line \\d+ .*removed_helper.*AttributeError"):
         dlm.slot_logprobs(_state([prompts(batch=1)[0]]), 2)
+
+
+def test_train_deer_errors_inside_remote_code_name_the_file(checkpoint):
+    """DEER's alignment calls the drafter with a 4-D mask and position ids; a remote model that refuses them
+    (this one takes a 2-D padding mask only) fails with a ValueError naming its modeling file and line, as
+    `mmspec train deer` wraps the alignment in the same handler as loading. Errors of mmspec's own checks pass
+    through unchanged."""
+    from mmspec.drafters.remote_code import explain_remote_failure, modeling_files
+    from mmspec.training.dlm import block_loss
+    from mmspec.training.deer import load_dlm
+
+    folder, _ = checkpoint
+    dlm, _tok = load_dlm(str(folder), trust_remote_code=True)
+    tokens = prompts(batch=2, length=12)
+    with pytest.raises(ValueError, match=f"{MODULE}.py, line \\d+ .*2-D padding mask only"):
+        with explain_remote_failure(*dlm._mmspec_remote):
+            block_loss(dlm, tokens, torch.tensor([12, 10]), torch.tensor([8, 6]), torch.ones(2, 12), MASK)
+    with pytest.raises(ValueError, match="^not from the remote file$"):
+        with explain_remote_failure(str(folder), modeling_files(folder)):
+            raise ValueError("not from the remote file")

@@ -64,13 +64,15 @@ def explain_remote_failure(path, files: list[str] | None = None):
     """Re-raise errors of a remote-code checkpoint's loading or forward as a ValueError naming the file."""
     try:
         yield
-    except (ImportError, AttributeError, KeyError, TypeError, NameError, RuntimeError, IndexError) as exc:
+    except (ImportError, AttributeError, KeyError, TypeError, NameError, RuntimeError, IndexError, ValueError) as exc:
         import transformers
 
         files = files if files is not None else modeling_files(path)
         if not files:
             raise
         frame = _remote_frame(exc, files)
+        if isinstance(exc, ValueError) and frame is None:
+            raise  # mmspec's own checks (and transformers') already name what is wrong
         where = (f"{Path(frame.filename).name}, line {frame.lineno} ({frame.line or frame.name})" if frame else
                  f"{' / '.join(files)} (the error was raised inside transformers while loading it)")
         raise ValueError(f"the remote modeling code of {path} does not run under transformers "

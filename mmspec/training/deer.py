@@ -17,6 +17,7 @@ prefix causal, the block seeing everything), so the KV-cached drafter is exactly
 from __future__ import annotations
 
 import json
+import contextlib
 import time
 from dataclasses import asdict, dataclass
 
@@ -296,8 +297,14 @@ def cli_train_deer(args) -> int:
         if s.numel() < cfg.prefix_max + 2:
             raise ValueError(f"the {name} text holds {s.numel()} tokens; DEER cuts prefixes of up to "
                              f"{cfg.prefix_max} tokens: give more text")
-    report = align(dlm, target, train_stream, val_stream, mask_id, cfg, stages, checkpoint=ckpt,
-                   checkpoint_every_s=args.checkpoint_every)
+    remote = getattr(dlm, "_mmspec_remote", None)
+    from ..drafters.remote_code import explain_remote_failure
+
+    # a remote-code model runs its own modeling file during alignment (4-D masks, position ids): its errors
+    # name that file, like errors while loading it
+    with explain_remote_failure(*remote) if remote else contextlib.nullcontext():
+        report = align(dlm, target, train_stream, val_stream, mask_id, cfg, stages, checkpoint=ckpt,
+                       checkpoint_every_s=args.checkpoint_every)
 
     def save(d):
         dlm.save_pretrained(d)
