@@ -137,6 +137,29 @@ def test_relaxed_sampling_bound_never_exceeded():
         assert (out.sequences[:, 1:] < CODES).all()
 
 
+
+@pytest.mark.parametrize("do_sample", [True, False])
+def test_loop_measures_the_output_tv(do_sample):
+    """measure_output_tv: one exact figure per generating row and step, 0 under δ = 0, positive under a loose δ
+    (greedy: 1 where the first token left the target's argmax), its time kept out of total_time."""
+    target, draft = _models()
+    allowed = torch.arange(CODES)
+    t, d = CFGModel(target, 2.0, NULL, allowed), CFGModel(draft, 2.0, NULL, allowed)
+    cls = torch.tensor([CODES, CODES + 1] * 2)
+    figures = {}
+    for delta in (0.0, 0.5):
+        out = SpeculativeGenerator(t, AutoregressiveDrafter(d, tree=TreeTemplate.full((2, 1, 1))),
+                                   relaxation=_relax(delta=delta, k=8), measure_output_tv=True).generate(
+            cls[:, None], max_new_tokens=16, do_sample=do_sample, eos_token_id=[],
+            generator=torch.Generator().manual_seed(0))
+        st = out.stats
+        assert len(st.output_tv) == st.row_forwards - len(cls) and st.output_tv_skipped == 0  # prefill: no draft
+        assert all(0.0 <= v <= 1.0 + 1e-9 for v in st.output_tv) and st.output_tv_time >= 0.0
+        figures[delta] = st.as_dict()
+    assert figures[0.0]["max_output_tv"] < 1e-6
+    assert figures[0.5]["max_output_tv"] > 0.0 and figures[0.5]["mean_output_tv"] <= figures[0.5]["max_output_tv"]
+
+
 def _feature_net(guided: CFGModel, sar: int = 1, seed: int = 7):
     from mmspec.drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
 
