@@ -133,9 +133,10 @@ def _two_sampled(p: torch.Tensor, q1: torch.Tensor, q2: torch.Tensor, without_re
             return torch.full_like(p, float("nan"))  # the second draw is forced off the proposal: no closed form
         q2s = q2s / mass.clamp_min(1e-300)
     second = _last_sampled(r1, q2s, relax)  # [V, V]: given token i was tried first and rejected
-    live = q1 > 0
-    out = (q1 * a1 * live).double()
-    return out + ((q1 * (1 - a1) * live)[:, None] * second.nan_to_num()).sum(0)
+    live = q1 > 0  # tokens the first draw never takes carry no weight (0/0 there)
+    a1 = torch.where(live, a1, torch.zeros_like(a1))
+    out = (q1 * a1).double()
+    return out + ((q1 * (1 - a1) * live)[:, None] * torch.where(live[:, None], second, 0.0)).sum(0)
 
 
 __all__ = ["first_token_distribution", "output_tv", "greedy_output_tv"]
