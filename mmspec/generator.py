@@ -38,9 +38,20 @@ class GenerationStats:
     verify_time: float = 0.0  # target forwards, prefill included
     prefill_time: float = 0.0  # the prefill forward alone (its share of verify_time)
     total_time: float = 0.0
-    relaxation_bounds: list[float] = field(default_factory=list)  # relaxed acceptance: per step, the largest
-    # probability mass moved onto an accepted draft over the rows (the TV distance enforced)
+    # relaxed acceptance (LANTERN / LANTERN++) only:
+    moved_mass: list[float] = field(default_factory=list)  # per step, the largest S_m moved onto one candidate
+    # over the rows: TV(p, p̃) for that candidate alone, not a bound on the output when drafts share neighbours
+    output_tv: list[float] = field(default_factory=list)  # with measure_output_tv: per step and generating row,
+    # the exact TV between the step's first emitted token's distribution and the target's
+    output_tv_skipped: int = 0  # (row, step) pairs whose first-token distribution has no closed form here
+    output_tv_time: float = 0.0  # seconds spent computing output_tv, not counted in total_time
     kernel_backend: str = "torch"  # "triton" or "torch": which kernels ran (mmspec.kernels.dispatch)
+
+    def output_tv_summary(self) -> dict:
+        """Max and mean of the measured output TVs and how many (row, step) pairs they cover (None: not measured)."""
+        tv = self.output_tv
+        return {"max_output_tv": max(tv) if tv else None, "mean_output_tv": sum(tv) / len(tv) if tv else None,
+                "output_tv_measured": len(tv), "output_tv_skipped": self.output_tv_skipped}
 
     @property
     def mean_accepted_tokens(self) -> float:
@@ -56,7 +67,8 @@ class GenerationStats:
             "verify_time": self.verify_time,
             "prefill_time": self.prefill_time,
             "total_time": self.total_time,
-            "max_relaxation_bound": max(self.relaxation_bounds) if self.relaxation_bounds else None,
+            "max_moved_mass": max(self.moved_mass) if self.moved_mass else None,
+            **self.output_tv_summary(),
             "kernel_backend": self.kernel_backend,
         }
 
@@ -105,9 +117,13 @@ class SpeculativeGenerator:
     drafter and the verifier keep per-call state. For parallel decoding give each thread its own generator
     with its own drafter."""
 
-    def __init__(self, target_model, drafter: Drafter, max_cache_len: int | None = None, relaxation=None):
+    def __init__(self, target_model, drafter: Drafter, max_cache_len: int | None = None, relaxation=None,
+                 measure_output_tv: bool = False):
         """``relaxation``: None (lossless) or a :class:`~mmspec.verifiers.relaxed.Relaxation` (LANTERN /
-        LANTERN++: lossy by design, bounded and reported in ``stats.relaxation_bounds``).
+        LANTERN++: lossy by design; the mass moved per candidate is reported in ``stats.moved_mass``).
+        ``measure_output_tv`` (relaxed only): also compute the exact distortion of each step's first emitted token
+        (``stats.output_tv``; costs O(V·k) per row and step, O(V²·k) for two sampled siblings; its time is kept
+        out of ``total_time``).
         Models the loop cannot drive exactly (recurrent layers, ALiBi, ...) are refused here (``mmspec.compat``)."""
         check_supported(target_model, "target")
         draft_model = getattr(drafter, "model", None)
@@ -117,6 +133,7 @@ class SpeculativeGenerator:
         self.drafter = drafter
         self.max_cache_len = max_cache_len
         self.relaxation = relaxation
+        self.measure_output_tv = bool(measure_output_tv)
         self._lock = _lock_for(drafter) or threading.Lock()
         self.vocab_size = text_config(target_model).vocab_size
         if drafter.vocab_size is not None and drafter.vocab_size != self.vocab_size:
@@ -237,7 +254,7 @@ class SpeculativeGenerator:
         cache_len = self._cache_len(P, max_new_tokens)
         cache = SpecKVCache.for_model(self.target, B, cache_len)
         stats = GenerationStats(accept_lengths=[[] for _ in range(B)], kernel_backend=backend_for_device(dev))
-        verifier = TreeVerifier(sampling, self.relaxation)
+        verifier = TreeVerifier(sampling, self.relaxation, self.measure_output_tv)
 
         # prefill: the whole prompt, then the first token (which becomes the first tree root)
         t0 = time.perf_counter()
@@ -294,8 +311,12 @@ class SpeculativeGenerator:
             stats.verify_time += t2 - t1
             stats.target_forwards += 1
             stats.row_forwards += int(state.active.sum())
-            if result.bound is not None:
-                stats.relaxation_bounds.append(float(result.bound[state.active].max()))
+            if result.moved_mass is not None:
+                stats.moved_mass.append(float(result.moved_mass[state.active].max()))
+            if result.output_tv is not None:
+                tv = result.output_tv[state.active]
+                stats.output_tv += [float(v) for v in tv[~tv.isnan()]]
+                stats.output_tv_skipped += int(tv.isnan().sum())
 
             new, counts = result.emitted_tokens(tree)
             counts = torch.where(state.active, torch.minimum(counts, max_new_tokens - generated), 0)
@@ -328,5 +349,7 @@ class SpeculativeGenerator:
         sequences = state.tokens[:, :width].clone()
         j = torch.arange(width, device=dev)[None, :]
         sequences[j >= state.lengths[:, None]] = pad_token_id
-        stats.total_time = time.perf_counter() - t_start
+        stats.output_tv_time = verifier.output_tv_time
+        stats.verify_time -= stats.output_tv_time
+        stats.total_time = time.perf_counter() - t_start - stats.output_tv_time
         return GenerationOutput(sequences, stats)

@@ -146,7 +146,7 @@ class JanusImageGenerator:
                  method: str = "lantern++", cfg_scale: float = 5.0, do_sample: bool = False,
                  temperature: float = 1.0, k: int = 8, delta: float | None = None, lam: float | None = None,
                  tree: TreeTemplate | None = None, num_tokens: int = 4, seed: int = 0,
-                 decode: bool = True) -> JanusOutput:
+                 decode: bool = True, measure_output_tv: bool = False) -> JanusOutput:
         from .image_gen import IMAGE_METHODS, LANTERN_TREE, resolve_bound
 
         if method not in IMAGE_METHODS:
@@ -170,12 +170,13 @@ class JanusImageGenerator:
             draft = self._guided(self.drafter, cfg_scale)
             drafter = AutoregressiveDrafter(draft, tree=tree or LANTERN_TREE) if method == "lantern++" else \
                 AutoregressiveDrafter(draft, num_tokens=num_tokens, adaptive=False, tree=tree)
-            engine = SpeculativeGenerator(self._guided(self.target, cfg_scale), drafter, relaxation=relax)
+            engine = SpeculativeGenerator(self._guided(self.target, cfg_scale), drafter, relaxation=relax,
+                                          measure_output_tv=measure_output_tv)
             out = engine.generate(input_ids, attention_mask=attention_mask, max_new_tokens=self.target.num_image_tokens,
                                   do_sample=do_sample, temperature=temperature, eos_token_id=[],
                                   generator=torch.Generator().manual_seed(seed))
             codes, stats = out.sequences[:, input_ids.shape[1]:] - self.target.text_vocab, out.stats
-        seconds = time.perf_counter() - t0
+        seconds = time.perf_counter() - t0 - (stats.output_tv_time if stats is not None else 0.0)
         images = self.target.janus.decode_image_tokens(codes) if decode else None
         return JanusOutput(codes, images, stats, seconds)
 

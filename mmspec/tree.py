@@ -170,6 +170,11 @@ class TreeTemplate:
 
     ``[(0,), (1,), (0, 0)]`` = the root's top-1 and top-2 children, and the top-1 child of the top-1
     child. Nodes are stored in breadth-first order so parents precede children.
+
+    A node's children must have the ranks 0, 1, …, n − 1 with no gap. Under sampling the drafter draws
+    ranks without replacement (Gumbel top-k), and the verifier's residual removes only the siblings in the
+    tree; a skipped rank (say (0,) and (2,) without (1,)) is a draw the verifier never sees, which would
+    make sampling lossy, so such templates are refused.
     """
 
     rank_paths: tuple[tuple[int, ...], ...]
@@ -179,8 +184,20 @@ class TreeTemplate:
         for p in self.rank_paths:
             if len(p) == 0:
                 raise ValueError("template paths must be non-empty (the root is implicit)")
+            if any(not isinstance(r, int) or isinstance(r, bool) or r < 0 for r in p):
+                raise ValueError(f"template path {p} must hold child ranks, ints >= 0")
             if len(p) > 1 and p[:-1] not in paths:
                 raise ValueError(f"template path {p} has no parent {p[:-1]} in the template")
+        ranks: dict[tuple[int, ...], set[int]] = {}
+        for p in paths:
+            ranks.setdefault(p[:-1], set()).add(p[-1])
+        for parent, got in ranks.items():
+            if got != set(range(len(got))):
+                missing = sorted(set(range(max(got) + 1)) - got)
+                where = "the root" if not parent else f"node {parent}"
+                raise ValueError(f"the children of {where} have ranks {sorted(got)}, missing {missing}: sibling ranks "
+                                 "must be 0..n-1 with no gap (a skipped rank is a draw the verifier never sees, "
+                                 "which makes sampling lossy)")
         ordered = tuple(sorted(paths, key=lambda p: (len(p), p)))
         object.__setattr__(self, "rank_paths", ordered)
 

@@ -239,6 +239,6 @@ def test_image_quality_joins_the_image_suite(tmp_path):
                  "--per-class", "1", "--image-latency", "1", "--out", str(out), "--no-progress"]) == 0
     suite = json.loads((out / "results.json").read_text())["suites"]["image"]
     assert set(suite["quality_by_method"]) == {"ar", "spec-chain", "lantern-chain"}
-    assert suite["quality_by_method"]["lantern-chain"]["max_bound"] <= 0.1 + 1e-6
+    assert suite["quality_by_method"]["lantern-chain"]["max_moved_mass"] <= 0.1 + 1e-6
     assert (out / "image_speed_quality.png").exists() and (out / "image" / "image_bench.json").exists()
     assert "Fréchet distance" in (out / "report.md").read_text()

@@ -52,7 +52,7 @@ def test_speculative_janus_equals_stock_generate(janus, method, tree):
             depth = tree.depth if tree is not None else 3
             assert out.stats.mean_accepted_tokens > depth  # every draft accepted (the last step is shorter)
         if method == "lantern":
-            assert max(out.stats.relaxation_bounds) == 0.0
+            assert max(out.stats.moved_mass) == 0.0
 
 
 def test_lantern_pp_on_janus_is_bounded_and_decodes(janus):
@@ -60,7 +60,7 @@ def test_lantern_pp_on_janus_is_bounded_and_decodes(janus):
     gen = JanusImageGenerator(target, draft)
     out = gen.generate(PROMPTS, method="lantern++", lam=3.0, k=4, cfg_scale=4.0, do_sample=True, seed=3)
     assert out.codes.shape == (2, 16) and out.codes.min() >= 0 and out.codes.max() < 64
-    assert out.stats.relaxation_bounds and max(out.stats.relaxation_bounds) <= 1.0
+    assert out.stats.moved_mass and max(out.stats.moved_mass) <= 1.0
     assert out.images.shape[0] == 2 and torch.isfinite(out.images).all()
     spec = gen.generate(PROMPTS, method="spec", cfg_scale=4.0, do_sample=True, seed=3, decode=False)
     assert out.stats.mean_accepted_tokens >= spec.stats.mean_accepted_tokens

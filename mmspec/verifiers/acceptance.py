@@ -28,7 +28,11 @@ class AcceptResult:
     paths: torch.LongTensor  # [B, D+1] node indices root -> last accepted node (padded with 0)
     path_lengths: torch.LongTensor  # [B] nodes on the path including the root (= accepted drafts + 1)
     bonus: torch.LongTensor  # [B] the token the target emits after the path
-    bound: torch.Tensor | None = None  # [B] relaxed acceptance: the largest probability mass moved (TV)
+    # relaxed acceptance only: [B] the largest mass S_m moved onto one candidate (per candidate, not a bound on
+    # the output), and [B] the exact TV of the first emitted token's distribution from the target's (NaN where
+    # it has no closed form here; mmspec.verifiers.distortion)
+    moved_mass: torch.Tensor | None = None
+    output_tv: torch.Tensor | None = None
 
     @property
     def num_accepted(self) -> torch.LongTensor:
@@ -106,7 +110,7 @@ def sampling_accept(tree: DraftTree, target_probs: torch.Tensor,
     paths = torch.zeros(B, width, dtype=torch.long, device=dev)
     lengths = torch.ones(B, dtype=torch.long, device=dev)
     without_replacement = tree.sibling_rule == "without_replacement"
-    bound = torch.zeros(B, dtype=torch.float64, device=dev)
+    moved_mass = torch.zeros(B, dtype=torch.float64, device=dev)
 
     for level in range(1, width):
         children = (tree.parents == cur[:, None]) & tree.valid & walking[:, None]
@@ -136,7 +140,7 @@ def sampling_accept(tree: DraftTree, target_probs: torch.Tensor,
             judged = residual
             if relax is not None:
                 judged, shifted = relax.apply(residual, x)
-                bound = torch.where(trying, torch.maximum(bound, shifted), bound)
+                moved_mass = torch.where(trying, torch.maximum(moved_mass, shifted), moved_mass)
             p_x = judged[rows, x]
             ratio = p_x / q[rows, x]
             u = torch.rand(B, generator=generator, device=dev, dtype=torch.float64)
@@ -160,4 +164,4 @@ def sampling_accept(tree: DraftTree, target_probs: torch.Tensor,
             break
 
     bonus = torch.multinomial(residual.float().clamp_min(0), 1, generator=generator).squeeze(1)
-    return AcceptResult(paths, lengths, bonus, bound=bound if relax is not None else None)
+    return AcceptResult(paths, lengths, bonus, moved_mass=moved_mass if relax is not None else None)

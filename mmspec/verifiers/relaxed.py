@@ -10,9 +10,14 @@ by distance, n_1 … n_k, and S_m = Σ_{i ≤ m} p(n_i):
 then p̃ = p with the mass of n_1 … n_m moved onto x̂. Acceptance uses p̃ in place of p: under greedy, x̂
 is accepted iff it is the argmax of p̃; under sampling, with probability min(1, p̃(x̂)/q(x̂)), the residual
 after a rejection being norm(max(p̃ − q, 0)) (for a point-mass draft: x̂ and its moved neighbours zeroed).
-δ = 0 or λ = 1 moves nothing, so the rule is then exactly the lossless verifier's. The relaxation in force
-— S_m, the total-variation distance actually moved — is returned per row and step, so a run reports the
-bound it enforced.
+δ = 0 or λ = 1 moves nothing, so the rule is then exactly the lossless verifier's.
+
+What a run reports. S_m is the mass moved onto *one* candidate: TV(p, p̃) for that candidate alone. It bounds
+the output's distance from the target only for a single point-mass draft per position: different sampled
+drafts (or several siblings) each borrow their neighbours' mass, so the output can be n·S_m away (the mass of
+one shared neighbour counted once per draft that borrows it). The verifier returns S_m per row and step as
+``moved_mass``; the output's own distortion, the exact total variation between the first emitted token's
+distribution and the target's, is computed by :mod:`mmspec.verifiers.distortion`.
 """
 
 from __future__ import annotations
@@ -106,22 +111,33 @@ class Relaxation:
     def name(self) -> str:
         return f"lantern(δ={self.delta})" if self.delta is not None else f"lantern++(λ={self.lam})"
 
+    def moved_neighbours(self, p: torch.Tensor, x: torch.LongTensor):
+        """Which neighbours of each draft p̃ takes mass from: (neighbour ids [M, k] clamped to valid ids, kept
+        [M, k] (a prefix of the sorted neighbours), S_m [M]) for p: [M, V] and draft tokens x: [M]."""
+        idx, has = self.neighbour_ids(x, p.device)
+        rows = torch.arange(p.shape[0], device=p.device)
+        keep, moved = self.select(p.gather(1, idx), has, p[rows, x])
+        return idx, keep, moved
+
+    def select(self, pn: torch.Tensor, has: torch.BoolTensor, px: torch.Tensor):
+        """The rule itself, for any leading shape: neighbour probabilities ``pn`` [..., k] (nearest first),
+        which exist ``has`` [..., k], the draft's own ``px`` [...] -> (kept [..., k], S_m [...])."""
+        pn = torch.where(has, pn, torch.zeros((), dtype=pn.dtype, device=pn.device))
+        cum = pn.cumsum(-1)
+        limit = torch.full_like(px, self.delta) if self.delta is not None else (self.lam - 1.0) * px
+        keep = has & (cum <= limit[..., None])
+        keep = keep.long().cumprod(-1).bool()  # the nearest m: a prefix of the sorted neighbours
+        return keep, (pn * keep).sum(-1)
+
+    def neighbour_ids(self, x: torch.LongTensor, device) -> tuple[torch.LongTensor, torch.BoolTensor]:
+        """Neighbour ids of drafts x [...] -> ([..., k] clamped to valid ids, [..., k] which exist)."""
+        nb = self.neighbours.to(device)[x]
+        return nb.clamp(min=0), nb >= 0
+
     def apply(self, p: torch.Tensor, x: torch.LongTensor) -> tuple[torch.Tensor, torch.Tensor]:
         """p: [M, V] distributions, x: [M] draft tokens -> (p̃ [M, V], moved mass S_m [M])."""
-        table = self.neighbours.to(p.device)
-        nb = table[x]  # [M, k]
-        has = nb >= 0
-        idx = nb.clamp(min=0)
+        idx, keep, moved = self.moved_neighbours(p, x)
         rows = torch.arange(p.shape[0], device=p.device)
-        pn = torch.where(has, p.gather(1, idx), torch.zeros((), dtype=p.dtype, device=p.device))
-        cum = pn.cumsum(1)
-        if self.delta is not None:
-            limit = torch.full_like(p[:, 0], self.delta)
-        else:
-            limit = (self.lam - 1.0) * p[rows, x]
-        keep = has & (cum <= limit[:, None])
-        keep = keep.long().cumprod(1).bool()  # the nearest m: a prefix of the sorted neighbours
-        moved = (pn * keep).sum(1)
         gone = torch.zeros_like(p, dtype=torch.bool).scatter_(1, idx, keep)
         out = p.masked_fill(gone, 0.0)
         out[rows, x] = out[rows, x] + moved
@@ -130,7 +146,7 @@ class Relaxation:
 
 def relaxed_greedy_accept(tree: DraftTree, logits: torch.Tensor, relax: Relaxation) -> AcceptResult:
     """A child is accepted iff it is the argmax of p̃ (p relaxed towards it) at its parent; deepest wins;
-    the bonus is the plain argmax there. ``bound`` = the largest mass moved along the accepted path."""
+    the bonus is the plain argmax there. ``moved_mass`` = the largest S_m moved along the accepted path."""
     B, N, V = logits.shape
     probs = torch.softmax(logits.float(), -1)
     parents = tree.parents.clamp(min=0)
@@ -142,7 +158,7 @@ def relaxed_greedy_accept(tree: DraftTree, logits: torch.Tensor, relax: Relaxati
     j = torch.arange(paths.shape[1], device=paths.device)[None, :]
     on_path = moved.gather(1, paths).masked_fill(j >= lengths[:, None], 0.0)
     bonus = logits.argmax(-1).gather(1, best[:, None]).squeeze(1)
-    return AcceptResult(paths, lengths, bonus, bound=on_path.max(1).values)
+    return AcceptResult(paths, lengths, bonus, moved_mass=on_path.max(1).values)
 
 
 __all__ = ["latent_neighbours", "cached_neighbours", "Relaxation", "relaxed_greedy_accept"]

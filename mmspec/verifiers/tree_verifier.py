@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -9,6 +10,7 @@ import torch
 from ..cache import SpecKVCache
 from ..tree import DraftTree
 from .acceptance import AcceptResult, greedy_accept, sampling_accept
+from .distortion import greedy_output_tv, output_tv
 from .logits import SamplingConfig
 from .relaxed import relaxed_greedy_accept
 from .tree_forward import tree_forward
@@ -27,9 +29,12 @@ class TreeVerifier:
     The cache is left with the tree as pending nodes; the caller commits the accepted path.
     """
 
-    def __init__(self, sampling: SamplingConfig, relaxation=None):
+    def __init__(self, sampling: SamplingConfig, relaxation=None, measure_output_tv: bool = False):
         self.sampling = sampling
         self.relaxation = relaxation  # None: lossless; a Relaxation: LANTERN / LANTERN++
+        # relaxed only: also compute the exact TV of each step's first emitted token (result.output_tv)
+        self.measure_output_tv = measure_output_tv
+        self.output_tv_time = 0.0  # seconds spent on it (callers keep it out of their timings)
 
     def verify(self, model, cache: SpecKVCache, tree: DraftTree, generator: torch.Generator | None = None,
                output_hidden_states: bool = False) -> Verification:
@@ -40,10 +45,22 @@ class TreeVerifier:
         return Verification(result, logits, out.hidden_states if output_hidden_states else None)
 
     def accept(self, tree: DraftTree, logits: torch.Tensor, generator: torch.Generator | None = None) -> AcceptResult:
+        relax = self.relaxation
         if not self.sampling.do_sample:
-            if self.relaxation is not None:
-                return relaxed_greedy_accept(tree, logits, self.relaxation)
-            return greedy_accept(tree, logits)
-        if self.relaxation is not None:
-            return sampling_accept(tree, self.sampling.probs(logits), generator, relax=self.relaxation)
-        return sampling_accept(tree, self.sampling.probs(logits), generator)
+            if relax is None:
+                return greedy_accept(tree, logits)
+            result = relaxed_greedy_accept(tree, logits, relax)
+            if self.measure_output_tv:
+                t0 = time.perf_counter()
+                result.output_tv = greedy_output_tv(result.emitted_tokens(tree)[0][:, 0], logits)
+                self.output_tv_time += time.perf_counter() - t0
+            return result
+        probs = self.sampling.probs(logits)
+        if relax is None:
+            return sampling_accept(tree, probs, generator)
+        result = sampling_accept(tree, probs, generator, relax=relax)
+        if self.measure_output_tv:
+            t0 = time.perf_counter()
+            result.output_tv = output_tv(tree, probs, relax)
+            self.output_tv_time += time.perf_counter() - t0
+        return result
