@@ -13,7 +13,7 @@ and 16 and uncompressed (``vlm-msd``, the same one-layer drafter fed every visua
 one drafter forward's cost (1 thread, median), drafting time per step, τ, and greedy exactness::
 
     python examples/flash_compression_cost.py --zoo                  # the zoo in $MMSPEC_HOME or zoo/
-    python examples/flash_compression_cost.py --zoo --home /tmp/h --prompts 2 --max-new-tokens 12 --quick
+    python examples/flash_compression_cost.py --zoo --home /tmp/h --prompts 2 --max-new-tokens 12 --quick --no-stop-at-eos
 """
 
 import argparse
@@ -33,6 +33,8 @@ def main():
     p.add_argument("--home", default=None, help="with --zoo: the zoo home (default $MMSPEC_HOME or zoo/)")
     p.add_argument("--prompts", type=int, default=16, help="with --zoo: held-out scenes (captions)")
     p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--no-stop-at-eos", action="store_true",
+                   help="with --zoo: always generate --max-new-tokens (for untrained micro builds)")
     p.add_argument("--json", default=None, help="with --zoo: also write the figures to this file")
     args = p.parse_args()
     if args.zoo:
@@ -70,7 +72,7 @@ def zoo_sweep(args):
 
     torch.set_num_threads(1)
     result = compression_sweep(args.home, num_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
-                               repeats=5 if args.quick else 100)
+                               repeats=5 if args.quick else 100, stop_at_eos=not args.no_stop_at_eos)
     print("\n".join(sweep_table(result)))
     if args.json:
         with open(args.json, "w") as f:

@@ -99,13 +99,15 @@ def test_micro_build_loads_checksums_and_runs_exactly(tmp_path):
     # uncompressed = vlm-msd; fewer compressed tokens, fewer drafter entries; greedy output stays exact
     from mmspec.eval.vlm_suite import compression_sweep, sweep_table
 
-    sweep = compression_sweep(tmp_path, num_prompts=2, max_new_tokens=8, repeats=3)
+    sweep = compression_sweep(tmp_path, num_prompts=2, max_new_tokens=8, repeats=3, stop_at_eos=False)
     assert [r["compress_to"] for r in sweep["rows"]] == [1, 4, 8, 16, None]
     entries = [r["prompt_entries"] for r in sweep["rows"]]
     assert entries == sorted(entries) and len(set(entries)) == len(entries)
     assert entries[-1] - entries[0] == vlm.num_image_tokens(vlm.MICRO["patch_size"]) - 1
-    assert all(r["exact"] and r["forward_ms"] > 0 and r["tau"] >= 1.0 for r in sweep["rows"])
-    assert sweep["target_step_ms"] > 0 and len(sweep_table(sweep)) == 2 + len(sweep["rows"])
+    assert all(r["exact"] and r["forward_ms"] > 0 and r["draft_ms_per_step"] > 0 and r["tau"] >= 1.0
+               for r in sweep["rows"])
+    assert sweep["rows"][-1]["msd_forward_ms"] > 0 and sweep["target_step_ms"] > 0
+    assert len(sweep_table(sweep)) == 3 + len(sweep["rows"])
 
 
 def test_patch_cells_tile_the_grid():

@@ -150,17 +150,23 @@ SWEEP_SETTINGS = (1, 4, 8, 16, None)
 
 @torch.no_grad()
 def compression_sweep(home: str | Path | None = None, settings=SWEEP_SETTINGS, num_prompts: int = 8,
-                      max_new_tokens: int = 48, repeats: int = 50, kind: str = "caption") -> dict:
-    """For each ``compress_to`` of ``vlm-flash`` (and uncompressed: ``vlm-msd`` as a chain of the same length),
-    on held-out scenes: the drafter's prompt entries, one drafter forward's cost (1 new entry over the prompt's
-    entries, median of ``repeats``, ms), the engine's drafting time per step, τ (tokens per target forward)
-    and whether greedy output matched plain decoding. Also the target's decode-step cost, so each cost
-    is also a fraction of a target step. Settings above the drafter's query count are skipped (reported).
-    Run with 1 thread for comparable costs."""
+                      max_new_tokens: int = 48, repeats: int = 50, kind: str = "caption",
+                      stop_at_eos: bool = True) -> dict:
+    """For each ``compress_to`` of ``vlm-flash`` (and uncompressed), on held-out scenes: the drafter's prompt
+    entries; one forward of the FLASH network over that many entries (1 new entry, median of ``repeats``, ms:
+    the same network at every setting, so the difference is the compression's saving alone); the engine's
+    drafting time per step, τ (tokens per target forward) and whether greedy output matched plain decoding.
+    FLASH's queries cannot keep every visual token, so the uncompressed row's τ and drafting time come from
+    ``vlm-msd`` (the same one decoder layer fed every visual token, drafting a chain as long as FLASH's) and
+    its ``msd_forward_ms`` is that network's forward. Also the target's decode-step cost, so each cost is a
+    fraction of a target step. Settings above the drafter's query count are skipped (reported).
+    Run with 1 thread for comparable costs. ``stop_at_eos=False`` always generates ``max_new_tokens`` (an
+    untrained micro build answers EOS at once and would leave no decoding steps to measure)."""
     from .. import SpeculativeGenerator
 
     target = load("vlm-target", home)
-    model, eos = target.model, target.extras["tokenizer"].eos_token_id
+    model = target.model
+    eos = target.extras["tokenizer"].eos_token_id if stop_at_eos else None
     flash, msd = load("vlm-flash", home).model, load("vlm-msd", home).model
     prompts = vlm_prompts(target.tokenizer, num_prompts, kind)
     refs = [model.generate(**p, do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=0)
@@ -183,7 +189,8 @@ def compression_sweep(home: str | Path | None = None, settings=SWEEP_SETTINGS, n
         for p, ref in zip(prompts, refs):
             drafter = make()
             out = SpeculativeGenerator(model, drafter).generate(p["input_ids"], pixel_values=p["pixel_values"],
-                                                                max_new_tokens=max_new_tokens, eos_token_id=eos)
+                                                                max_new_tokens=max_new_tokens,
+                                                                eos_token_id=[] if eos is None else eos)
             exact &= torch.equal(out.sequences, ref)
             st = out.stats
             new += st.new_tokens
@@ -192,29 +199,35 @@ def compression_sweep(home: str | Path | None = None, settings=SWEEP_SETTINGS, n
             draft_s += st.draft_time
         n_image = model.config.image_seq_length
         S = prompt_len - n_image + (n or n_image)  # one image per prompt: its run becomes n entries
-        rows.append({"compress_to": n, "drafter": "vlm-flash" if n is not None else "vlm-msd",
-                     "prompt_entries": S, "forward_ms": drafter_forward_ms(net, model.lm_head, S, repeats=repeats),
-                     "draft_ms_per_step": 1000 * draft_s / max(1, steps), "tau": new / max(1, forwards),
-                     "exact": bool(exact)})
+        row = {"compress_to": n, "drafter": "vlm-flash" if n is not None else "vlm-msd", "prompt_entries": S,
+               "forward_ms": drafter_forward_ms(flash, model.lm_head, S, repeats=repeats),
+               "draft_ms_per_step": 1000 * draft_s / max(1, steps), "tau": new / max(1, forwards),
+               "exact": bool(exact)}
+        if n is None:
+            row["msd_forward_ms"] = drafter_forward_ms(net, model.lm_head, S, repeats=repeats)
+        rows.append(row)
     step_ms = target_step_ms(model, prompt_len + max_new_tokens // 2, repeats=repeats)
     for r in rows:
         r["forward_vs_target_step"] = r["forward_ms"] / step_ms
     return {"target_step_ms": step_ms, "num_image_tokens": model.config.image_seq_length,
             "prompt_tokens": prompt_len, "prompts": f"{num_prompts} held-out scenes ({kind})",
-            "max_new_tokens": max_new_tokens, "threads": torch.get_num_threads(), "rows": rows,
+            "max_new_tokens": max_new_tokens, "stop_at_eos": stop_at_eos, "threads": torch.get_num_threads(), "rows": rows,
             "skipped": skipped}
 
 
 def sweep_table(result: dict) -> list[str]:
     lines = [f"target decode step {result['target_step_ms']:.2f} ms ({result['num_image_tokens']} visual tokens per "
              f"image, {result['threads']} thread(s)); {result['prompts']}",
+             "fwd ms: one forward of the FLASH network over the entries; draft ms/step, tau: the engine with the "
+             "drafter named (uncompressed: vlm-msd, its own forward in brackets)",
              f"{'compress_to':>12} {'drafter':>10} {'entries':>8} {'fwd ms':>8} {'fwd/step':>9} {'draft ms/step':>14} "
              f"{'tau':>6} exact"]
     for r in result["rows"]:
         name = "none" if r["compress_to"] is None else str(r["compress_to"])
         lines.append(f"{name:>12} {r['drafter']:>10} {r['prompt_entries']:>8} {r['forward_ms']:>8.3f} "
                      f"{r['forward_vs_target_step']:>9.3f} {r['draft_ms_per_step']:>14.3f} {r['tau']:>6.2f} "
-                     f"{'yes' if r['exact'] else 'NO'}")
+                     f"{'yes' if r['exact'] else 'NO'}"
+                     + (f"  (vlm-msd forward {r['msd_forward_ms']:.3f} ms)" if "msd_forward_ms" in r else ""))
     if result["skipped"]:
         lines.append(f"skipped (more than the drafter's queries): {result['skipped']}")
     return lines
