@@ -94,3 +94,86 @@ def test_micro_build_loads_checksums_and_runs_exactly(tmp_path):
         out = SpeculativeGenerator(target.model, factories[method]()).generate(
             inputs["input_ids"], max_new_tokens=10, eos_token_id=[], pixel_values=inputs["pixel_values"])
         assert torch.equal(out.sequences, ref), method
+
+    # FLASH's compression sweep (examples/flash_compression_cost.py --zoo): every setting the drafter has,
+    # uncompressed = vlm-msd; fewer compressed tokens, fewer drafter entries; greedy output stays exact
+    from mmspec.eval.vlm_suite import compression_sweep, sweep_table
+
+    sweep = compression_sweep(tmp_path, num_prompts=2, max_new_tokens=8, repeats=3, stop_at_eos=False)
+    assert [r["compress_to"] for r in sweep["rows"]] == [1, 4, 8, 16, None]
+    entries = [r["prompt_entries"] for r in sweep["rows"]]
+    assert entries == sorted(entries) and len(set(entries)) == len(entries)
+    assert entries[-1] - entries[0] == vlm.num_image_tokens(vlm.MICRO["patch_size"]) - 1
+    assert all(r["exact"] and r["forward_ms"] > 0 and r["draft_ms_per_step"] > 0 and r["tau"] >= 1.0
+               for r in sweep["rows"])
+    assert sweep["rows"][-1]["msd_forward_ms"] > 0 and sweep["target_step_ms"] > 0
+    assert len(sweep_table(sweep)) == 3 + len(sweep["rows"])
+
+
+def test_patch_cells_tile_the_grid():
+    assert vlm.patch_cells(vd.CELL).tolist() == list(range(vd.GRID * vd.GRID))  # one patch per cell
+    cells = vlm.patch_cells(5)  # the full build: 12 x 12 patches, 4 x 4 per cell
+    assert cells.numel() == 144 == vlm.num_image_tokens(5)
+    assert torch.bincount(cells).tolist() == [16] * 9
+    assert cells.view(12, 12)[0, :4].tolist() == [0] * 4 and cells.view(12, 12)[11, 11] == 8
+    with pytest.raises(ValueError, match="patch size"):
+        vlm.patch_cells(6)
+
+
+def _tiny_llava(layers: int, tok):
+    cfg = {**vlm.MICRO, "text": {**vlm.MICRO["text"], "num_hidden_layers": layers}}
+    return vlm.target_config(cfg, tok)
+
+
+def test_grown_target_computes_what_the_base_computed(tmp_path):
+    from transformers import LlavaForConditionalGeneration
+
+    from mmspec.zoo.code_data import ensure_tokenizer
+
+    tok = ensure_tokenizer(tmp_path, micro=True)
+    torch.manual_seed(0)
+    base = LlavaForConditionalGeneration(_tiny_llava(1, tok)).eval()
+    with torch.no_grad():
+        for p in base.parameters():
+            p.normal_(0, 0.2)
+    deep = vlm.grow_language_model(base, _tiny_llava(3, tok)).eval()
+    assert deep.config.text_config.num_hidden_layers == 3
+    proc = vlm.make_processor(tok, vlm.MICRO["patch_size"])
+    sc = vd.make_scene(vd.split_seed("val", 1))
+    inputs = proc(images=[sc.image()], text=[vd.with_image(sc.questions[0].prompt)], return_tensors="pt")
+    with torch.no_grad():
+        a, b = base(**inputs).logits, deep(**inputs).logits
+    assert a.std() > 0.1  # not flat (std 0.02 init would be): a wrong grow would show
+    torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
+    # the copies are real layers (zeroed output projections only), so training can make them differ
+    assert not torch.equal(deep.model.language_model.layers[1].self_attn.q_proj.weight,
+                           torch.zeros_like(deep.model.language_model.layers[1].self_attn.q_proj.weight))
+    assert torch.count_nonzero(deep.model.language_model.layers[1].mlp.down_proj.weight) == 0
+
+
+def test_target_build_resumes_from_its_checkpoints_and_is_deterministic(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    first = build("vlm", micro=True, home=a, progress=False, only=["vlm-target"])["vlm-target"]
+    assert {"vision", "language", "grow"} <= set(first["train"])
+    assert first["layers"] == vlm.MICRO["text"]["num_hidden_layers"]
+    assert len(first["layer_ablation_loss_increase"]) == first["layers"]
+    assert first["train"]["grow"]["tokens_seen"] > 0
+    for stage in ("vision", "base", "grow"):
+        assert (a / ".build" / "vlm-target" / f"{stage}.pt").is_file()
+    rec = read_json(a / "vlm-target" / "zoo.json")["checksum"]
+    assert read_json(a / "vlm-target" / "zoo.json")["num_image_tokens"] == vlm.num_image_tokens(vlm.MICRO["patch_size"])
+    # a second build in the same home resumes the finished stages (no training steps re-run): same model
+    again = build("vlm", micro=True, home=a, progress=False, only=["vlm-target"])["vlm-target"]
+    assert again["train"]["grow"]["steps"] == first["train"]["grow"]["steps"]
+    assert read_json(a / "vlm-target" / "zoo.json")["checksum"]["sum"] == pytest.approx(rec["sum"], rel=1e-6)
+    # and a fresh home trains the same model (fixed step counts, seeded batches)
+    build("vlm", micro=True, home=b, progress=False, only=["vlm-target"])
+    assert read_json(b / "vlm-target" / "zoo.json")["checksum"]["sum"] == pytest.approx(rec["sum"], rel=1e-4)
+
+
+def test_drafter_checkpoints_are_keyed_by_the_target():
+    from mmspec.zoo.vlm_drafters import target_fingerprint
+
+    x = target_fingerprint({"checksum": {"sum": 1.0, "first": [0.5]}})
+    assert x == target_fingerprint({"checksum": {"sum": 1.0, "first": [0.5]}})
+    assert x != target_fingerprint({"checksum": {"sum": 1.5, "first": [0.5]}})

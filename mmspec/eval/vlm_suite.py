@@ -8,7 +8,11 @@ stops at EOS, as a user's VLM answers do, and greedy outputs are compared with p
 
 from __future__ import annotations
 
+import statistics
+import time
 from pathlib import Path
+
+import torch
 
 from .. import DEFAULT_TREE, TreeTemplate
 from ..drafters import AutoregressiveDrafter
@@ -84,4 +88,150 @@ def run_vlm_suite(methods: list[str] | None = None, num_prompts: int = 8, max_ne
     return report
 
 
-__all__ = ["VLM_METHODS", "feature_factories", "vlm_prompts", "run_vlm_suite"]
+def _median_ms(fn, repeats: int) -> float:
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1000 * statistics.median(times)
+
+
+@torch.no_grad()
+def target_step_ms(target, context: int, tokens: int = 1, repeats: int = 50) -> float:
+    """One KV-cached forward of the target's language model + LM head over ``tokens`` new tokens after a
+    ``context``-token prefix (the decode step the engine pays; the image was encoded in the prefill)."""
+    from transformers import DynamicCache
+
+    lm = target.model.language_model if hasattr(target.model, "language_model") else target.model
+    cfg = lm.config
+    cache = DynamicCache(config=cfg)
+    ids = torch.randint(4, cfg.vocab_size, (1, context + tokens))
+    lm(input_ids=ids[:, :context], past_key_values=cache, use_cache=True)
+
+    def step():
+        h = lm(input_ids=ids[:, context:], past_key_values=cache, use_cache=True).last_hidden_state
+        target.lm_head(h[:, -1:])
+        cache.crop(-tokens)
+
+    return _median_ms(step, repeats)
+
+
+@torch.no_grad()
+def drafter_forward_ms(net, lm_head, entries: int, tokens: int = 1, repeats: int = 50) -> float:
+    """One drafter forward as the engine runs it: fuse ``tokens`` new entries, the decoder layer over them with
+    ``entries`` cached entries, the feature heads and the target's LM head on every slot."""
+    from ..cache import SpecKVCache
+    from ..verifiers.tree_forward import chain_parents
+
+    H = net.config.hidden_size
+    cache = SpecKVCache.for_model(net.body, 1, entries + tokens + 8)
+    x0 = torch.randn(1, entries, H)
+    ok = torch.ones(1, entries, dtype=torch.bool)
+    net.append(cache, x0, chain_parents(ok), ok)
+    cache.commit(torch.arange(entries)[None], torch.tensor([entries]))
+    emb, feat = torch.randn(1, tokens, 2 * H).split(H, -1)
+    valid = torch.ones(1, tokens, dtype=torch.bool)
+
+    def fwd():
+        h = net.append(cache, net.fuse(emb, feat), chain_parents(valid), valid)
+        lm_head(net.heads(h[:, -1]))
+        cache.discard_pending()
+
+    return _median_ms(fwd, repeats)
+
+
+# FLASH's compression sweep (issue 15, item 2): None = every visual entry kept (the MSD drafter: the same one
+# decoder layer, fed the image tokens uncompressed)
+SWEEP_SETTINGS = (1, 4, 8, 16, None)
+
+
+@torch.no_grad()
+def compression_sweep(home: str | Path | None = None, settings=SWEEP_SETTINGS, num_prompts: int = 8,
+                      max_new_tokens: int = 48, repeats: int = 50, kind: str = "caption",
+                      stop_at_eos: bool = True) -> dict:
+    """For each ``compress_to`` of ``vlm-flash`` (and uncompressed), on held-out scenes: the drafter's prompt
+    entries; one forward of the FLASH network over that many entries (1 new entry, median of ``repeats``, ms:
+    the same network at every setting, so the difference is the compression's saving alone); the engine's
+    drafting time per step, τ (tokens per target forward) and whether greedy output matched plain decoding.
+    FLASH's queries cannot keep every visual token, so the uncompressed row's τ and drafting time come from
+    ``vlm-msd`` (the same one decoder layer fed every visual token, drafting a chain as long as FLASH's) and
+    its ``msd_forward_ms`` is that network's forward. Also the target's decode-step cost, so each cost is a
+    fraction of a target step. Settings above the drafter's query count are skipped (reported).
+    Run with 1 thread for comparable costs. ``stop_at_eos=False`` always generates ``max_new_tokens`` (an
+    untrained micro build answers EOS at once and would leave no decoding steps to measure)."""
+    from .. import SpeculativeGenerator
+
+    target = load("vlm-target", home)
+    model = target.model
+    eos = target.extras["tokenizer"].eos_token_id if stop_at_eos else None
+    flash, msd = load("vlm-flash", home).model, load("vlm-msd", home).model
+    prompts = vlm_prompts(target.tokenizer, num_prompts, kind)
+    refs = [model.generate(**p, do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=0)
+            for p in prompts]
+    prompt_len = int(sum(p["input_ids"].shape[1] for p in prompts) / len(prompts))
+    sar = flash.config.sar_tokens
+    rows, skipped = [], []
+    for n in settings:
+        if n is not None and n > flash.config.compress_tokens:
+            skipped.append(n)
+            continue
+        net = flash if n is not None else msd
+
+        def make():
+            return (FeatureDrafter(flash, model, compress_to=n) if n is not None
+                    else FeatureDrafter(msd, model, num_tokens=sar))
+
+        new = forwards = steps = 0
+        draft_s, exact = 0.0, True
+        for p, ref in zip(prompts, refs):
+            drafter = make()
+            out = SpeculativeGenerator(model, drafter).generate(p["input_ids"], pixel_values=p["pixel_values"],
+                                                                max_new_tokens=max_new_tokens,
+                                                                eos_token_id=[] if eos is None else eos)
+            exact &= torch.equal(out.sequences, ref)
+            st = out.stats
+            new += st.new_tokens
+            forwards += st.row_forwards
+            steps += st.target_forwards - 1
+            draft_s += st.draft_time
+        n_image = model.config.image_seq_length
+        S = prompt_len - n_image + (n or n_image)  # one image per prompt: its run becomes n entries
+        row = {"compress_to": n, "drafter": "vlm-flash" if n is not None else "vlm-msd", "prompt_entries": S,
+               "forward_ms": drafter_forward_ms(flash, model.lm_head, S, repeats=repeats),
+               "draft_ms_per_step": 1000 * draft_s / max(1, steps), "tau": new / max(1, forwards),
+               "exact": bool(exact)}
+        if n is None:
+            row["msd_forward_ms"] = drafter_forward_ms(net, model.lm_head, S, repeats=repeats)
+        rows.append(row)
+    step_ms = target_step_ms(model, prompt_len + max_new_tokens // 2, repeats=repeats)
+    for r in rows:
+        r["forward_vs_target_step"] = r["forward_ms"] / step_ms
+    return {"target_step_ms": step_ms, "num_image_tokens": model.config.image_seq_length,
+            "prompt_tokens": prompt_len, "prompts": f"{num_prompts} held-out scenes ({kind})",
+            "max_new_tokens": max_new_tokens, "stop_at_eos": stop_at_eos, "threads": torch.get_num_threads(), "rows": rows,
+            "skipped": skipped}
+
+
+def sweep_table(result: dict) -> list[str]:
+    lines = [f"target decode step {result['target_step_ms']:.2f} ms ({result['num_image_tokens']} visual tokens per "
+             f"image, {result['threads']} thread(s)); {result['prompts']}",
+             "fwd ms: one forward of the FLASH network over the entries; draft ms/step, tau: the engine with the "
+             "drafter named (uncompressed: vlm-msd, its own forward in brackets)",
+             f"{'compress_to':>12} {'drafter':>10} {'entries':>8} {'fwd ms':>8} {'fwd/step':>9} {'draft ms/step':>14} "
+             f"{'tau':>6} exact"]
+    for r in result["rows"]:
+        name = "none" if r["compress_to"] is None else str(r["compress_to"])
+        lines.append(f"{name:>12} {r['drafter']:>10} {r['prompt_entries']:>8} {r['forward_ms']:>8.3f} "
+                     f"{r['forward_vs_target_step']:>9.3f} {r['draft_ms_per_step']:>14.3f} {r['tau']:>6.2f} "
+                     f"{'yes' if r['exact'] else 'NO'}"
+                     + (f"  (vlm-msd forward {r['msd_forward_ms']:.3f} ms)" if "msd_forward_ms" in r else ""))
+    if result["skipped"]:
+        lines.append(f"skipped (more than the drafter's queries): {result['skipped']}")
+    return lines
+
+
+__all__ = ["VLM_METHODS", "feature_factories", "vlm_prompts", "run_vlm_suite", "target_step_ms", "drafter_forward_ms",
+           "compression_sweep", "sweep_table", "SWEEP_SETTINGS"]

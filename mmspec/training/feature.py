@@ -285,13 +285,13 @@ def cli_train_feature(args) -> int:
     if zoo_target:
         from ..zoo import load, zoo_home
         from ..zoo.code_data import ensure_tokenizer
-        from ..zoo.vlm import Encoder, ScenePool, num_image_tokens
+        from ..zoo.vlm import Encoder, ScenePool
         from ..zoo.vlm_drafters import zoo_batches
 
         settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "checkpoint_every")}
         ckpt = prepare_run(args.out, args.resume, settings)
         target = load(args.target.split(":", 1)[1]).model
-        enc = Encoder(ensure_tokenizer(zoo_home(), False), num_image_tokens())
+        enc = Encoder(ensure_tokenizer(zoo_home(), False), target.config.image_seq_length)
         batches = zoo_batches(enc, ScenePool("train", args.scenes or 4096), cfg.batch_size, cfg.seed)
         val_fn = zoo_batches(enc, ScenePool("val", 64, start=5000), 32, cfg.seed + 99)
         val = [val_fn(i, 1.0) for i in range(2)]

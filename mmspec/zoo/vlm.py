@@ -8,27 +8,33 @@
   token ids (image placeholders included) without the picture. It cannot see the image: it is the baseline
   drafter, and it reads exactly the ids the speculative engine hands every drafter.
 
-Prompt format (the processor expands ``<image>`` into ``num_image_tokens`` = 9 copies of id 3)::
+Prompt format (the processor expands ``<image>`` into ``num_image_tokens`` copies of id 3: 144 for a full
+build, 5-pixel patches over the 60-pixel scene, so each 20-pixel grid cell is 4 x 4 patches)::
 
     target : "<image>\\nQuestion: what colour is the circle?\\nAnswer:"  ->  " red" <eos>
              "<image>\\nCaption:"                                       ->  " a large red circle left of ..." <eos>
-    drafter: the same ids (the 9 placeholders carry no picture for it)
+    drafter: the same ids (the placeholders carry no picture for it)
 
-Recipe (CPU, a few minutes), LLaVA-style in two stages:
+Recipe (CPU), LLaVA-style:
 
-1. *vision pretraining*: the CLIP vision tower (20-pixel patches = one grid cell each) plus a throwaway
-   linear head learns to classify every cell's shape / colour / size (dense labels from the scene);
-2. *instruction tuning*: the tower is frozen; projector (its first units seeded with the stage-1 cell
-   head, see ``seed_projector``) and language model learn single-turn
-   question answering and captioning, with the loss on the answer/caption tokens and their ``<eos>`` only.
+1. *vision pretraining*: the CLIP vision tower plus a throwaway linear head learns to classify, at every
+   patch, the shape / colour / size of the object in the patch's grid cell and the cell's index (dense
+   labels from the scene);
+2. *instruction tuning*: the tower is frozen; projector (its first units seeded with the stage-1 head, see
+   ``seed_projector``) and a shallow language model learn single-turn question answering and captioning,
+   with the loss on the answer/caption tokens and their ``<eos>`` only;
+3. *depth growth*: the language model is grown to full depth (``code.grow_depth``: function-preserving
+   copies of each trained layer) and trained on, so the target's decode step costs many drafter forwards
+   (the ratio speculative decoding lives on) without training a deep model from scratch.
 
-Both stages use ``common.train_loop`` (time budget, early stopping on validation loss, best weights kept).
-The drafter is trained like stage 2 on the same examples without the picture.
+Every stage runs ``common.train_loop`` for a fixed number of steps (the time budget is only a safety net),
+checkpointed under ``<home>/.build/<name>/``: an interrupted ``mmspec zoo build --only vlm-target`` resumes
+where it stopped. The drafter is trained like stage 2 on the same examples without the picture.
 """
 
 from __future__ import annotations
 
-import copy
+import math
 import platform
 import random
 import time
@@ -41,44 +47,63 @@ import torch.nn.functional as F
 from . import ZooEntry, vlm_drafters
 from . import vlm_data as vd
 from .code_data import EOS, IMAGE, ensure_tokenizer
+from .code import build_dir
 from .common import TrainResult, logits_checksum, read_json, seed_everything, train_loop, write_json
 
 BASE_NAMES = ["vlm-target", "vlm-drafter"]
 NAMES = BASE_NAMES + vlm_drafters.NAMES  # feature drafters (EAGLE-style, MSD, FLASH): see vlm_drafters.py
 SEED = 20240611
 
+# Sizes: 5-pixel patches give 144 visual tokens per image (LLaVA-1.5 has 576; the old 20-pixel patches gave
+# 9, leaving FLASH nothing to compress). The language model is 16 layers of 128, grown from a trained 4-layer
+# base: measured with 1 thread (median, random weights), a KV-cached decode step at 184 tokens of context costs
+# 16-20x an EAGLE/MSD drafter forward (one decoder layer of the same width + the LM head) and 10-12x a FLASH
+# forward (its semi-autoregressive head included), the regime of the papers' 7B targets (12 layers: ~8x).
+# Fixed step counts (max_steps) make rebuilds deterministic and resumable; budget_s is a safety net.
+# Measured seconds per step (1 thread, the other core busy; examples average 170 tokens): vision 1.6 (batch 64),
+# 4-layer stage 3.9 (batch 48), 16-layer stage 8.3 (batch 32): about 0.5 + 4.3 + 1.8 hours.
+# The 9-token target needed ~250k examples to reach 98.6% (validation loss still falling at 128k): the base
+# stage sees 192k, the grown stage 26k more.
 FULL = {
-    "patch_size": vd.CELL,
+    "patch_size": 5,
     "vision": {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 3, "num_attention_heads": 4},
-    "text": {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4, "num_attention_heads": 4},
+    "text": {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 16, "num_attention_heads": 4},
+    "base_layers": 4,  # stage 2 trains this many layers; stage 3 grows them to text.num_hidden_layers
     "drafter": {"hidden_size": 96, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4},
     "pool_scenes": 16384,  # training scenes rendered once, shared by all stages
-    "vision_train": {"budget_s": 120.0, "batch_size": 128, "lr": 2e-3, "warmup": 50, "eval_every": 100,
-                     "patience": 4, "val_scenes": 512},
-    "target_train": {"budget_s": 1500.0, "batch_size": 64, "lr": 2e-3, "warmup": 100, "eval_every": 100,
-                     "patience": 8, "val_scenes": 96},
-    "drafter_train": {"budget_s": 120.0, "batch_size": 64, "lr": 3e-3, "warmup": 50, "eval_every": 100,
-                      "patience": 3, "val_scenes": 64},
+    "vision_train": {"budget_s": 1800.0, "batch_size": 64, "lr": 2e-3, "warmup": 50, "eval_every": 100,
+                     "patience": 4, "val_scenes": 256, "max_steps": 1200},
+    "target_train": {"budget_s": 5 * 3600.0, "batch_size": 48, "lr": 2e-3, "warmup": 100, "eval_every": 200,
+                     "patience": 6, "val_scenes": 64, "max_steps": 4000},
+    "grow_train": {"budget_s": 3 * 3600.0, "batch_size": 32, "lr": 5e-4, "warmup": 50, "eval_every": 100,
+                   "patience": 4, "val_scenes": 64, "max_steps": 800},
+    "drafter_train": {"budget_s": 1800.0, "batch_size": 64, "lr": 3e-3, "warmup": 50, "eval_every": 100,
+                      "patience": 3, "val_scenes": 64, "max_steps": 1200},
     "eval_scenes": 240,  # one question of every type per scene
     "caption_scenes": 120,
 }
 MICRO = {
-    "patch_size": vd.CELL,
+    "patch_size": 10,  # 36 visual tokens, 2 x 2 patches per cell: the full build's layout, smaller
     "vision": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2},
-    "text": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2},
+    "text": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2},
+    "base_layers": 1,
     "drafter": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2},
     "pool_scenes": 128,
     "vision_train": {"budget_s": 2.0, "batch_size": 16, "lr": 3e-3, "warmup": 5, "eval_every": 10,
                      "patience": 3, "val_scenes": 8, "max_steps": 20},
     "target_train": {"budget_s": 3.0, "batch_size": 8, "lr": 3e-3, "warmup": 5, "eval_every": 10,
                      "patience": 3, "val_scenes": 4, "max_steps": 20},
+    "grow_train": {"budget_s": 3.0, "batch_size": 8, "lr": 1e-3, "warmup": 2, "eval_every": 5,
+                   "patience": 3, "val_scenes": 4, "max_steps": 10},
     "drafter_train": {"budget_s": 2.0, "batch_size": 8, "lr": 3e-3, "warmup": 5, "eval_every": 10,
                       "patience": 3, "val_scenes": 4, "max_steps": 20},
     "eval_scenes": 4,
     "caption_scenes": 2,
 }
+CHECKPOINT_EVERY_S = 300.0
 FULL_STAGE2_TUNES_TOWER = False  # tuning it at the stage-2 rate stalled validation at 0.50
-THRESHOLDS = {"colour": 0.9, "shape": 0.9}  # held-out greedy accuracy required of a full build
+THRESHOLDS = {"colour": 0.9, "shape": 0.9}  # held-out greedy accuracy per type required of a full build
+ACCURACY_THRESHOLD = 0.95  # ... and over all question types
 # Colour questions ("what colour is the cross?") find an object by its shape, the hardest binding: with
 # uniform weights they stayed at 58% while every other type reached 98-100%; they get 3x the weight.
 QUESTION_WEIGHTS = {"colour": 3.0, "shape": 1.0, "count": 0.5, "position": 1.0, "size": 0.5}
@@ -307,14 +332,14 @@ def teacher_forced(model, batches: list[dict]) -> dict:
 
 @torch.no_grad()
 def generate_answers(model, tokenizer, pairs: list[tuple[vd.Scene, vd.Question]], image: bool,
-                     processor=None, batch_size: int = 64) -> list[str | None]:
+                     processor=None, batch_size: int = 64, n_image: int | None = None) -> list[str | None]:
     """Greedy ``model.generate`` on single-turn prompts (the target through its processor, with
     ``pixel_values``; the drafter on the same ids without the picture). Prompts are batched by token length,
     so no padding is involved. Returns the decoded answer (text before ``<eos>``, stripped) or None where no
-    ``<eos>`` came."""
+    ``<eos>`` came. ``n_image``: the placeholders per picture (default: the target's ``image_seq_length``)."""
     model.eval()
     eos = tokenizer.eos_token_id
-    enc = Encoder(tokenizer, num_image_tokens())
+    enc = Encoder(tokenizer, n_image or model.config.image_seq_length)
     texts = [vd.with_image(q.prompt) for _, q in pairs]
     ids = [enc.prompt_ids(q) for _, q in pairs]
     groups: dict[tuple[int, bool], list[int]] = {}
@@ -363,8 +388,8 @@ def answer_metrics(preds: list[str | None], pairs: list[tuple[vd.Scene, vd.Quest
 # --------------------------------------------------------------------------- training stages
 
 class _CellClassifier(torch.nn.Module):
-    """Vision tower + throwaway linear head: per-patch (= per-cell) shape / colour / size / cell-index logits
-    (the cell index keeps each patch's position readable from its features)."""
+    """Vision tower + throwaway linear head: per-patch shape / colour / size logits of the object in the
+    patch's grid cell, and the cell's index (which keeps each patch's position readable from its features)."""
 
     def __init__(self, tower):
         super().__init__()
@@ -379,15 +404,25 @@ class _CellClassifier(torch.nn.Module):
         return list(self.head(h).split(self.sizes, dim=-1))
 
 
-def _cell_targets(cells: torch.Tensor) -> torch.Tensor:
-    """(n, 9, 3) shape / colour / size labels -> (n, 9, 4) with the cell index appended."""
-    index = torch.arange(cells.shape[1]).expand(cells.shape[0], -1)
-    return torch.cat([cells, index[..., None]], dim=-1)
+def patch_cells(patch_size: int) -> torch.LongTensor:
+    """For every vision patch (row-major), the index of the grid cell it lies in."""
+    side = vd.IMAGE_SIZE // patch_size
+    if side * patch_size != vd.IMAGE_SIZE or vd.CELL % patch_size:
+        raise ValueError(f"patch size {patch_size} must divide the {vd.CELL}-pixel grid cells")
+    cell = torch.arange(side) * patch_size // vd.CELL
+    return (cell[:, None] * vd.GRID + cell[None, :]).flatten()
+
+
+def _cell_targets(cells: torch.Tensor, n_patches: int) -> torch.Tensor:
+    """(n, 9, 3) per-cell shape / colour / size labels -> (n, n_patches, 4): each patch gets its cell's labels
+    and the cell index."""
+    index = patch_cells(vd.IMAGE_SIZE // math.isqrt(n_patches))
+    return torch.cat([cells[:, index], index.expand(cells.shape[0], -1)[..., None]], dim=-1)
 
 
 def _cell_loss(model: _CellClassifier, batch: dict) -> torch.Tensor:
     logits = model(batch["pixel_values"])
-    targets = _cell_targets(batch["cells"])
+    targets = _cell_targets(batch["cells"], logits[0].shape[1])
     return sum(F.cross_entropy(lg.flatten(0, 1), targets[..., k].flatten()) for k, lg in enumerate(logits)) / 4
 
 
@@ -398,46 +433,37 @@ def _cell_accuracy(model: _CellClassifier, batches: list[dict]) -> dict:
     hit = {k: 0 for k in names}
     n = {k: 0 for k in names}
     for b in batches:
-        targets = _cell_targets(b["cells"])
-        for k, lg in enumerate(model(b["pixel_values"])):
-            occupied = b["cells"][..., 0] > 0  # score occupied cells (empty ones are trivial)
+        logits = model(b["pixel_values"])
+        targets = _cell_targets(b["cells"], logits[0].shape[1])
+        for k, lg in enumerate(logits):
+            occupied = targets[..., 0] > 0  # score patches of occupied cells (empty ones are trivial)
             hit[names[k]] += int((lg.argmax(-1) == targets[..., k])[occupied].sum())
             n[names[k]] += int(occupied.sum())
     return {k: hit[k] / max(1, n[k]) for k in names}
 
 
-def _calibrate_steps(model, next_batch, loss, budget_s: float, cap: int = 100_000) -> int:
-    """Steps that fit the time budget (the cosine schedule's length), from timed forward/backward passes."""
-    probe = copy.deepcopy(model)
-    probe.train()
-    times = []
-    for s in range(4):
-        batch = next_batch(10_000_000 + s)
-        t0 = time.perf_counter()
-        loss(probe, batch).backward()
-        times.append(time.perf_counter() - t0)
-    del probe
-    per_step = sorted(times[1:])[1]  # the budget cuts the run short if this was optimistic
-    return int(max(20, min(cap, budget_s / per_step)))
-
-
-def _train_info(res: TrainResult, tc: dict, max_steps: int) -> dict:
-    return {"steps": res.steps, "seconds": round(res.seconds, 2), "best_val_loss": res.best_val_loss,
+def _train_info(res: TrainResult, tc: dict, tokens_per_example: float | None = None) -> dict:
+    info = {"steps": res.steps, "seconds": round(res.seconds, 2), "best_val_loss": res.best_val_loss,
             "val_history": res.val_history, "stopped": res.stopped, "budget_s": tc["budget_s"],
-            "max_steps": max_steps, "batch_size": tc["batch_size"], "lr": tc["lr"],
+            "max_steps": tc["max_steps"], "batch_size": tc["batch_size"], "lr": tc["lr"],
             "examples_seen": res.steps * tc["batch_size"]}
+    if tokens_per_example is not None:
+        info["tokens_seen"] = int(res.steps * tc["batch_size"] * tokens_per_example)
+    return info
 
 
-def _run(model, next_batch, val_loss, loss, tc: dict, desc: str, progress: bool) -> dict:
-    max_steps = tc.get("max_steps") or _calibrate_steps(model, next_batch, loss, tc["budget_s"])
-    res = train_loop(model, next_batch, val_loss, loss, max_steps=max_steps, budget_s=tc["budget_s"], lr=tc["lr"],
-                     warmup=tc["warmup"], eval_every=tc["eval_every"], patience=tc["patience"], desc=desc,
-                     progress=progress)
-    return _train_info(res, tc, max_steps)
+def _run(model, next_batch, val_loss, loss, tc: dict, desc: str, progress: bool, checkpoint: Path | None,
+         tokens_per_example: float | None = None) -> dict:
+    """One checkpointed stage of ``tc["max_steps"]`` steps (a fixed count, so a resumed run matches)."""
+    res = train_loop(model, next_batch, val_loss, loss, max_steps=tc["max_steps"], budget_s=tc["budget_s"],
+                     lr=tc["lr"], warmup=tc["warmup"], eval_every=tc["eval_every"], patience=tc["patience"],
+                     desc=desc, progress=progress, checkpoint=checkpoint, checkpoint_every_s=CHECKPOINT_EVERY_S)
+    return _train_info(res, tc, tokens_per_example)
 
 
-def pretrain_vision(tower, pool: ScenePool, val_pool: ScenePool, tc: dict, progress: bool = False) -> dict:
-    """Stage 1: per-cell shape / colour / size classification from the tower's last-layer patch states."""
+def pretrain_vision(tower, pool: ScenePool, val_pool: ScenePool, tc: dict, progress: bool = False,
+                    checkpoint: Path | None = None) -> dict:
+    """Stage 1: per-patch shape / colour / size / cell classification from the tower's last-layer states."""
     clf = _CellClassifier(tower)
     bs = tc["batch_size"]
 
@@ -451,7 +477,7 @@ def pretrain_vision(tower, pool: ScenePool, val_pool: ScenePool, tc: dict, progr
     def val_loss() -> float:
         return sum(float(_cell_loss(clf, b)) * len(b["cells"]) for b in val) / len(val_pool)
 
-    info = _run(clf, next_batch, val_loss, _cell_loss, tc, "vlm-vision", progress)
+    info = _run(clf, next_batch, val_loss, _cell_loss, tc, "vlm-vision", progress, checkpoint)
     info["val_cell_accuracy"] = _cell_accuracy(clf, val)
     info["head"] = clf.head
     return info
@@ -471,15 +497,60 @@ def seed_projector(projector, head: torch.nn.Linear) -> int:
 
 
 def train_language(model, enc: Encoder, pool: ScenePool, val_scenes: list[vd.Scene], tc: dict, image: bool,
-                   desc: str, progress: bool = False) -> tuple[dict, list[dict]]:
-    """Stage 2 (target: vision tower frozen) or the drafter's training: single-turn answers and captions."""
-    next_batch = example_batches(enc, pool, tc["batch_size"], image, SEED + (0 if image else 1))
+                   desc: str, progress: bool = False, checkpoint: Path | None = None,
+                   seed: int | None = None) -> tuple[dict, list[dict]]:
+    """Stage 2 / 3 (target: vision tower frozen) or the drafter's training: single-turn answers and captions."""
+    seed = SEED + (0 if image else 1) if seed is None else seed
+    next_batch = example_batches(enc, pool, tc["batch_size"], image, seed)
     val = item_batches(enc, all_items(val_scenes), image)
+    probe = next_batch(0)["attention_mask"]
+    tokens = float(probe.sum()) / probe.shape[0]  # mean example length, for the tokens-seen figure
 
     def val_loss() -> float:
         return teacher_forced(model, val)["loss"]
 
-    return _run(model, next_batch, val_loss, loss_fn, tc, desc, progress), val
+    return _run(model, next_batch, val_loss, loss_fn, tc, desc, progress, checkpoint, tokens), val
+
+
+def grow_language_model(base, config):
+    """``base`` (a trained LLaVA) with its language model grown to ``config.text_config``'s depth by
+    :func:`mmspec.zoo.code.grow_depth` (function-preserving: the grown model computes exactly what ``base``
+    did); vision tower and projector are copied unchanged."""
+    from transformers import LlamaForCausalLM, LlavaForConditionalGeneration
+
+    from .code import grow_depth
+
+    shallow = LlamaForCausalLM(base.config.text_config)
+    shallow.model.load_state_dict(base.model.language_model.state_dict())
+    shallow.lm_head.load_state_dict(base.lm_head.state_dict())
+    deep_lm = grow_depth(shallow, config.text_config)
+    deep = LlavaForConditionalGeneration(config).float()
+    deep.model.vision_tower.load_state_dict(base.model.vision_tower.state_dict())
+    deep.model.multi_modal_projector.load_state_dict(base.model.multi_modal_projector.state_dict())
+    deep.model.language_model.load_state_dict(deep_lm.model.state_dict())
+    deep.lm_head.load_state_dict(deep_lm.lm_head.state_dict())
+    return deep
+
+
+@torch.no_grad()
+def layer_ablation(model, batches: list[dict]) -> list[float]:
+    """Held-out answer loss increase when each language-model layer is skipped in turn (~0 for a layer that
+    does nothing): the evidence that every layer of the grown target is used."""
+    lm = model.model.language_model
+    layers = lm.layers
+    base = teacher_forced(model, batches)["loss"]
+    out = []
+    for i in range(len(layers)):
+        lm.layers = torch.nn.ModuleList([m for j, m in enumerate(layers) if j != i])
+        for k, m in enumerate(lm.layers):
+            m.self_attn.layer_idx = k
+        try:
+            out.append(teacher_forced(model, batches)["loss"] - base)
+        finally:
+            lm.layers = layers
+            for k, m in enumerate(layers):
+                m.self_attn.layer_idx = k
+    return out
 
 
 def _round_fp16(model, batches: list[dict]) -> tuple[str, dict]:
@@ -512,14 +583,14 @@ def _save(model, path: Path, dtype: str) -> None:
 
 # --------------------------------------------------------------------------- checksum, build, load
 
-def checksum_inputs(processor_or_tokenizer, image: bool = True) -> dict:
+def checksum_inputs(processor_or_tokenizer, image: bool = True, n_image: int | None = None) -> dict:
     """The fixed input whose logits fingerprint a built model: test scene 0, "what colour is the circle?"
     (through the processor for the target; the same ids without the picture for the drafter)."""
     if image:
         scene = vd.make_scene(CHECKSUM_SCENE)
         return dict(processor_or_tokenizer(images=[scene.image()], text=[vd.with_image(CHECKSUM_PROMPT)],
                                            return_tensors="pt"))
-    enc = Encoder(processor_or_tokenizer, num_image_tokens())
+    enc = Encoder(processor_or_tokenizer, n_image or num_image_tokens())
     return {"input_ids": torch.tensor([enc.prompt_text_ids(CHECKSUM_PROMPT)])}
 
 
@@ -528,7 +599,8 @@ def checksum(entry: ZooEntry) -> dict:
     """``logits_checksum`` of the entry's forward pass on ``checksum_inputs``."""
     if entry.name in vlm_drafters.NAMES:
         return vlm_drafters.checksum(entry)
-    inputs = checksum_inputs(entry.tokenizer, image=entry.name == "vlm-target")
+    inputs = checksum_inputs(entry.tokenizer, image=entry.name == "vlm-target",
+                             n_image=entry.config.get("num_image_tokens"))
     return logits_checksum(entry.model(**inputs).logits)
 
 
@@ -558,7 +630,7 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
 
 
 def _build(home: Path, micro: bool, progress: bool, names: list[str]) -> dict[str, dict]:
-    from transformers import LlamaForCausalLM, LlavaForConditionalGeneration
+    from transformers import LlamaForCausalLM
 
     t_start = time.perf_counter()
     cfg = MICRO if micro else FULL
@@ -578,21 +650,16 @@ def _build(home: Path, micro: bool, progress: bool, names: list[str]) -> dict[st
         t0 = time.perf_counter()
         image = name == "vlm-target"
         seed_everything(SEED + (0 if image else 1))
+        ckpt = build_dir(home, name)
         train: dict = {}
         if image:
-            model = LlavaForConditionalGeneration(target_config(cfg, tokenizer)).float()
-            tower = model.model.vision_tower
-            train["vision"] = pretrain_vision(tower, pool, val_pool, cfg["vision_train"], progress)
-            train["vision"]["projector_units_seeded"] = seed_projector(model.model.multi_modal_projector,
-                                                                       train["vision"].pop("head"))
-            tower.requires_grad_(FULL_STAGE2_TUNES_TOWER and not micro)
-            tc = cfg["target_train"]
+            model, train, val_batches = _train_target(cfg, tokenizer, enc, pool, val_pool, ckpt, micro, progress)
         else:
             model = LlamaForCausalLM(_text_config(cfg["drafter"], tokenizer)).float()
+            _set_generation_config(model, tokenizer)
             tc = cfg["drafter_train"]
-        _set_generation_config(model, tokenizer)
-        val_scenes = val_pool.scenes[: tc["val_scenes"]]
-        train["language"], val_batches = train_language(model, enc, pool, val_scenes, tc, image, name, progress)
+            train["language"], val_batches = train_language(model, enc, pool, val_pool.scenes[: tc["val_scenes"]],
+                                                            tc, image, name, progress, ckpt / "train.pt")
         model.requires_grad_(True)
         dtype, fp16_info = _round_fp16(model, val_batches)
 
@@ -620,7 +687,8 @@ def _build(home: Path, micro: bool, progress: bool, names: list[str]) -> dict[st
         model = entry.model
         tf = teacher_forced(model, item_batches(enc, all_items(test_scenes), image))
         pairs = eval_pairs + caption_pairs
-        preds = generate_answers(model, tokenizer, pairs, image, processor=processor if image else None)
+        preds = generate_answers(model, tokenizer, pairs, image, processor=processor if image else None,
+                                 n_image=enc.n_image)
         m = answer_metrics(preds, pairs)
         m.update({"held_out_loss": tf["loss"], "held_out_token_accuracy": tf["token_accuracy"],
                   "held_out_by_kind": tf["by_kind"],
@@ -632,8 +700,14 @@ def _build(home: Path, micro: bool, progress: bool, names: list[str]) -> dict[st
                   "eval_scenes": cfg["eval_scenes"], "caption_scenes": cfg["caption_scenes"],
                   "pool_scenes": cfg["pool_scenes"], "data_seconds": round(data_seconds, 2)})
         if image:
-            m["thresholds"] = THRESHOLDS
-            m["meets_thresholds"] = all(m["accuracy_by_type"].get(k, 0.0) >= v for k, v in THRESHOLDS.items())
+            test_batches = item_batches(enc, all_items(test_scenes[: 8 if micro else 48]), image)
+            m["layer_ablation_loss_increase"] = layer_ablation(model, test_batches)
+            m["thresholds"] = {**THRESHOLDS, "accuracy": ACCURACY_THRESHOLD}
+            m["meets_thresholds"] = (m["accuracy"] >= ACCURACY_THRESHOLD and
+                                     all(m["accuracy_by_type"].get(k, 0.0) >= v for k, v in THRESHOLDS.items()))
+            m["layers"] = model.config.text_config.num_hidden_layers
+            m["steps"] = sum(st["steps"] for st in train.values())
+            m["train_seconds"] = round(sum(st["seconds"] for st in train.values()), 2)
         m["build_seconds"] = round(time.perf_counter() - t0, 2)
         write_json(path / "metrics.json", m)
         results[name] = m
@@ -641,6 +715,37 @@ def _build(home: Path, micro: bool, progress: bool, names: list[str]) -> dict[st
         results["vlm-drafter"]["family_build_seconds"] = round(time.perf_counter() - t_start, 2)
         write_json(home / "vlm-drafter" / "metrics.json", results["vlm-drafter"])
     return results
+
+
+def _train_target(cfg: dict, tokenizer, enc: Encoder, pool: ScenePool, val_pool: ScenePool, ckpt: Path,
+                  micro: bool, progress: bool):
+    """``vlm-target`` in three checkpointed stages (vision pretraining, shallow instruction tuning, growth
+    to full depth and training on); returns (model, {stage: train info}, validation batches)."""
+    from transformers import LlavaForConditionalGeneration
+
+    full = target_config(cfg, tokenizer)
+    base_cfg = target_config({**cfg, "text": {**cfg["text"], "num_hidden_layers": cfg["base_layers"]}}, tokenizer)
+    model = LlavaForConditionalGeneration(base_cfg).float()
+    _set_generation_config(model, tokenizer)
+    tower = model.model.vision_tower
+    train = {"vision": pretrain_vision(tower, pool, val_pool, cfg["vision_train"], progress, ckpt / "vision.pt")}
+    train["vision"]["projector_units_seeded"] = seed_projector(model.model.multi_modal_projector,
+                                                               train["vision"].pop("head"))
+    tower.requires_grad_(FULL_STAGE2_TUNES_TOWER and not micro)
+    tc = cfg["target_train"]
+    train["language"], val = train_language(model, enc, pool, val_pool.scenes[: tc["val_scenes"]], tc, True,
+                                            f"vlm-target ({cfg['base_layers']} layers)", progress, ckpt / "base.pt")
+    train["language"]["layers"] = cfg["base_layers"]
+    if full.text_config.num_hidden_layers != cfg["base_layers"]:
+        model = grow_language_model(model, full)
+        _set_generation_config(model, tokenizer)
+        model.model.vision_tower.requires_grad_(FULL_STAGE2_TUNES_TOWER and not micro)
+        tc = cfg["grow_train"]
+        train["grow"], val = train_language(model, enc, pool, val_pool.scenes[: tc["val_scenes"]], tc, True,
+                                            f"vlm-target ({full.text_config.num_hidden_layers} layers)", progress,
+                                            ckpt / "grow.pt", seed=SEED + 17)
+        train["grow"]["layers"] = full.text_config.num_hidden_layers
+    return model, train, val
 
 
 def load(name: str, path: Path) -> ZooEntry:

@@ -5,7 +5,8 @@ disjoint seed ranges, so held-out scenes are never trained on.
 
 Layout: the 60x60 picture is divided into a 3x3 grid of 20-pixel cells; each object sits entirely in its
 own cell (jittered inside it), so positions have unambiguous names ("top left", "center", "bottom", ...)
-and a vision tower with 20-pixel patches sees one cell per patch. Within a scene
+and a vision tower whose patch size divides 20 sees each cell as whole patches (20 px: one patch per cell;
+the full ``vlm-target`` uses 5 px: 4 x 4 patches per cell, 144 visual tokens). Within a scene
 shapes are distinct and colours are distinct, so every question has exactly one answer.
 
 Prompts (the ``<image>`` placeholder is expanded by the processor into the image tokens)::
@@ -25,7 +26,7 @@ from PIL import Image, ImageDraw
 
 from .code_data import IMAGE
 
-IMAGE_SIZE = 60  # 3x3 cells of 20 px: with patch 20, one vision patch per cell
+IMAGE_SIZE = 60  # 3x3 cells of 20 px: with patch 20 one vision patch per cell, with patch 5 sixteen
 SUPERSAMPLE = 4  # shapes are drawn at 4x and box-filtered down (anti-aliased edges)
 GRID = 3
 CELL = IMAGE_SIZE // GRID

@@ -2,17 +2,20 @@
 
 - ``vlm-eagle``: the plain EAGLE-style feature drafter (image positions fed like text: no decoupling);
 - ``vlm-msd``: MSD — image positions take the target's projected image embeddings;
-- ``vlm-flash``: FLASH — each image's 9 placeholders compressed by nested learned queries (any of 1, 2, 4
-  or 8 tokens at inference) and a semi-autoregressive head drafting 4 tokens per forward.
+- ``vlm-flash``: FLASH — each image's placeholders (144 in a full build) compressed by nested learned queries
+  (any of 1, 2, 4, 8 or 16 tokens at inference) and a semi-autoregressive head drafting 4 tokens per forward.
 
 All three: one decoder layer the size of the target's, the target's embeddings and LM head reused
 frozen, trained by :mod:`mmspec.training.feature` with MSD's schedule (stage 1 text-only rows, stage 2
 multimodal rows mixed in linearly) on captions and questions of the training scenes (half captions,
-where speculative decoding has long answers to work on).
+where speculative decoding has long answers to work on). Training is checkpointed under
+``<home>/.build/<name>/<target fingerprint>/``: a killed build resumes, and a rebuilt target starts afresh.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -26,7 +29,7 @@ NAMES = ["vlm-eagle", "vlm-msd", "vlm-flash"]
 METHODS = {"vlm-eagle": "eagle", "vlm-msd": "msd", "vlm-flash": "flash"}
 SEED = 4242
 CAPTION_FRACTION = 0.5
-FLASH_QUERIES, FLASH_SAR = 8, 4
+FLASH_QUERIES, FLASH_SAR = 16, 4
 
 
 def train_config(micro: bool):
@@ -34,9 +37,12 @@ def train_config(micro: bool):
 
     if micro:
         return FeatureTrainConfig(stage1_steps=4, stage1_budget_s=3.0, stage2_steps=6, stage2_budget_s=4.0,
-                                  batch_size=4, warmup=2, eval_every=3, patience=2, compress_choices=(1, 2))
-    # validation loss was still falling after 1500 stage-2 steps (0.136 for vlm-eagle): 4000 steps
-    return FeatureTrainConfig(stage1_steps=300, stage1_budget_s=90.0, stage2_steps=4000, stage2_budget_s=600.0)
+                                  batch_size=4, warmup=2, eval_every=3, patience=2, compress_choices=(1, 2, 16))
+    # Against the 16-layer, 144-visual-token target a multimodal step costs ~4.5 s (1 thread; the target's
+    # teacher forward dominates), a text-only one ~1 s: 1500 stage-2 steps are ~2 hours per drafter (the
+    # 9-token target's drafters took 4000). Budgets are a safety net (fixed steps keep a resumed build identical).
+    return FeatureTrainConfig(stage1_steps=300, stage1_budget_s=3600.0, stage2_steps=1500, stage2_budget_s=4 * 3600.0,
+                              compress_choices=(1, 2, 4, 8, 16))
 
 
 def zoo_batches(enc, pool, batch_size: int, seed: int):
@@ -73,12 +79,14 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
     from ..drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
     from ..training.feature import train_feature_drafter
     from .code_data import ensure_tokenizer
-    from .vlm import Encoder, ScenePool, load as load_vlm, num_image_tokens
+    from .code import build_dir
+    from .vlm import Encoder, ScenePool, load as load_vlm
 
     names = names or NAMES
-    target = load_vlm("vlm-target", home / "vlm-target").model
+    target_entry = load_vlm("vlm-target", home / "vlm-target")
+    target = target_entry.model
     tok = ensure_tokenizer(home, micro)
-    enc = Encoder(tok, num_image_tokens())
+    enc = Encoder(tok, target.config.image_seq_length)
     pool = ScenePool("train", 64 if micro else 4096)
     val_pool = ScenePool("val", 8 if micro else 96, start=5000)  # not the scenes the target validated on
     cfg = train_config(micro)
@@ -91,8 +99,9 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
         extra = dict(compress_tokens=FLASH_QUERIES, sar_tokens=FLASH_SAR) if method == "flash" else {}
         net = FeatureDraftModel(FeatureDrafterConfig.for_target(target, method, **extra))
         run_cfg = replace(cfg, seed=cfg.seed + NAMES.index(name))
+        ckpt = build_dir(home, name) / target_fingerprint(target_entry.config)
         report = train_feature_drafter(net, target, zoo_batches(enc, pool, cfg.batch_size, SEED + NAMES.index(name)),
-                                       val_batches, run_cfg, progress=progress)
+                                       val_batches, run_cfg, progress=progress, checkpoint=ckpt)
         path = home / name
         net.save_pretrained(path)
         info = {"family": "vlm", "name": name, "micro": micro, "method": method, "target": "vlm-target",
@@ -100,9 +109,19 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
         write_json(path / "zoo.json", info)
         write_json(path / "zoo.json", {**info, "checksum": checksum(load(name, path))})
         report["params"] = sum(p.numel() for p in net.parameters())
+        report["steps"] = sum(report[k]["steps"] for k in ("stage1", "stage2") if k in report)
+        report["examples_seen"] = report["steps"] * cfg.batch_size
+        report["num_image_tokens"] = enc.n_image
         write_json(path / "metrics.json", report)
         results[name] = report
     return results
+
+
+def target_fingerprint(target_zoo_json: dict) -> str:
+    """A short name for the target a drafter trains against (its recorded logits checksum), so a drafter's
+    checkpoints are never resumed against a rebuilt target."""
+    key = json.dumps(target_zoo_json.get("checksum"), sort_keys=True)
+    return "target-" + hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
 @torch.no_grad()
@@ -133,4 +152,5 @@ def load(name: str, path: Path) -> ZooEntry:
                     config=read_json(path / "zoo.json"), path=Path(path))
 
 
-__all__ = ["NAMES", "METHODS", "build", "load", "checksum", "checksum_output", "zoo_batches", "train_config"]
+__all__ = ["NAMES", "METHODS", "build", "load", "checksum", "checksum_output", "zoo_batches", "train_config",
+           "target_fingerprint"]
