@@ -368,8 +368,7 @@ def _log(progress: bool, msg: str) -> None:
 def image_size_of(model) -> int:
     """The picture size a VQ (``config.sample_size``) or classifier (``config["image_size"]``) was built for;
     models from before the size was recorded are 32 px."""
-    cfg = model.config
-    size = cfg.get("image_size") if isinstance(cfg, dict) else getattr(cfg, "sample_size", None)
+    size = model.config.get("image_size" if isinstance(model, ImageClassifier) else "sample_size")
     return int(size or data.IMAGE_SIZE)
 
 
