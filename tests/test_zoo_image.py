@@ -153,7 +153,7 @@ def test_encode_decode_round_trip(micro_zoo):
     home, _ = micro_zoo
     vq = image.load("image-vq", home / "image-vq").model
     lay = image.load("image-target", home / "image-target").extras["layout"]
-    x, _ = image_data.make_dataset("test", 3)
+    x, _ = image_data.make_dataset("test", 3, size=image.image_size_of(vq))
     codes = image.encode_images(vq, x)
     assert codes.shape == (3, lay.num_codes) and codes.dtype == torch.long
     assert codes.min() >= 0 and codes.max() < lay.codebook_size
@@ -175,7 +175,9 @@ def test_generate_images_with_cfg(micro_zoo):
     gen = torch.Generator().manual_seed(0)
     imgs, codes = image.generate_images(target, vq, [0, 3, -1], cfg_scale=3.0, temperature=1.0, top_k=20,
                                         generator=gen, return_codes=True)
-    assert imgs.shape == (3, 3, image_data.IMAGE_SIZE, image_data.IMAGE_SIZE)
+    size = image.image_size_of(vq)
+    assert size == image.MICRO.image_size and lay.grid == size // 4  # the VQ downsamples 4x
+    assert imgs.shape == (3, 3, size, size)
     assert codes.shape == (3, lay.num_codes) and codes.max() < lay.codebook_size
     # same generator seed -> same samples; greedy is deterministic
     again = image.generate_codes(target, [0, 3, -1], 3.0, 1.0, 20, torch.Generator().manual_seed(0))
@@ -213,3 +215,66 @@ def test_train_image_drafter_cli(micro_zoo, tmp_path, monkeypatch):
     net = FeatureDraftModel.from_pretrained(out, target=target)
     assert net.config.sar_tokens == 2 and net.config.guidance_scale == 3.0
     assert (out / "train_report.json").exists()
+
+
+# ------------------------------------------------------------------------- staged, resumable target build
+
+
+def test_micro_target_is_grown_in_stages(micro_zoo):
+    """The target trains as a shallow base, then grown to full depth; metrics record both stages' steps,
+    tokens and seconds and each layer's ablation (every layer of the grown model is used)."""
+    home, metrics = micro_zoo
+    m = metrics["image-target"]
+    plan = image.MICRO
+    assert m["layers"] == plan.ar_layers and plan.ar_layers % plan.ar_base_layers == 0
+    assert set(m["stages"]) == {"base", "grow"}
+    assert m["stages"]["base"]["steps"] == plan.ar_base_steps and m["stages"]["grow"]["steps"] == plan.ar_steps
+    lay = image.load("image-target", home / "image-target").extras["layout"]
+    assert m["train_tokens"] == (plan.ar_base_steps + plan.ar_steps) * plan.ar_batch * lay.num_codes
+    assert len(m["layer_ablation_loss_increase"]) == plan.ar_layers
+    for stage in ("base", "grow"):
+        assert (image.stage_dir(home, "image-target") / f"{stage}.pt").exists()
+
+
+def test_only_target_resumes_from_its_checkpoints(micro_zoo, tmp_path):
+    """`zoo build --only image-target` on a home holding its inputs resumes from the stage checkpoints: the
+    finished stages are not trained again, and the shipped target is the same."""
+    import shutil
+
+    home, metrics = micro_zoo
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    shutil.rmtree(copy / "image-target")
+    again = image.build(copy, micro=True, progress=False, names=["image-target"])
+    assert set(again) == {"image-target"}
+    before, after = metrics["image-target"], again["image-target"]
+    for stage in ("base", "grow"):  # no new training time: both stages were read back finished
+        assert abs(after["stages"][stage]["seconds"] - before["stages"][stage]["seconds"]) < 0.5
+        assert after["stages"][stage]["steps"] == before["stages"][stage]["steps"]
+    assert read_json(copy / "image-target" / "zoo.json")["checksum"] == read_json(home / "image-target" / "zoo.json")["checksum"]
+
+
+def test_checkpoints_of_another_vq_are_cleared(tmp_path):
+    folder = image.stage_dir(tmp_path, "image-target")
+    image._bind_checkpoints(tmp_path, ["image-target"], {"sum": 1.0}, progress=False)
+    (folder / "base.pt").write_bytes(b"x")
+    image._bind_checkpoints(tmp_path, ["image-target"], {"sum": 1.0}, progress=False)
+    assert (folder / "base.pt").exists()  # same VQ: kept
+    image._bind_checkpoints(tmp_path, ["image-target"], {"sum": 2.0}, progress=False)
+    assert not (folder / "base.pt").exists() and (folder / "inputs.json").exists()
+
+
+def test_building_a_model_without_its_inputs_names_them(tmp_path):
+    with pytest.raises(ValueError, match="image-vq"):
+        image.build(tmp_path, micro=True, progress=False, names=["image-target"])
+    with pytest.raises(ValueError, match="image-target"):
+        image.build(tmp_path, micro=True, progress=False, names=["image-sar"])
+
+
+def test_feature_drafters_ship_in_fp16(micro_zoo):
+    from safetensors.torch import load_file
+
+    home, _ = micro_zoo
+    for name in ("image-eagle", "image-sar"):
+        tensors = load_file(str(home / name / "model.safetensors"))
+        assert tensors and all(t.dtype == torch.float16 for t in tensors.values())

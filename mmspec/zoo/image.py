@@ -218,9 +218,10 @@ def generate_images(target, vq, class_ids, cfg_scale: float = 3.0, temperature: 
 class ImageClassifier(nn.Module):
     """A small CNN: three conv stages, global average pooling, a linear head. Input in [-1, 1]."""
 
-    def __init__(self, num_classes: int = data.NUM_CLASSES, width: int = 32):
+    def __init__(self, num_classes: int = data.NUM_CLASSES, width: int = 32, image_size: int = data.IMAGE_SIZE):
         super().__init__()
-        self.config = {"num_classes": num_classes, "width": width}
+        # image_size: the pictures it was trained on (the conv net runs on any size; it judges that one well)
+        self.config = {"num_classes": num_classes, "width": width, "image_size": image_size}
         w = width
         self.features = nn.Sequential(
             nn.Conv2d(3, w, 3, padding=1), nn.ReLU(),
@@ -250,7 +251,7 @@ class ImageClassifier(nn.Module):
         from safetensors.torch import load_file
 
         cfg = read_json(Path(path) / "config.json")
-        model = cls(num_classes=cfg["num_classes"], width=cfg["width"])
+        model = cls(num_classes=cfg["num_classes"], width=cfg["width"], image_size=cfg.get("image_size", data.IMAGE_SIZE))
         state = {k: v.float() for k, v in load_file(str(Path(path) / "model.safetensors")).items()}
         model.load_state_dict(state)
         return model.eval()
@@ -262,6 +263,7 @@ class ImageClassifier(nn.Module):
 
 @dataclass
 class Plan:
+    image_size: int  # pictures are image_size x image_size; the VQ's grid is image_size / 2 ** (levels - 1)
     n_train: int
     n_val: int
     n_test: int
@@ -273,9 +275,10 @@ class Plan:
     vq_steps: int
     vq_budget: float
     vq_lr: float
-    # AR target / drafter
+    # AR target (trained at ar_base_layers, then grown to ar_layers: see _train_target) / AR drafter
     ar_hidden: int
     ar_layers: int
+    ar_base_layers: int
     ar_heads: int
     ar_inter: int
     dr_hidden: int
@@ -283,11 +286,14 @@ class Plan:
     dr_heads: int
     dr_inter: int
     ar_batch: int
+    ar_base_steps: int  # fixed step counts (checkpointed stages must resume with the same schedule)
     ar_steps: int
-    ar_budget: float
     dr_steps: int
+    ar_budget: float  # safety nets per stage: a stage stopped by its budget says so in metrics.json
     dr_budget: float
     ar_lr: float
+    ar_grow_lr: float
+    ar_eval_every: int
     # classifier
     cls_width: int
     cls_steps: int
@@ -300,21 +306,27 @@ class Plan:
     cfg_scale: float = 3.0
 
 
-FULL = Plan(n_train=16000, n_val=512, n_test=512,
-            vq_channels=(16, 32, 64), vq_latent=4, codebook_size=512, vq_batch=16, vq_steps=4000, vq_budget=270.0,
+# 64 px pictures, a 4x-downsampling VQ: a 16x16 grid, 256 codes per picture (LlamaGen's count at 256 px).
+# The target is 12 layers (a 4-layer base grown 3x): its CFG decode step costs >= 6x a drafter forward on a
+# CPU, where per-layer overhead dominates; 5.5M parameters, 10.5 MB in fp16.
+FULL = Plan(image_size=64, n_train=16000, n_val=256, n_test=512,
+            vq_channels=(16, 32, 64), vq_latent=4, codebook_size=512, vq_batch=8, vq_steps=4000, vq_budget=900.0,
             vq_lr=2e-3,
-            ar_hidden=192, ar_layers=4, ar_heads=4, ar_inter=512,
+            ar_hidden=192, ar_layers=12, ar_base_layers=4, ar_heads=4, ar_inter=512,
             dr_hidden=192, dr_layers=1, dr_heads=4, dr_inter=512,
-            ar_batch=32, ar_steps=4000, ar_budget=570.0, dr_steps=3000, dr_budget=130.0, ar_lr=2e-3,
-            cls_width=24, cls_steps=2000, cls_budget=40.0, n_cls_recon=2000, per_class=10, eval_every=100)
+            ar_batch=32, ar_base_steps=2400, ar_steps=500, dr_steps=1000, ar_budget=4 * 3600.0, dr_budget=3600.0,
+            ar_lr=2e-3, ar_grow_lr=5e-4, ar_eval_every=200,
+            cls_width=24, cls_steps=2000, cls_budget=150.0, n_cls_recon=2000, per_class=10, eval_every=100)
 
-MICRO = Plan(n_train=192, n_val=48, n_test=48,
-             vq_channels=(8, 8, 16), vq_latent=4, codebook_size=256, vq_batch=8, vq_steps=12, vq_budget=1.5,
+# micro: 32 px (an 8x8 grid) keeps the tests' generation loops short; the code paths are the same
+MICRO = Plan(image_size=32, n_train=96, n_val=24, n_test=24,
+             vq_channels=(8, 8, 16), vq_latent=4, codebook_size=256, vq_batch=4, vq_steps=8, vq_budget=1.5,
              vq_lr=2e-3,
-             ar_hidden=32, ar_layers=2, ar_heads=2, ar_inter=64,
+             ar_hidden=32, ar_layers=4, ar_base_layers=2, ar_heads=2, ar_inter=64,
              dr_hidden=32, dr_layers=1, dr_heads=2, dr_inter=64,
-             ar_batch=8, ar_steps=12, ar_budget=1.0, dr_steps=8, dr_budget=0.5, ar_lr=2e-3,
-             cls_width=8, cls_steps=12, cls_budget=0.5, n_cls_recon=192, per_class=1, eval_every=4)
+             ar_batch=4, ar_base_steps=6, ar_steps=4, dr_steps=4, ar_budget=30.0, dr_budget=30.0,
+             ar_lr=2e-3, ar_grow_lr=1e-3, ar_eval_every=3,
+             cls_width=8, cls_steps=8, cls_budget=0.5, n_cls_recon=96, per_class=1, eval_every=4)
 
 
 def _versions() -> dict:
@@ -354,9 +366,16 @@ def _log(progress: bool, msg: str) -> None:
 # fixed inputs of the recorded checksums -------------------------------------------------------------------
 
 
-def checksum_images(n: int = 4) -> torch.Tensor:
+def image_size_of(model) -> int:
+    """The picture size a VQ (``config.sample_size``) or classifier (``config["image_size"]``) was built for;
+    models from before the size was recorded are 32 px."""
+    size = model.config.get("image_size" if isinstance(model, ImageClassifier) else "sample_size")
+    return int(size or data.IMAGE_SIZE)
+
+
+def checksum_images(n: int = 4, size: int = data.IMAGE_SIZE) -> torch.Tensor:
     """The first ``n`` test pictures: the fixed input of the VQ and classifier checksums."""
-    return data.make_dataset("test", n)[0]
+    return data.make_dataset("test", n, size=size)[0]
 
 
 def checksum_tokens(layout: TokenLayout) -> torch.Tensor:
@@ -374,9 +393,9 @@ def checksum_output(name: str, model, layout: TokenLayout | None = None) -> torc
 
         return feature_checksum_output(model)
     if name == "image-vq":
-        return model(checksum_images()).sample
+        return model(checksum_images(size=image_size_of(model))).sample
     if name == "image-classifier":
-        return model(checksum_images())
+        return model(checksum_images(size=image_size_of(model)))
     return model(input_ids=checksum_tokens(layout or layout_of(model))).logits
 
 
@@ -418,7 +437,7 @@ def _make_vq(plan: Plan):
     return VQModel(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * n,
                    up_block_types=("UpDecoderBlock2D",) * n, block_out_channels=plan.vq_channels, layers_per_block=1,
                    latent_channels=plan.vq_latent, vq_embed_dim=plan.vq_latent, num_vq_embeddings=plan.codebook_size,
-                   norm_num_groups=min(8, plan.vq_channels[0]), sample_size=data.IMAGE_SIZE,
+                   norm_num_groups=min(8, plan.vq_channels[0]), sample_size=plan.image_size,
                    mid_block_add_attention=False)
 
 
@@ -476,16 +495,22 @@ def _train_vq(plan: Plan, train_x: torch.Tensor, val_x: torch.Tensor, progress: 
     return vq, res
 
 
-def _make_llama(plan: Plan, layout: TokenLayout, hidden: int, layers: int, heads: int, inter: int):
-    from transformers import LlamaConfig, LlamaForCausalLM
+def _llama_config(layout: TokenLayout, hidden: int, layers: int, heads: int, inter: int):
+    from transformers import LlamaConfig
 
     cfg = LlamaConfig(vocab_size=layout.vocab_size, hidden_size=hidden, intermediate_size=inter,
                       num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
                       max_position_embeddings=layout.seq_len + 16, rope_theta=10000.0, tie_word_embeddings=False,
                       bos_token_id=None, eos_token_id=None, pad_token_id=None)
     setattr(cfg, LAYOUT_KEY, layout.to_dict())
+    return cfg
+
+
+def _make_llama(plan: Plan, layout: TokenLayout, hidden: int, layers: int, heads: int, inter: int):
+    from transformers import LlamaForCausalLM
+
     torch.manual_seed(SEED)
-    return LlamaForCausalLM(cfg)
+    return LlamaForCausalLM(_llama_config(layout, hidden, layers, heads, inter))
 
 
 def _sequences(layout: TokenLayout, codes: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -508,10 +533,11 @@ def _eval_ar_loss(model, seqs: torch.Tensor, layout: TokenLayout, bs: int = 256)
 
 
 def _train_ar(plan: Plan, model, layout: TokenLayout, train_seqs: torch.Tensor, val_seqs: torch.Tensor, *,
-              steps: int, budget: float, desc: str, progress: bool):
+              steps: int, budget: float, lr: float, desc: str, progress: bool, checkpoint: Path, seed: int):
+    """Next-code training with class dropout (the dropped rows learn the unconditional model CFG needs);
+    fixed ``steps``, checkpointed to ``checkpoint`` so an interrupted build resumes there."""
     loss = lambda m, s: _ar_loss(m, s, layout)  # noqa: E731
-    steps = _fit_steps(model, train_seqs[:plan.ar_batch], loss, budget, steps)
-    g = seed_everything(SEED + 1)
+    g = seed_everything(seed)
 
     def next_batch(step: int) -> torch.Tensor:
         seqs = train_seqs[torch.randint(0, len(train_seqs), (plan.ar_batch,), generator=g)].clone()
@@ -519,17 +545,38 @@ def _train_ar(plan: Plan, model, layout: TokenLayout, train_seqs: torch.Tensor, 
         seqs[drop, 0] = layout.null_id  # class dropout: these rows learn the unconditional model
         return seqs
 
-    res = train_loop(model, next_batch, lambda: _eval_ar_loss(model, val_seqs, layout), loss, max_steps=steps,
-                     budget_s=budget, lr=plan.ar_lr, warmup=min(100, steps // 4), eval_every=plan.eval_every,
-                     patience=4, desc=desc, progress=progress)
-    return res
+    return train_loop(model, next_batch, lambda: _eval_ar_loss(model, val_seqs, layout), loss, max_steps=steps,
+                      budget_s=budget, lr=lr, warmup=min(100, max(1, steps // 10)), eval_every=plan.ar_eval_every,
+                      patience=4, desc=desc, progress=progress, checkpoint=checkpoint, generators=(g,))
+
+
+def _train_target(plan: Plan, home: Path, layout: TokenLayout, train_seqs, val_seqs, progress: bool):
+    """image-target in two checkpointed stages (``<home>/.build/image-target/{base,grow}.pt``): a shallow
+    base trained from scratch, then grown to full depth (:func:`~mmspec.zoo.code.grow_depth`: the grown
+    model starts as exactly the base's function) and trained on. The base's steps are ~3x cheaper than the
+    deep model's, so most of the tokens are seen at the base's cost."""
+    from .code import grow_depth
+
+    dims = (plan.ar_hidden, plan.ar_heads, plan.ar_inter)
+    model = _make_llama(plan, layout, dims[0], plan.ar_base_layers, dims[1], dims[2])
+    stages = {}
+    for stage in ("base", "grow"):
+        if stage == "grow":
+            model = grow_depth(model, _llama_config(layout, dims[0], plan.ar_layers, dims[1], dims[2]))
+        n = model.config.num_hidden_layers
+        stages[stage] = _train_ar(
+            plan, model, layout, train_seqs, val_seqs, steps=plan.ar_base_steps if stage == "base" else plan.ar_steps,
+            budget=plan.ar_budget, lr=plan.ar_lr if stage == "base" else plan.ar_grow_lr,
+            desc=f"image-target ({stage}, {n} layers)", progress=progress,
+            checkpoint=stage_dir(home, "image-target") / f"{stage}.pt", seed=SEED + (1 if stage == "base" else 17))
+    return model, stages
 
 
 def _train_classifier(plan: Plan, train_x, train_y, val_x, val_y, recon_fn, progress: bool):
     """Trained on real pictures and (half the time) their VQ reconstructions, with light noise: the pictures
     it has to judge later are VQ decodes."""
     g = seed_everything(SEED + 2)
-    model = ImageClassifier(data.NUM_CLASSES, plan.cls_width)
+    model = ImageClassifier(data.NUM_CLASSES, plan.cls_width, plan.image_size)
     bs = 64 if len(train_x) >= 64 else len(train_x)
     val_recon = recon_fn(val_x)
 
@@ -613,21 +660,61 @@ def _save_llama_fp16(model, path: Path):
 # build / load
 
 
+BUILD_ORDER = ["image-vq", "image-classifier", "image-target", "image-drafter"]  # each needs the ones before
+
+
 def build(home: Path, micro: bool = False, progress: bool = True, names: list[str] | None = None) -> dict[str, dict]:
-    """Train the image family into ``home/<name>/``; returns {name: metrics}. The base models build as a
-    whole (they depend on each other); the feature drafter alone needs a built ``image-target``."""
+    """Train the image family (or the models in ``names``) into ``home/<name>/``; returns {name: metrics}.
+    Models not asked for but needed (``BUILD_ORDER``: the VQ, then the classifier, the target, the AR
+    drafter; the feature drafters need the target) are loaded from ``home``. ``image-target`` and
+    ``image-drafter`` train in checkpointed stages under ``home/.build/``: ``--only image-target`` again
+    after an interruption resumes where it stopped."""
+    home = Path(home)
     names = names or NAMES
     base = [n for n in BASE_NAMES if n in names]
-    if base and set(base) != set(BASE_NAMES):
-        raise ValueError(f"the image family's base models build as a whole (they depend on each other): {BASE_NAMES}")
-    out = _build_base(home, micro, progress) if base else {}
+    out = _build_base(home, micro, progress, base) if base else {}
     extra = [n for n in image_drafters.NAMES if n in names]
     if extra:
-        out.update(image_drafters.build(Path(home), micro, progress, extra))
+        out.update(image_drafters.build(home, micro, progress, extra))
     return out
 
 
-def _build_base(home: Path, micro: bool, progress: bool) -> dict[str, dict]:
+def stage_dir(home: Path, name: str) -> Path:
+    """Where ``name``'s training checkpoints live while it is being built (never shipped)."""
+    from .code import build_dir
+
+    return build_dir(home, name)
+
+
+def _bind_checkpoints(home: Path, names: list[str], vq_checksum: dict, progress: bool) -> None:
+    """Checkpoints of models trained on the VQ's codes are only valid for that VQ: each stage folder records
+    the VQ checksum it was started with, and a folder from another VQ is cleared (a rebuilt VQ restarts them)."""
+    import json
+    import shutil
+
+    for name in names:
+        folder = stage_dir(home, name)
+        stamp = folder / "inputs.json"
+        want = {"image-vq": vq_checksum}
+        if stamp.exists() and json.loads(stamp.read_text()) != json.loads(json.dumps(want)):
+            _log(progress, f"{name}: checkpoints in {folder} were trained on another image-vq; starting over")
+            shutil.rmtree(folder)
+        if not stamp.exists():
+            write_json(stamp, want)
+
+
+def _require(home: Path, name: str, wanted: str) -> Path:
+    path = home / name
+    if not (path / "zoo.json").exists():
+        raise ValueError(f"building {wanted} needs {name} in {home}; build it first (`mmspec zoo build --only "
+                         f"{name}`) or build the image family as a whole")
+    from . import check_model_dir
+
+    check_model_dir(name, path)
+    return path
+
+
+def _build_base(home: Path, micro: bool, progress: bool, names: list[str]) -> dict[str, dict]:
     from diffusers import VQModel
     from diffusers.utils import logging as dlog
     from transformers.utils import logging as tlog
@@ -639,7 +726,7 @@ def _build_base(home: Path, micro: bool, progress: bool) -> dict[str, dict]:
         tlog.disable_progress_bar()
         dlog.disable_progress_bar()
     try:
-        return _build(Path(home), micro, progress, VQModel)
+        return _build(Path(home), micro, progress, VQModel, names)
     finally:
         torch.set_num_threads(threads)
         if bars[0]:
@@ -648,101 +735,146 @@ def _build_base(home: Path, micro: bool, progress: bool) -> dict[str, dict]:
             dlog.enable_progress_bar()
 
 
-def _build(home: Path, micro: bool, progress: bool, VQModel) -> dict[str, dict]:
+def _build(home: Path, micro: bool, progress: bool, VQModel, names: list[str]) -> dict[str, dict]:
     plan = MICRO if micro else FULL
     t0 = _T0[0] = time.perf_counter()
     out: dict[str, dict] = {}
     plan_facts = {"plan": asdict(plan)}
+    last = max(BUILD_ORDER.index(n) for n in names)
+    for dep in BUILD_ORDER[:last]:
+        if dep not in names:
+            _require(home, dep, BUILD_ORDER[last])
 
-    train_x, train_y = data.make_dataset("train", plan.n_train)
-    val_x, val_y = data.make_dataset("val", plan.n_val)
-    test_x, test_y = data.make_dataset("test", plan.n_test)
-    _log(progress, f"data: {plan.n_train}/{plan.n_val}/{plan.n_test} pictures in {time.perf_counter() - t0:.1f}s")
+    size = plan.image_size
+    if "image-vq" not in names:  # pictures at the size the existing VQ was built for
+        size = image_size_of(VQModel.from_pretrained(home / "image-vq", torch_dtype=torch.float32))
+    train_x, train_y = data.make_dataset("train", plan.n_train, size=size)
+    val_x, val_y = data.make_dataset("val", plan.n_val, size=size)
+    test_x, test_y = data.make_dataset("test", plan.n_test, size=size)
+    _log(progress, f"data: {plan.n_train}/{plan.n_val}/{plan.n_test} pictures of {size} px in "
+                   f"{time.perf_counter() - t0:.1f}s")
 
     # --- VQ ---------------------------------------------------------------------------------------------
-    vq, res = _train_vq(plan, train_x, val_x[:256], progress)
     path = home / "image-vq"
-    vq.half().save_pretrained(path, safe_serialization=True)
+    if "image-vq" in names:
+        vq, res = _train_vq(plan, train_x, val_x[:256], progress)
+        vq.half().save_pretrained(path, safe_serialization=True)
     vq = VQModel.from_pretrained(path, torch_dtype=torch.float32).eval()  # evaluate what was saved
     test_rec = _reconstruct(vq, test_x)
     test_codes = encode_images(vq, test_x)
-    layout = TokenLayout(codebook_size=plan.codebook_size, num_classes=data.NUM_CLASSES,
+    layout = TokenLayout(codebook_size=vq.config.num_vq_embeddings, num_classes=data.NUM_CLASSES,
                          grid=int(test_codes.shape[1] ** 0.5))
-    usage = torch.bincount(test_codes.flatten(), minlength=plan.codebook_size)
-    m = {"psnr_test_db": float(_psnr(test_rec, test_x).mean()),
-         "psnr_val_db": float(_psnr(_reconstruct(vq, val_x), val_x).mean()),
-         "codebook_used_test": int((usage > 0).sum()), "codebook_size": plan.codebook_size,
-         "params": sum(p.numel() for p in vq.parameters()), **_facts(res)}
-    d_image = data.image_grid(torch.cat([test_x[:24], test_rec[:24]]), nrow=12)
-    d_image.save(path / "reconstructions.png")
-    m = _write(home, "image-vq", m, {"checksum": logits_checksum(checksum_output("image-vq", vq)),
-                                    "layout": layout.to_dict(), **plan_facts}, micro)
-    out["image-vq"] = m
-    _log(progress, f"image-vq: PSNR {m['psnr_test_db']:.2f} dB, {m['codebook_used_test']} codes used")
-
-    def encode_all(x: torch.Tensor, bs: int = 512) -> torch.Tensor:
-        return torch.cat([encode_images(vq, x[i:i + bs]) for i in range(0, len(x), bs)])
-
-    train_codes = encode_all(train_x)
-    val_codes = encode_all(val_x)
-    train_seqs = _sequences(layout, train_codes, train_y)
-    val_seqs = _sequences(layout, val_codes, val_y)
-    test_seqs = _sequences(layout, test_codes, test_y)
+    vq_checksum = logits_checksum(checksum_output("image-vq", vq))
+    if "image-vq" in names:
+        usage = torch.bincount(test_codes.flatten(), minlength=layout.codebook_size)
+        m = {"psnr_test_db": float(_psnr(test_rec, test_x).mean()),
+             "psnr_val_db": float(_psnr(_reconstruct(vq, val_x), val_x).mean()),
+             "codebook_used_test": int((usage > 0).sum()), "codebook_size": layout.codebook_size,
+             "image_size": size, "grid": layout.grid, "params": sum(p.numel() for p in vq.parameters()),
+             **_facts(res)}
+        data.image_grid(torch.cat([test_x[:24], test_rec[:24]]), nrow=12).save(path / "reconstructions.png")
+        m = _write(home, "image-vq", m, {"checksum": vq_checksum, "layout": layout.to_dict(), "image_size": size,
+                                         **plan_facts}, micro)
+        out["image-vq"] = m
+        _log(progress, f"image-vq: PSNR {m['psnr_test_db']:.2f} dB, {m['codebook_used_test']} codes used, "
+                       f"{layout.grid}x{layout.grid} grid")
+    _bind_checkpoints(home, ["image-target", "image-drafter"], vq_checksum, progress)
+    if last == 0:
+        return out
 
     # --- classifier -------------------------------------------------------------------------------------
-    def recon_fn(x):
-        return _reconstruct(vq, x)
-
-    n_rec = min(len(train_x), plan.n_cls_recon)
-    recon_fn.cached = _reconstruct(vq, train_x[:n_rec])
-    classifier, res = _train_classifier(plan, train_x[:n_rec], train_y[:n_rec], val_x, val_y, recon_fn, progress)
     path = home / "image-classifier"
-    classifier.save(path)
+    if "image-classifier" in names:
+        def recon_fn(x):
+            return _reconstruct(vq, x)
+
+        n_rec = min(len(train_x), plan.n_cls_recon)
+        recon_fn.cached = _reconstruct(vq, train_x[:n_rec])
+        classifier, res = _train_classifier(plan, train_x[:n_rec], train_y[:n_rec], val_x, val_y, recon_fn,
+                                            progress)
+        classifier.save(path)
     classifier = ImageClassifier.from_pretrained(path)
-    m = {"accuracy_test": _accuracy(classifier, test_x, test_y),
-         "accuracy_test_vq_reconstructions": _accuracy(classifier, test_rec, test_y),
-         "params": sum(p.numel() for p in classifier.parameters()), **_facts(res)}
-    m = _write(home, "image-classifier", m,
-               {"checksum": logits_checksum(checksum_output("image-classifier", classifier)),
-                "classes": list(data.CLASSES), **plan_facts}, micro)
-    out["image-classifier"] = m
-    _log(progress, f"image-classifier: accuracy {m['accuracy_test']:.3f}")
+    if "image-classifier" in names:
+        m = {"accuracy_test": _accuracy(classifier, test_x, test_y),
+             "accuracy_test_vq_reconstructions": _accuracy(classifier, test_rec, test_y), "image_size": size,
+             "params": sum(p.numel() for p in classifier.parameters()), **_facts(res)}
+        m = _write(home, "image-classifier", m,
+                   {"checksum": logits_checksum(checksum_output("image-classifier", classifier)),
+                    "classes": list(data.CLASSES), "image_size": size, **plan_facts}, micro)
+        out["image-classifier"] = m
+        _log(progress, f"image-classifier: accuracy {m['accuracy_test']:.3f}")
+    if last == 1:
+        return out
 
     # --- AR target and drafter --------------------------------------------------------------------------
+    def encode_all(x: torch.Tensor, bs: int = 256) -> torch.Tensor:
+        return torch.cat([encode_images(vq, x[i:i + bs]) for i in range(0, len(x), bs)])
+
+    train_seqs = _sequences(layout, encode_all(train_x), train_y)
+    val_seqs = _sequences(layout, encode_all(val_x), val_y)
+    test_seqs = _sequences(layout, test_codes, test_y)
     target = None
-    for name, dims, steps, budget in (
-            ("image-target", (plan.ar_hidden, plan.ar_layers, plan.ar_heads, plan.ar_inter), plan.ar_steps,
-             plan.ar_budget),
-            ("image-drafter", (plan.dr_hidden, plan.dr_layers, plan.dr_heads, plan.dr_inter), plan.dr_steps,
-             plan.dr_budget)):
-        model = _make_llama(plan, layout, *dims)
+    if "image-target" in names:
+        model, stages = _train_target(plan, home, layout, train_seqs, val_seqs, progress)
+        target = _save_ar(home, "image-target", model, layout, plan, stages, vq, classifier, test_seqs, val_seqs,
+                          None, "random (base), then grow_depth", micro, out, progress)
+    if "image-drafter" in names:
+        target = target or _load_ar(home / "image-target")
+        model = _make_llama(plan, layout, plan.dr_hidden, plan.dr_layers, plan.dr_heads, plan.dr_inter)
         init = "random"
-        if target is not None and _init_from(model, target):
-            init = f"target's embeddings, first {dims[1]} layer(s), final norm and head"
-        res = _train_ar(plan, model, layout, train_seqs, val_seqs, steps=steps, budget=budget, desc=name,
-                        progress=progress)
-        path = home / name
-        model = _save_llama_fp16(model, path)
-        fid, per, images = _fidelity(model, vq, classifier, layout, plan.per_class, plan.cfg_scale, SEED + 7)
-        fid1, _, _ = _fidelity(model, vq, classifier, layout, plan.per_class, 1.0, SEED + 7)
-        data.image_grid(images, nrow=plan.per_class).save(path / "samples.png")
-        m = {"test_loss": _eval_ar_loss(model, test_seqs, layout), "val_loss": _eval_ar_loss(model, val_seqs, layout),
-             "class_fidelity": fid, "class_fidelity_per_class": per, "class_fidelity_no_cfg": fid1,
-             "fidelity_setup": {"per_class": plan.per_class, "cfg_scale": plan.cfg_scale, "temperature": 1.0,
-                                "top_k": 0, "seed": SEED + 7, "judge": "image-classifier"},
-             "params": sum(p.numel() for p in model.parameters()), **_facts(res)}
-        if target is not None:
-            m["greedy_agreement_with_target_test"] = _agreement(model, target, test_seqs)
-        else:
-            target = model
-        m = _write(home, name, m, {"checksum": logits_checksum(checksum_output(name, model, layout)),
-                                   "layout": layout.to_dict(), "vq": "image-vq", "init": init, **plan_facts}, micro)
-        out[name] = m
-        _log(progress, f"{name}: test loss {m['test_loss']:.3f}, class fidelity {fid:.3f} (no CFG {fid1:.3f})")
+        if _init_from(model, target):
+            init = f"target's embeddings, first {plan.dr_layers} layer(s), final norm and head"
+        res = _train_ar(plan, model, layout, train_seqs, val_seqs, steps=plan.dr_steps, budget=plan.dr_budget,
+                        lr=plan.ar_lr, desc="image-drafter", progress=progress,
+                        checkpoint=stage_dir(home, "image-drafter") / "train.pt", seed=SEED + 1)
+        _save_ar(home, "image-drafter", model, layout, plan, {"train": res}, vq, classifier, test_seqs, val_seqs,
+                 target, init, micro, out, progress)
 
     _log(progress, f"built in {time.perf_counter() - t0:.0f}s, "
-                   f"{sum(_dir_mb(home / n) for n in NAMES):.1f} MB")
+                   f"{sum(_dir_mb(home / n) for n in NAMES if (home / n).exists()):.1f} MB")
     return out
+
+
+def _load_ar(path: Path):
+    from transformers import LlamaForCausalLM
+
+    return LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+def _save_ar(home: Path, name: str, model, layout: TokenLayout, plan: Plan, stages: dict, vq, classifier,
+             test_seqs, val_seqs, target, init: str, micro: bool, out: dict, progress: bool):
+    """Save an AR model in fp16 and measure the shipped weights: losses, class fidelity with and without
+    CFG, per-stage steps / tokens / seconds, and (deep target) each layer's ablation."""
+    from .code import layer_ablation
+
+    path = home / name
+    model = _save_llama_fp16(model, path)
+    fid, per, images = _fidelity(model, vq, classifier, layout, plan.per_class, plan.cfg_scale, SEED + 7)
+    fid1, _, _ = _fidelity(model, vq, classifier, layout, plan.per_class, 1.0, SEED + 7)
+    data.image_grid(images, nrow=plan.per_class).save(path / "samples.png")
+    res = list(stages.values())[-1]
+    tokens_per_step = plan.ar_batch * (layout.seq_len - 1)
+    m = {"test_loss": _eval_ar_loss(model, test_seqs, layout), "val_loss": _eval_ar_loss(model, val_seqs, layout),
+         "class_fidelity": fid, "class_fidelity_per_class": per, "class_fidelity_no_cfg": fid1,
+         "fidelity_setup": {"per_class": plan.per_class, "cfg_scale": plan.cfg_scale, "temperature": 1.0,
+                            "top_k": 0, "seed": SEED + 7, "judge": "image-classifier"},
+         "layers": model.config.num_hidden_layers, "hidden": model.config.hidden_size,
+         "params": sum(p.numel() for p in model.parameters()), **_facts(res),
+         "stages": {k: {"steps": r.steps, "tokens": r.steps * tokens_per_step, "seconds": round(r.seconds, 2),
+                        "best_val_loss": r.best_val_loss, "stopped": r.stopped} for k, r in stages.items()}}
+    m["train_steps"] = sum(r.steps for r in stages.values())
+    m["train_tokens"] = m["train_steps"] * tokens_per_step
+    m["train_seconds"] = round(sum(r.seconds for r in stages.values()), 2)
+    if len(stages) > 1:
+        m["layer_ablation_loss_increase"] = layer_ablation(model, test_seqs[: 8 if micro else 64])
+    if target is not None:
+        m["greedy_agreement_with_target_test"] = _agreement(model, target, test_seqs)
+    m = _write(home, name, m, {"checksum": logits_checksum(checksum_output(name, model, layout)),
+                               "layout": layout.to_dict(), "vq": "image-vq", "init": init, "plan": asdict(plan)},
+               micro)
+    out[name] = m
+    _log(progress, f"{name}: test loss {m['test_loss']:.3f}, class fidelity {fid:.3f} (no CFG {fid1:.3f})")
+    return model
 
 
 def load(name: str, path: Path) -> ZooEntry:

@@ -29,31 +29,43 @@ def train_config(micro: bool):
     from ..training.feature import FeatureTrainConfig
 
     if micro:
-        return FeatureTrainConfig(stage1_steps=6, stage1_budget_s=4.0, stage2_steps=0, batch_size=4, warmup=2,
+        return FeatureTrainConfig(stage1_steps=6, stage1_budget_s=30.0, stage2_steps=0, batch_size=4, warmup=2,
                                   eval_every=3, patience=2)
-    return FeatureTrainConfig(stage1_steps=4000, stage1_budget_s=600.0, stage2_steps=0, batch_size=32)
+    # 256-code sequences: a batch of 8 is 2k positions; each step also runs the 12-layer guided target (2 rows
+    # per sequence), which dominates its cost. Fixed steps (the budget is a safety net) so a killed build resumes.
+    return FeatureTrainConfig(stage1_steps=1200, stage1_budget_s=3 * 3600.0, stage2_steps=0, batch_size=8,
+                              eval_every=200)
+
+
+SAMPLES = {False: (3072, 256), True: (48, 16)}  # (train, val) guided target samples, full / micro
 
 
 def build(home: Path, micro: bool = False, progress: bool = True, names: list[str] | None = None) -> dict:
     from ..drafters.feature_model import FeatureDraftModel
+    from ..training.artifact import cached
     from ..training.image_feature import target_samples, train_image_drafter
-    from .image import _write, load as load_image
+    from .image import _require, _write, load as load_image, stage_dir
 
     names = names or NAMES
+    _require(Path(home), "image-target", names[0])
     target_entry = load_image("image-target", home / "image-target")
     target, layout = target_entry.model, target_entry.extras["layout"]
-    samples, val_samples = (48, 16) if micro else (6144, 256)
+    samples, val_samples = SAMPLES[micro]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     out = {}
     try:
-        seqs = target_samples(target, layout, samples + val_samples, CFG_SCALE, SEED, progress=progress)
+        # the samples and the checkpoints belong to this target: a rebuilt target starts them over
+        work = _bound_dir(stage_dir(home, "image-feature-drafters"), target_entry.config["checksum"])
+        seqs = cached(work / "samples.pt", lambda: target_samples(target, layout, samples + val_samples, CFG_SCALE,
+                                                                  SEED, batch_size=128, progress=progress))
         for name in names:
             seed_everything(SEED)
             net, report = train_image_drafter(target, layout, CFG_SCALE, SAR_TOKENS[name], samples, val_samples,
-                                              train_config(micro), SEED, progress, seqs=seqs)
+                                              train_config(micro), SEED, progress, seqs=seqs, checkpoint=work / name)
             path = home / name
-            net.save_pretrained(path)
+            net.half().save_pretrained(path)  # fp16 like the rest of the zoo (loading casts back to fp32)
+            net.float()
             stage = report["stage1"]
             metrics = {**report, "train_steps": stage["steps"], "train_seconds": round(report["train_seconds"], 2),
                        "stopped": stage["stopped"]}
@@ -65,6 +77,21 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
     finally:
         torch.set_num_threads(threads)
     return out
+
+
+def _bound_dir(folder: Path, target_checksum: dict) -> Path:
+    """``folder``, emptied first if it was started against another target (its samples would be stale)."""
+    import json
+    import shutil
+
+    stamp = folder / "target.json"
+    want = json.loads(json.dumps({"image-target": target_checksum}))
+    if stamp.exists() and json.loads(stamp.read_text()) != want:
+        shutil.rmtree(folder)
+    if not stamp.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(json.dumps(want))
+    return folder
 
 
 def checksum(entry: ZooEntry) -> dict:
