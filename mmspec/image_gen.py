@@ -47,7 +47,7 @@ def resolve_bound(method: str, delta: float | None, lam: float | None) -> dict:
     """The bound a method relaxes acceptance by: LANTERN's δ or LANTERN++'s λ (defaults 0.1 and 2); ``{}`` for
     the lossless methods. A bound the method does not use is an error, not silently dropped."""
     if delta is not None and method != "lantern":
-        raise ValueError(f"delta (LANTERN's total-variation bound) does not apply to method {method!r}; "
+        raise ValueError(f"delta (LANTERN's cap δ on the mass moved per candidate) does not apply to method {method!r}; "
                          "it is used by method 'lantern' only")
     if lam is not None and method != "lantern++":
         raise ValueError(f"lam (LANTERN++'s multiplicative bound) does not apply to method {method!r}; "

@@ -36,7 +36,7 @@ VLM_METHODS = {
 IMAGE_METHODS = {
     "ar": "plain AR sampling with CFG",
     "spec": "lossless speculative decoding",
-    "lantern": "LANTERN relaxed acceptance (total-variation bound δ)",
+    "lantern": "LANTERN relaxed acceptance (δ caps the mass moved per candidate)",
     "lantern++": "LANTERN++ relaxed acceptance (multiplicative bound λ, static tree)",
 }
 ROUTE_METHODS = {"text": TEXT_METHODS, "vlm": VLM_METHODS, "image": IMAGE_METHODS, "janus": IMAGE_METHODS}
