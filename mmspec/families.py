@@ -98,31 +98,28 @@ def bidirectional_blocks(model, prefill_inputs: dict, valid: torch.BoolTensor) -
                      "prompt masks they describe only for PaliGemma and Gemma3 (its own mask replaces the model's)")
 
 
-def add_prefix_blocks(mask, blocks: torch.BoolTensor | None, sliding_window: int | None = None):
+def add_prefix_blocks(mask, blocks: torch.BoolTensor | None, layout=None):
     """The prefill's ``[B, 1, P, S]`` causal mask (prompt in its last P columns) with ``blocks`` opened.
 
-    A ``{layer type: mask}`` dict (hybrid sliding/full models such as Gemma3) gets the blocks in every mask;
-    in the sliding layers' mask a block stays inside the window (key > query − window), as the model's own
-    builder composes it: AND(window, OR(causal, block))."""
+    ``layout`` is the cache's :class:`~mmspec.layer_masks.AttentionLayout`. Every sliding-window mask (the
+    ``"sliding_attention"`` entry of a hybrid model's ``{layer type: mask}`` dict such as Gemma3's, or the one
+    mask of a model whose layers all slide) keeps a block inside the window (key > query − window), as the
+    model's own builder composes it: AND(window, OR(causal, block)); full-attention masks get whole blocks."""
     if blocks is None:
         return mask
     P = blocks.shape[-1]
+    window = getattr(layout, "window", None)
+    i = torch.arange(P, device=blocks.device)
+    windowed = blocks if window is None else blocks & (i[None, :] > i[:, None] - window)[None]
 
     def opened(m: torch.BoolTensor, b: torch.BoolTensor) -> torch.BoolTensor:
         m = m.clone()
         m[:, 0, :, -P:] |= b
         return m
 
-    if not isinstance(mask, dict):
-        return opened(mask, blocks)
-    out = {}
-    for kind, m in mask.items():
-        b = blocks
-        if kind == "sliding_attention" and sliding_window is not None:
-            i = torch.arange(P, device=blocks.device)
-            b = blocks & (i[None, :] > i[:, None] - sliding_window)[None]
-        out[kind] = opened(m, b)
-    return out
+    if not isinstance(mask, dict):  # one mask: sliding for every layer iff the layout has a window
+        return opened(mask, windowed)
+    return {kind: opened(m, windowed if kind == "sliding_attention" else blocks) for kind, m in mask.items()}
 
 
 __all__ = ["uses_mrope", "PositionShift", "prompt_positions", "model_position_ids", "bidirectional_blocks",

@@ -18,6 +18,7 @@ import torch
 
 from .cache import SpecKVCache
 from .compat import check_supported
+from .drafters.autoregressive import AutoregressiveDrafter
 from .drafters.base import Drafter, TargetContext
 from .families import bidirectional_blocks, prompt_positions
 from .kernels.dispatch import backend_for_device
@@ -126,14 +127,14 @@ class SpeculativeGenerator:
         out of ``total_time``).
         Models the loop cannot drive exactly (recurrent layers, ALiBi, ...) are refused here (``mmspec.compat``)."""
         check_supported(target_model, "target")
-        draft_model = getattr(drafter, "model", None)
-        if type(drafter).__name__ == "AutoregressiveDrafter" and draft_model is not None:
-            check_supported(draft_model, "drafter")
+        if type(drafter) is AutoregressiveDrafter:  # a causal LM run through the same machinery (not feature heads)
+            check_supported(drafter.model, "drafter")
         self.target = target_model.eval()
         self.drafter = drafter
         self.max_cache_len = max_cache_len
         self.relaxation = relaxation
         self.measure_output_tv = bool(measure_output_tv)
+        self._prefill_accepted: set[str] | None = None
         self._lock = _lock_for(drafter) or threading.Lock()
         self.vocab_size = text_config(target_model).vocab_size
         if drafter.vocab_size is not None and drafter.vocab_size != self.vocab_size:
@@ -179,8 +180,11 @@ class SpeculativeGenerator:
 
     def _prefill_names(self) -> set[str]:
         """Named inputs of the target's forward a caller may pass for the prefill (``pixel_values``, ...)."""
-        params = inspect.signature(self.target.forward).parameters.values()
-        return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - _SET_BY_LOOP
+        if self._prefill_accepted is None:  # the forward's signature does not change: read it once
+            params = inspect.signature(self.target.forward).parameters.values()
+            self._prefill_accepted = {p.name for p in params
+                                      if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - _SET_BY_LOOP
+        return self._prefill_accepted
 
     def _check_prefill_inputs(self, prefill_inputs: dict) -> None:
         accepted = self._prefill_names()

@@ -9,7 +9,7 @@ from mmspec import SpeculativeGenerator
 from mmspec.drafters import AutoregressiveDrafter, PromptLookupDrafter
 from mmspec.tiny import tiny_model
 from mmspec.tree import TreeTemplate
-from vlm_families import gemma_batch, tiny_gemma3, tiny_paligemma
+from vlm_families import gemma_batch, tiny_gemma3, tiny_paligemma, greedy_reference, speculative
 
 N = 10
 FAMILIES = {"paligemma": (tiny_paligemma, 16), "gemma3": (tiny_gemma3, 4),
@@ -23,14 +23,12 @@ def family(request):
     build, n_image = FAMILIES[request.param]
     model = build()
     ids, mask, inputs = gemma_batch(n_image, request.param.split("-")[0])
-    ref = model.generate(input_ids=ids, attention_mask=mask, **inputs, max_new_tokens=N, do_sample=False,
-                         eos_token_id=None, pad_token_id=0)
+    ref = greedy_reference(model, ids, mask, inputs, N)
     return model, ids, mask, inputs, ref
 
 
 def run(model, drafter, ids, mask, inputs):
-    return SpeculativeGenerator(model, drafter).generate(ids, attention_mask=mask, max_new_tokens=N,
-                                                         eos_token_id=[], pad_token_id=0, **inputs)
+    return speculative(model, drafter, ids, mask, inputs, N)
 
 
 @pytest.mark.parametrize("tree", [None, TreeTemplate.full((2, 2)), "dynamic"])

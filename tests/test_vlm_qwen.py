@@ -5,13 +5,12 @@ drafters."""
 import pytest
 import torch
 
-from mmspec import SpeculativeGenerator
 from mmspec.drafters import AutoregressiveDrafter, PromptLookupDrafter
 from mmspec.drafters.feature import FeatureDrafter
 from mmspec.drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
 from mmspec.tiny import tiny_model
 from mmspec.tree import TreeTemplate
-from vlm_families import qwen_batch, tiny_qwen_vl
+from vlm_families import qwen_batch, tiny_qwen_vl, greedy_reference, speculative
 
 N = 12
 
@@ -20,14 +19,12 @@ N = 12
 def qwen(request):
     model = tiny_qwen_vl(request.param)
     ids, mask, inputs = qwen_batch()
-    ref = model.generate(input_ids=ids, attention_mask=mask, **inputs, max_new_tokens=N, do_sample=False,
-                         eos_token_id=None, pad_token_id=0)
+    ref = greedy_reference(model, ids, mask, inputs, N)
     return model, ids, mask, inputs, ref
 
 
 def run(model, drafter, ids, mask, inputs):
-    return SpeculativeGenerator(model, drafter).generate(ids, attention_mask=mask, max_new_tokens=N,
-                                                         eos_token_id=[], pad_token_id=0, **inputs)
+    return speculative(model, drafter, ids, mask, inputs, N)
 
 
 @pytest.mark.parametrize("tree", [None, TreeTemplate.full((2, 2)), "dynamic"])

@@ -194,3 +194,17 @@ def paligemma_processor():
     images = SiglipImageProcessor(size={"height": 16, "width": 16})
     images.image_seq_length = 16
     return PaliGemmaProcessor(image_processor=images, tokenizer=tok), len(tok), tok.convert_tokens_to_ids("<image>")
+
+
+def greedy_reference(model, ids, mask, inputs, n):
+    """HF's own greedy decoding of ``n`` tokens (EOS off): what mmspec must reproduce exactly."""
+    return model.generate(input_ids=ids, attention_mask=mask, **inputs, max_new_tokens=n, do_sample=False,
+                          eos_token_id=None, pad_token_id=0)
+
+
+def speculative(model, drafter, ids, mask, inputs, n):
+    """mmspec's decoding of the same ``n`` tokens with ``drafter``."""
+    from mmspec import SpeculativeGenerator
+
+    return SpeculativeGenerator(model, drafter).generate(ids, attention_mask=mask, max_new_tokens=n,
+                                                         eos_token_id=[], pad_token_id=0, **inputs)

@@ -56,8 +56,7 @@ def tree_forward(model, cache: SpecKVCache, input_ids: torch.LongTensor | None, 
     (a prompt's image / prefix block, see :mod:`mmspec.families`).
     """
     positions, mask = cache.prepare_append(parents, valid, ancestors, depth)
-    window = getattr(text_config(model), "sliding_window", None)
-    mask = to_model_mask(add_prefix_blocks(mask, prefix_blocks, window), model, model_dtype(model))
+    mask = to_model_mask(add_prefix_blocks(mask, prefix_blocks, cache.layout), model, model_dtype(model))
     if position_ids is None:
         position_ids = model_position_ids(positions, cache.position_shift)
     return model(
