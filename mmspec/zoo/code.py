@@ -112,23 +112,6 @@ def _next_token_loss(model, batch: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch[:, 1:].reshape(-1))
 
 
-def distill_loss(teacher) -> "callable":
-    """Drafter objective: half next-token cross-entropy, half KL to the target's distribution on the
-    same windows (the drafter learns to predict the target, which is what acceptance rewards)."""
-
-    def loss(model, batch: torch.Tensor) -> torch.Tensor:
-        x = batch[:, :-1]
-        logits = model(input_ids=x).logits.float()
-        with torch.no_grad():
-            teacher_logp = torch.log_softmax(teacher(input_ids=x).logits.float(), -1)
-        logp = torch.log_softmax(logits, -1)
-        ce = torch.nn.functional.nll_loss(logp.reshape(-1, logp.shape[-1]), batch[:, 1:].reshape(-1))
-        kl = (teacher_logp.exp() * (teacher_logp - logp)).sum(-1).mean()
-        return 0.5 * ce + 0.5 * kl
-
-    return loss
-
-
 def fixed_windows(stream: torch.Tensor, n: int, seq_len: int) -> torch.Tensor:
     """Non-overlapping evaluation windows from the start of a stream (deterministic)."""
     n = max(1, min(n, (stream.numel() - 1) // seq_len))
