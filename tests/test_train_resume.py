@@ -80,3 +80,22 @@ def test_depth_growth_preserves_function_and_ablation_sees_every_layer():
     assert abs(ablation[0]) > 1e-3 and abs(ablation[3]) > 1e-3
     with pytest.raises(ValueError, match="multiple"):
         grow_depth(base, LlamaConfig(**{**base.config.to_dict(), "num_hidden_layers": 5}))
+
+
+def test_split_growth_uses_every_layer_and_keeps_the_base_update():
+    base = _tiny(2)
+    with torch.no_grad():
+        for p in base.parameters():
+            p.normal_(0, 0.2)
+    deep = grow_depth(base, LlamaConfig(**{**base.config.to_dict(), "num_hidden_layers": 6}), mode="split")
+    for j in range(6):
+        for name in ("self_attn.o_proj", "mlp.down_proj"):
+            got = deep.get_submodule(f"model.layers.{j}.{name}").weight
+            want = base.get_submodule(f"model.layers.{j // 3}.{name}").weight / 3
+            torch.testing.assert_close(got, want)
+        torch.testing.assert_close(deep.model.layers[j].self_attn.q_proj.weight,
+                                   base.model.layers[j // 3].self_attn.q_proj.weight)
+    windows = torch.randint(0, 64, (2, 17), generator=torch.Generator().manual_seed(4))
+    assert all(abs(a) > 1e-4 for a in layer_ablation(deep, windows))
+    with pytest.raises(ValueError, match="mode"):
+        grow_depth(base, deep.config, mode="stack")

@@ -13,8 +13,10 @@ import transformers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from . import ZooEntry, code_diffusion
-from .code_data import CodeCorpus, completion_prompts, ensure_tokenizer, load_corpus
-from .common import batches, logits_checksum, read_json, seed_everything, train_loop, write_json
+from .code_data import (CodeCorpus, completion_prompts, ensure_tokenizer, extra_training_files, load_corpus,
+                        read_texts)
+from .common import (batches, load_checkpoint, logits_checksum, read_json, save_checkpoint, seed_everything,
+                     train_loop, write_json)
 
 BASE_NAMES = ["code-target", "code-drafter"]
 NAMES = BASE_NAMES + code_diffusion.NAMES  # diffusion drafters: see code_diffusion.py
@@ -31,16 +33,20 @@ MICRO_SIZES = {"code-target": (64, 4, 2, 1, 128), "code-target-base": (64, 2, 2,
                "code-drafter": (32, 1, 2, 1, 64)}
 # Fixed step counts keep rebuilds deterministic; the time budgets are only a safety net (a build
 # stopped by its budget says so in metrics.json). code-target trains in two stages, each
-# checkpointed under <home>/.build/code-target/ so an interrupted build resumes where it stopped.
-# The grown stage fine-tunes gently (peak LR 3e-4, weight decay 0.1, about one epoch, validation every 100
-# steps keeping the best weights): the corpus is 3.2M tokens and the base has already seen it four times, so
-# a 16-layer model at the base's LR memorises it (measured: validation rose from 3.27 to 3.41 in 250 steps
-# at LR 1e-3 while the training loss fell below 1.9).
-MAX_STEPS = {"code-target-base": 3000, "code-target": 800, "code-drafter": 1500}
-BUDGET_S = {"code-target-base": 4200.0, "code-target": 4 * 3600.0, "code-drafter": 1500.0}
-LR = {"code-target-base": 2e-3, "code-target": 3e-4, "code-drafter": 2e-3}
+# checkpointed under <home>/.build/code-target/ so an interrupted build resumes where it stopped:
+# a 4-layer base on the standard library's training split, then the 16-layer model grown from it
+# (grow_depth mode "split": every layer in use from the first step) trained on that split mixed with the
+# installed packages' sources (code_data.EXTRA_PACKAGES; STDLIB_ROWS of every BATCH rows come from the
+# standard library). Recipe history: growing with zeroed copies and training on the standard library alone
+# (3.2M tokens) left all 12 grown layers unused (ablation <= 0.001 nats; docs/figures/
+# code-target-grown-attempt1.metrics.json), and at LR 1e-3 on that corpus validation rose from 3.27 to 3.41
+# in 250 steps: the deep model memorised it.
+MAX_STEPS = {"code-target-base": 3000, "code-target": 3000, "code-drafter": 1500}
+BUDGET_S = {"code-target-base": 4200.0, "code-target": 8 * 3600.0, "code-drafter": 1500.0}
+LR = {"code-target-base": 2e-3, "code-target": 1e-3, "code-drafter": 2e-3}
 WEIGHT_DECAY = {"code-target-base": 0.01, "code-target": 0.1}
-EVAL_EVERY = {"code-target-base": 250, "code-target": 100}
+EVAL_EVERY = {"code-target-base": 250, "code-target": 200}
+STDLIB_ROWS = 6
 MICRO_BUDGET_S = 6.0
 SEQ_LEN, BATCH = 256, 16
 
@@ -51,24 +57,35 @@ def build_dir(home: Path, name: str) -> Path:
 
 
 @torch.no_grad()
-def grow_depth(base: LlamaForCausalLM, config: LlamaConfig) -> LlamaForCausalLM:
-    """Function-preserving depth growth: layer j of the deep model starts as a copy of base layer
-    j // r (r = depth ratio); copies other than the first of each group get zero output projections
-    (``o_proj``, ``down_proj``), so the grown model computes exactly the base model's function, and
-    training then makes every layer contribute (each layer's ablation is measured in metrics.json)."""
+def grow_depth(base: LlamaForCausalLM, config: LlamaConfig, mode: str = "zero") -> LlamaForCausalLM:
+    """Depth growth: layer j of the deep model starts as a copy of base layer j // r (r = depth ratio).
+
+    ``mode="zero"``: copies other than the first of each group get zero output projections (``o_proj``,
+    ``down_proj``), so the grown model computes exactly the base model's function; the copies only start to
+    contribute once training moves them (with little data they may never do: the first grown code target's
+    copies stayed unused, per :func:`layer_ablation`).
+    ``mode="split"``: every copy keeps the base layer's weights with its output projections divided by r, so
+    the group adds about the base layer's update (the function is kept to first order) and every layer is
+    in use from the first step; training then differentiates the copies."""
+    if mode not in ("zero", "split"):
+        raise ValueError(f"grow_depth mode must be 'zero' or 'split', not {mode!r}")
     deep = LlamaForCausalLM(config)
     n_base, n_deep = base.config.num_hidden_layers, config.num_hidden_layers
     if n_deep % n_base:
         raise ValueError(f"cannot grow {n_base} layers to {n_deep}: not a multiple")
     ratio = n_deep // n_base
+    outputs = ("self_attn.o_proj.weight", "mlp.down_proj.weight")
     state = {k: v for k, v in base.state_dict().items() if not k.startswith("model.layers.")}
     for j in range(n_deep):
         src = f"model.layers.{j // ratio}."
         for key, value in base.state_dict().items():
             if key.startswith(src):
                 name = key[len(src):]
-                fresh = j % ratio and name in ("self_attn.o_proj.weight", "mlp.down_proj.weight")
-                state[f"model.layers.{j}.{name}"] = torch.zeros_like(value) if fresh else value.clone()
+                if name in outputs and mode == "split":
+                    value = value / ratio
+                elif name in outputs and j % ratio:
+                    value = torch.zeros_like(value)
+                state[f"model.layers.{j}.{name}"] = value.clone()
     deep.load_state_dict(state)
     return deep
 
@@ -216,7 +233,7 @@ def _build_base(home: Path, micro: bool, progress: bool, names: list[str]) -> di
         t0 = time.perf_counter()
         stages = {}
         if name == "code-target":
-            model, stages = _train_deep_target(home, tok, train, val_windows, micro, progress)
+            model, stages, extra_info = _train_deep_target(home, tok, train, val_windows, micro, progress)
             res = stages["grow"]
         else:
             teacher = teacher if teacher is not None else load("code-target", home / "code-target").model
@@ -252,6 +269,8 @@ def _build_base(home: Path, micro: bool, progress: bool, names: list[str]) -> di
             metrics["tokens_seen"] = metrics["steps"] * batch * seq_len
             metrics["train_seconds"] = sum(r.seconds for r in stages.values())
             metrics["layer_ablation_loss_increase"] = layer_ablation(shipped, test_windows[: 4 if micro else 8])
+            metrics.update(extra_info)
+            metrics["stdlib_rows_per_batch"] = 2 if micro else STDLIB_ROWS
         metrics.update(completion_quality(shipped, tok, corpus, limit=4 if micro else 40,
                                           max_new_tokens=16 if micro else 128))
         metrics["wall_seconds"] = time.perf_counter() - t0
@@ -318,21 +337,48 @@ def _train_drafter(home: Path, tok, target: LlamaForCausalLM, streams: dict, mic
                         "distillation_rows": len(train), "distillation_tokens": int(len(train) * train.gen_len)}
 
 
+def extra_stream(home: Path, tok, micro: bool) -> tuple[torch.Tensor, dict]:
+    """Token stream of the installed packages' sources (:func:`code_data.extra_training_files`), cached in
+    ``.build/code-target/extra-tokens.pt``, and what it holds (files, tokens, package versions)."""
+    cache = build_dir(home, "code-target") / ("extra-tokens-micro.pt" if micro else "extra-tokens.pt")
+    saved = load_checkpoint(cache)
+    if saved is not None:
+        return saved["tokens"], saved["info"]
+    files, versions = extra_training_files()
+    files = files[:20] if micro else files
+    stream = token_stream(tok, read_texts(files))
+    info = {"extra_files": len(files), "extra_tokens": int(stream.numel()), "extra_packages": versions}
+    save_checkpoint(cache, {"tokens": stream, "info": info})
+    return stream, info
+
+
+def mixed_batches(stdlib: torch.Tensor, extra: torch.Tensor, batch: int, stdlib_rows: int, seq_len: int,
+                  gen: torch.Generator):
+    """Endless batches with ``stdlib_rows`` windows from the standard library and the rest from ``extra``."""
+    a = batches(stdlib, stdlib_rows, seq_len, gen)
+    b = batches(extra, batch - stdlib_rows, seq_len, gen)
+    while True:
+        yield torch.cat([next(a), next(b)])
+
+
 def _train_deep_target(home: Path, tok, train: torch.Tensor, val_windows: torch.Tensor, micro: bool,
-                       progress: bool) -> tuple[LlamaForCausalLM, dict]:
-    """code-target in two checkpointed stages: a shallow base model trained from scratch, then the
-    model grown to full depth (:func:`grow_depth`) and trained on. Growing from a trained base reaches
-    a better held-out loss in far fewer CPU hours than training the deep model from scratch."""
+                       progress: bool) -> tuple[LlamaForCausalLM, dict, dict]:
+    """code-target in two checkpointed stages: a shallow base model trained from scratch on the standard
+    library, then the model grown to full depth (:func:`grow_depth`, mode "split") and trained on the
+    standard library mixed with the packages' sources. Growing from a trained base reaches a better held-out
+    loss in far fewer CPU hours than training the deep model from scratch."""
     seq_len = 64 if micro else SEQ_LEN
     batch = 4 if micro else BATCH
+    extra, extra_info = extra_stream(home, tok, micro)
     stages = {}
     for stage, key in (("base", "code-target-base"), ("grow", "code-target")):
         gen = seed_everything(SEED + (0 if stage == "base" else 17))
         if stage == "base":
             model = LlamaForCausalLM(model_config(key, len(tok), micro))
+            stream = batches(train, batch, seq_len, gen)
         else:
-            model = grow_depth(model, model_config(key, len(tok), micro))
-        stream = batches(train, batch, seq_len, gen)
+            model = grow_depth(model, model_config(key, len(tok), micro), mode="split")
+            stream = mixed_batches(train, extra, batch, 2 if micro else STDLIB_ROWS, seq_len, gen)
         stages[stage] = train_loop(
             model, lambda step: next(stream), lambda: mean_loss(model, val_windows), _next_token_loss,
             max_steps=30 if micro else MAX_STEPS[key], budget_s=MICRO_BUDGET_S if micro else BUDGET_S[key],
@@ -340,7 +386,7 @@ def _train_deep_target(home: Path, tok, train: torch.Tensor, val_windows: torch.
             weight_decay=WEIGHT_DECAY[key], patience=4 if stage == "grow" else 3,
             desc=f"train code-target ({stage}, {model.config.num_hidden_layers} layers)",
             progress=progress, checkpoint=build_dir(home, "code-target") / f"{stage}.pt", generators=(gen,))
-    return model, stages
+    return model, stages, extra_info
 
 
 def load(name: str, path: Path) -> ZooEntry:
