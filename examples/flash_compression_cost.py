@@ -62,7 +62,7 @@ def main():
         for _ in range(repeats):
             s = engine.generate(ids, pixel_values=pixels, max_new_tokens=tokens, eos_token_id=[]).stats
             best = min(best, s.draft_time / (s.target_forwards - 1))
-        print(f"{name:24s} drafter prompt entries {drafter.prompt_entries:4d}   drafter time per step {1000 * best:.2f} ms")
+        print(f"{name:24s} drafter prompt entries {drafter.prompt_entries(ids):4d}   drafter time per step {1000 * best:.2f} ms")
 
 
 def zoo_sweep(args):

@@ -217,6 +217,12 @@ class SpecKVCache(Cache):
         self.lengths = self.lengths + path_lengths
         self.discard_pending()
 
+    def commit_first(self, counts: torch.LongTensor) -> None:
+        """Keep each row's first ``counts[b]`` pending nodes in order (a chunk of new tokens fed as a ragged
+        chain: a prompt, or the tokens a drafter catches up on) and drop the rest."""
+        B, n = counts.shape[0], self.num_pending
+        self.commit(torch.arange(n, device=self.device).expand(B, n), counts)
+
     def discard_pending(self) -> None:
         self._pending_parents = self._pending_parents[:, :0]
         self._pending_valid = self._pending_valid[:, :0]

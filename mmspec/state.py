@@ -1,4 +1,4 @@
-"""What the decoding loop knows about each row, shared with drafters."""
+"""What the decoding loop knows about one ``generate`` call, shared with drafters."""
 
 from __future__ import annotations
 
@@ -7,6 +7,19 @@ from dataclasses import dataclass
 import torch
 
 from .verifiers.logits import SamplingConfig
+
+
+@dataclass
+class UnseenTokens:
+    """Per row, the buffered tokens a drafter has not fed yet (at least the root), left-aligned.
+
+    Column ``j`` of row ``b`` is buffer position ``seen[b] + j``; columns past ``counts[b]`` repeat a clamped
+    position and are padding (``valid`` False)."""
+
+    tokens: torch.LongTensor  # [B, m]
+    positions: torch.LongTensor  # [B, m] buffer positions of the tokens
+    valid: torch.BoolTensor  # [B, m]
+    counts: torch.LongTensor  # [B] real tokens per row
 
 
 @dataclass
@@ -38,6 +51,15 @@ class DecodeState:
         """Real tokens of one row (no padding)."""
         return self.tokens[b, int(self.starts[b]): int(self.lengths[b])]
 
+    def unseen(self, seen: torch.LongTensor) -> UnseenTokens:
+        """The tokens after the first ``seen[b]`` of each row, on ``seen``'s device: what a drafter that has fed
+        ``seen[b]`` tokens of row b into its own cache feeds next (every drafter with a cache catches up this way)."""
+        dev = seen.device
+        counts = self.lengths.to(dev) - seen
+        j = torch.arange(int(counts.max()), device=dev)[None, :]
+        positions = (seen[:, None] + j).clamp(max=self.tokens.shape[1] - 1)
+        return UnseenTokens(self.tokens.to(dev).gather(1, positions), positions, j < counts[:, None], counts)
+
     def append(self, new_tokens: torch.LongTensor, counts: torch.LongTensor) -> None:
         """Append ``new_tokens[b, :counts[b]]`` to each row (one scatter; the buffer's last column is
         scratch for the padded entries and never part of a row)."""
@@ -47,3 +69,34 @@ class DecodeState:
         idx = torch.where(j < counts[:, None], self.lengths[:, None] + j, scratch)
         self.tokens.scatter_(1, idx, new_tokens)
         self.lengths = self.lengths + counts
+
+
+@dataclass
+class DraftContext:
+    """Everything one ``generate`` call offers its drafter, built by the loop after the target's prefill.
+
+    Drafters read what they need and ignore the rest; they never change it (their own per-call state is the
+    object their ``begin`` returns). ``hidden`` and ``image_embeds`` are filled only for drafters whose
+    ``needs_target_hidden`` asks the loop for the target's features."""
+
+    state: DecodeState  # the live token buffer (grows after every step), sampling settings and generator
+    prompt_ids: torch.LongTensor  # [B, P] the prompt as the target saw it, left-padded, image placeholders kept
+    attention_mask: torch.LongTensor  # [B, P] 1 = real prompt token
+    max_length: int  # upper bound on ``state.lengths`` for this call
+    image_token_id: int | None = None  # the target's image placeholder id (None: a text-only target)
+    hidden: torch.Tensor | None = None  # [B, P, H] the target's last-layer prefill hidden states
+    image_embeds: torch.Tensor | None = None  # [n_image_tokens, H] projected image embeddings, in the
+    # row-major order of image_mask (the order LLaVA scatters them into the prompt)
+
+    @property
+    def image_mask(self) -> torch.BoolTensor | None:
+        """[B, P] image placeholder positions of the prompt (None for a text-only target)."""
+        return None if self.image_token_id is None else self.prompt_ids == self.image_token_id
+
+    @property
+    def sampling(self) -> SamplingConfig:
+        return self.state.sampling
+
+    @property
+    def generator(self) -> torch.Generator | None:
+        return self.state.generator

@@ -11,6 +11,7 @@ twice and no modeling code is copied.
 from __future__ import annotations
 
 import inspect
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -153,14 +154,18 @@ class CapturedImages:
 
 @contextmanager
 def capture_image_embeds(model, enabled: bool = True):
-    """Record the projector's output (flattened to [n_tokens, H]) while the block runs."""
+    """Record the projector's output (flattened to [n_tokens, H]) while the block runs, in this thread only (a
+    concurrent call on the same model records its own)."""
     box = CapturedImages()
     proj = projector(model) if enabled else None
     if proj is None:
         yield box
         return
+    owner = threading.get_ident()
 
     def hook(module, args, output):
+        if threading.get_ident() != owner:
+            return
         pooled = getattr(output, "pooler_output", None)
         out = pooled if pooled is not None else output[0] if isinstance(output, (tuple, list)) else output
         flat = out.reshape(-1, out.shape[-1])

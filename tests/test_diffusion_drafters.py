@@ -73,8 +73,8 @@ def test_slot_logits_match_an_explicit_forward():
         for context, vis in (("cache", causal), ("full", full)):
             for convention in ("dream", "llada"):
                 dlm = DiffusionLM(dm, MASK, convention=convention, context=context)
-                dlm.begin(state, 48, k)
-                got = dlm.slot_logprobs(state, k)[0]
+                cache = dlm.begin(state, 48, k)
+                got = dlm.slot_logprobs(state, k, cache)[0]
                 ref = _bidirectional_reference(dm, ids, vis)
                 ref = ref[n:n + k] if convention == "llada" else ref[n - 1:n - 1 + k]
                 torch.testing.assert_close(got, torch.log_softmax(ref.float(), -1), atol=1e-5, rtol=1e-5)

@@ -7,8 +7,8 @@ import torch
 
 from mmspec import SpeculativeGenerator
 from mmspec.drafters import DiffusionLM
-from mmspec.drafters.diffuspec import (ADLConfig, CausalPathSearch, CPSConfig, DiffuSpecDrafter, candidate_sets,
-                                       prefix_tree)
+from mmspec.drafters.diffuspec import (ADLConfig, CausalPathSearch, CPSConfig, DiffuSpecDrafter, DiffuSpecRun,
+                                       candidate_sets, prefix_tree)
 from mmspec.tiny import tiny_model
 
 
@@ -71,7 +71,7 @@ def test_adl_rule():
     target = tiny_model("llama", seed=0, vocab_size=96, num_layers=1)
     d = DiffuSpecDrafter(DiffusionLM(target, 2), num_tokens=6, cps=False, adl=True,
                          adl_config=ADLConfig(k_min=2, k_max=12, delta=4, rho=0.5))
-    d.ema_gen = d.ema_acc = None
+    run = DiffuSpecRun(cache=None, k=d.k0)
 
     class R:
         def __init__(self, n):
@@ -80,12 +80,15 @@ def test_adl_rule():
     class S:
         active = torch.tensor([True])
 
-    d._gen_len = torch.tensor([6])
-    d.observe(S(), None, R(6))  # everything accepted: EMA_acc >= EMA_gen -> grow by delta
-    assert d.k == 10
-    d._gen_len = torch.tensor([3])  # EOS at 4: L_gen = 3
-    d.observe(S(), None, R(1))  # EMA_gen = 4.5, EMA_acc = 3.5 -> k = round(4.5)
-    assert d.k == 4
+    class C:
+        state = S()
+
+    run.gen_len = torch.tensor([6])
+    d.observe(C(), run, None, R(6))  # everything accepted: EMA_acc >= EMA_gen -> grow by delta
+    assert run.k == 10
+    run.gen_len = torch.tensor([3])  # EOS at 4: L_gen = 3
+    d.observe(C(), run, None, R(1))  # EMA_gen = 4.5, EMA_acc = 3.5 -> k = round(4.5)
+    assert run.k == 4
     with pytest.raises(ValueError):
         ADLConfig(k_min=5, k_max=4)
     with pytest.raises(ValueError, match="lattice"):

@@ -153,7 +153,7 @@ def test_from_pretrained_loads_through_remote_code(checkpoint):
     assert dlm.attention == "native" and dlm.context == "window" and dlm.window == 96
     assert dlm.vocab_size == V
     assert dlm.max_positions == 64  # read from the config's max_position_embeddings
-    assert dlm.cache is None
+    assert dlm.begin(_state([prompts(batch=1)[0]]), 48, 4) is None  # a window context keeps no cache per call
     for name, p in saved.state_dict().items():
         torch.testing.assert_close(model.state_dict()[name], p, atol=0, rtol=0)
 
@@ -215,10 +215,10 @@ def test_slot_logprobs_are_the_models_own_distributions(checkpoint, convention, 
     rows = [prompts(batch=1, length=11, seed=1)[0], prompts(batch=1, length=7, seed=2)[0]]
     state = _state(rows)
     dlm = DiffusionLM.from_pretrained(folder, trust_remote_code=True, convention=convention, window=window)
-    dlm.begin(state, 48, k)
+    cache = dlm.begin(state, 48, k)
     calls, handle = record_calls(dlm.model)
     try:
-        got = dlm.slot_logprobs(state, k)
+        got = dlm.slot_logprobs(state, k, cache)
     finally:
         handle.remove()
     assert got.shape == (2, k, V) and got.dtype == torch.float32

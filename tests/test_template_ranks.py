@@ -6,7 +6,7 @@ import torch
 from scipy.stats import chisquare
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from mmspec.drafters import AutoregressiveDrafter
+from mmspec.drafters import AutoregressiveDrafter, AutoregressiveRun
 from mmspec.tree import TreeTemplate
 from mmspec.verifiers import SamplingConfig, sampling_accept
 
@@ -22,8 +22,9 @@ def first_tokens(template: TreeTemplate, rows: int, seed: int) -> torch.LongTens
                       num_attention_heads=2, num_key_value_heads=2)
     drafter = AutoregressiveDrafter(LlamaForCausalLM(cfg), tree=template)
     gen = torch.Generator().manual_seed(seed)
-    tree = drafter._tree(torch.zeros(rows, dtype=torch.long), Q.log().expand(rows, V),
-                         SamplingConfig(do_sample=True), gen)  # depth 1: the drafter model is never run
+    run = AutoregressiveRun(cache=None, draft_length=1)  # depth 1: the drafter model is never run
+    tree = drafter._tree(run, torch.zeros(rows, dtype=torch.long), Q.log().expand(rows, V),
+                         SamplingConfig(do_sample=True), gen)
     result = sampling_accept(tree, P.expand(rows, tree.num_nodes, V).contiguous(), gen)
     return result.emitted_tokens(tree)[0][:, 0]
 

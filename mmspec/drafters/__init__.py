@@ -1,6 +1,7 @@
 """Drafters: anything that proposes a DraftTree from the decoding state."""
 
-from .autoregressive import AutoregressiveDrafter
+from ..state import DraftContext
+from .autoregressive import AutoregressiveDrafter, AutoregressiveRun
 from .base import Drafter
 from .deer import DEERDrafter
 from .feature import FeatureDrafter
@@ -9,5 +10,5 @@ from .diffusion import DiffusionLM
 from .no_draft import NoDrafter
 from .prompt_lookup import PromptLookupDrafter
 
-__all__ = ["Drafter", "AutoregressiveDrafter", "PromptLookupDrafter", "DiffusionLM", "DEERDrafter", "FeatureDrafter",
-           "FeatureDraftModel", "FeatureDrafterConfig", "NoDrafter"]
+__all__ = ["Drafter", "DraftContext", "AutoregressiveDrafter", "AutoregressiveRun", "PromptLookupDrafter",
+           "DiffusionLM", "DEERDrafter", "FeatureDrafter", "FeatureDraftModel", "FeatureDrafterConfig", "NoDrafter"]

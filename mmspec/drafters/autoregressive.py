@@ -1,9 +1,9 @@
 """A small causal LM as drafter: a chain of k tokens, a static tree, or an EAGLE-2 dynamic tree.
 
-The drafter keeps its own ``SpecKVCache``: each step it first catches up on the tokens it has not seen
-(the verifier's bonus token, plus accepted leaves it never fed), then expands the tree level by level,
-feeding only the nodes that get children. After verification it commits the accepted nodes it already
-holds K/V for and forgets the rest (rollback is just dropping pending nodes).
+Each call keeps its own ``SpecKVCache`` (in its :class:`AutoregressiveRun`): each step the drafter first catches
+up on the tokens it has not seen (the verifier's bonus token, plus accepted leaves it never fed), then expands
+the tree level by level, feeding only the nodes that get children. After verification it commits the accepted
+nodes it already holds K/V for and forgets the rest (rollback is just dropping pending nodes).
 
 Tree modes:
 * chain (``tree=None``): up to ``num_tokens`` drafts, greedy argmax, or a draw from the drafter's
@@ -18,33 +18,57 @@ Tree modes:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..cache import SpecKVCache
-from ..state import DecodeState
+from ..compat import check_supported
+from ..state import DraftContext
 from ..tree import DraftTree, TreeTemplate, select_best_nodes, subtree
 from ..verifiers.acceptance import AcceptResult
 from ..verifiers.tree_forward import chain_parents, draft_forward, prefill_cache, text_config
 from .base import Drafter
 
 
+@dataclass
+class AutoregressiveRun:
+    """One call's drafting state: the drafter's cache (the tokens it has fed, committed, plus the current tree's
+    fed nodes, pending), the chain length for the next step, and which pending entry each node of the last
+    proposed tree was fed as (-1: never fed)."""
+
+    cache: SpecKVCache | None
+    draft_length: int
+    node_to_pending: torch.LongTensor | None = None
+
+
 class AutoregressiveDrafter(Drafter):
+    """Drafts chains and trees from a model that maps fed tokens to next-token logits.
+
+    Extension hooks: a drafter that expands the same trees from another network (e.g. the feature drafters) overrides
+
+    * ``begin(context) -> AutoregressiveRun`` (or a subclass holding more per-call state);
+    * ``feed_unseen(context, run) -> [B, V]``: feed the tokens the drafter has not seen (at least the root, see
+      :meth:`~mmspec.state.DecodeState.unseen`), commit them to ``run.cache``, return the root's next-token logits;
+    * ``feed_nodes(run, tokens, parents) -> [B, F, V]``: feed draft nodes as pending entries of ``run.cache``
+      (``parents`` index earlier pending entries, -1 = the root), return their next-token logits;
+    * ``observe``: keep what the verifier accepted in ``run.cache``, drop the rest.
+    """
+
     def __init__(self, model, num_tokens: int = 4, tree: TreeTemplate | str | None = None, top_k: int = 4,
                  num_nodes: int | None = None, adaptive: bool = True):
         if num_tokens < 1:
             raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
         if isinstance(tree, str) and tree != "dynamic":
             raise ValueError(f"tree must be None, a TreeTemplate or 'dynamic', got {tree!r}")
+        check_supported(model, "drafter")  # run through the same cache and tree masks as the target
         self.model = model.eval()
         self.num_tokens = num_tokens
         self.tree = tree
         self.top_k = top_k
         self.num_nodes = num_nodes if num_nodes is not None else min(num_tokens * top_k, 60)
         self.adaptive = adaptive and tree is None
-        self.draft_length = num_tokens
         self.vocab_size = text_config(model).vocab_size
-        self.cache: SpecKVCache | None = None
-        self._node_to_pending: torch.LongTensor | None = None
 
     @property
     def depth(self) -> int:
@@ -58,61 +82,60 @@ class AutoregressiveDrafter(Drafter):
             return self.num_nodes + 1
         return self.num_tokens + 1
 
-    # ------------------------------------------------------------------ lifecycle
-    def begin(self, state: DecodeState, max_length: int) -> None:
-        self.cache = prefill_cache(self.model, state, max_length + 2 * self.max_nodes + 2)
-        self.draft_length = self.num_tokens
+    # ------------------------------------------------------------------ protocol
+    def begin(self, context: DraftContext) -> AutoregressiveRun:
+        cache = prefill_cache(self.model, context.state, context.max_length + 2 * self.max_nodes + 2)
+        return AutoregressiveRun(cache, self.num_tokens)
 
     @torch.no_grad()
-    def propose(self, state: DecodeState) -> DraftTree:
-        root_logits = self._catch_up(state)
-        sampling = state.sampling
-        roots = state.roots.to(self.model.device)
+    def propose(self, context: DraftContext, run: AutoregressiveRun) -> DraftTree:
+        root_logits = self.feed_unseen(context, run)
+        roots = context.state.roots.to(self.model.device)
         if self.tree is None:
-            return self._chain(roots, root_logits, sampling, state.generator)
-        return self._tree(roots, root_logits, sampling, state.generator)
+            return self._chain(run, roots, root_logits, context.sampling, context.generator)
+        return self._tree(run, roots, root_logits, context.sampling, context.generator)
 
-    def _catch_up(self, state: DecodeState) -> torch.Tensor:
-        """Feed the tokens the drafter has not seen (at least the root); returns the root's next-token
-        logits [B, V]."""
-        cache, dev = self.cache, self.model.device
-        B = state.batch_size
-        need = state.lengths.to(dev) - cache.lengths
-        m = int(need.max())
-        j = torch.arange(m, device=dev)[None, :]
-        valid = j < need[:, None]
-        idx = (cache.lengths[:, None] + j).clamp(max=state.tokens.shape[1] - 1)
-        chunk = state.tokens.to(dev).gather(1, idx)
-        logits = draft_forward(self.model, cache, chunk, chain_parents(valid), valid)
-        cache.commit(j.expand(B, m), need)
-        return logits[torch.arange(B, device=dev), need - 1].float()
-
-    def observe(self, state: DecodeState, tree: DraftTree, result: AcceptResult) -> None:
+    def observe(self, context: DraftContext, run: AutoregressiveRun, tree: DraftTree, result: AcceptResult,
+                hidden: torch.Tensor | None = None) -> None:
         """Commit the accepted nodes the drafter already fed; the rest is re-fed next step."""
         dev = self.model.device
+        active = context.state.active
         path = result.paths[:, 1:].to(dev)
         n_acc = result.num_accepted.to(dev)
-        pending = self._node_to_pending.gather(1, path) if path.shape[1] else path
+        pending = run.node_to_pending.gather(1, path) if path.shape[1] else path
         j = torch.arange(path.shape[1], device=dev)[None, :]
         fed = (pending >= 0) & (j < n_acc[:, None])
         count = fed.long().cumprod(1).sum(1) if path.shape[1] else n_acc * 0
-        count = count * state.active.to(dev)
-        self.cache.commit(pending.clamp(min=0), count)
+        count = count * active.to(dev)
+        run.cache.commit(pending.clamp(min=0), count)
         if self.adaptive:
             # HF's "heuristic" schedule: lengthen after a fully accepted chain, shorten otherwise,
             # so a drafter that the target disagrees with stops wasting forwards.
-            full = bool((n_acc[state.active.to(dev)] >= self.draft_length).any()) if state.active.any() else False
-            self.draft_length = min(self.draft_length + 2, self.num_tokens) if full else max(self.draft_length - 1, 1)
+            full = bool((n_acc[active.to(dev)] >= run.draft_length).any()) if active.any() else False
+            run.draft_length = min(run.draft_length + 2, self.num_tokens) if full else max(run.draft_length - 1, 1)
+
+    # ------------------------------------------------------------------ extension hooks
+    def feed_unseen(self, context: DraftContext, run: AutoregressiveRun) -> torch.Tensor:
+        """Feed the tokens the drafter has not seen (at least the root); returns the root's next-token
+        logits [B, V]."""
+        unseen = context.state.unseen(run.cache.lengths)
+        logits = draft_forward(self.model, run.cache, unseen.tokens, chain_parents(unseen.valid), unseen.valid)
+        run.cache.commit_first(unseen.counts)
+        rows = torch.arange(unseen.counts.shape[0], device=logits.device)
+        return logits[rows, unseen.counts - 1].float()
+
+    def feed_nodes(self, run: AutoregressiveRun, tokens: torch.LongTensor,
+                   pending_parents: torch.LongTensor) -> torch.Tensor:
+        """Feed draft nodes ``tokens`` [B, F] hanging off pending entries ``pending_parents`` (-1 = the root);
+        returns their next-token logits [B, F, V] (float32)."""
+        valid = torch.ones_like(tokens, dtype=torch.bool)
+        return draft_forward(self.model, run.cache, tokens, pending_parents, valid).float()
 
     # ------------------------------------------------------------------ drafting
-    def _feed(self, tokens: torch.LongTensor, pending_parents: torch.LongTensor) -> torch.Tensor:
-        valid = torch.ones_like(tokens, dtype=torch.bool)
-        return draft_forward(self.model, self.cache, tokens, pending_parents, valid).float()
-
-    def _chain(self, roots, logits, sampling, generator) -> DraftTree:
+    def _chain(self, run: AutoregressiveRun, roots, logits, sampling, generator) -> DraftTree:
         B, dev = roots.shape[0], roots.device
         drafts, qs = [], []
-        k = self.draft_length
+        k = run.draft_length
         for d in range(k):
             if sampling.do_sample:
                 q = sampling.probs(logits)
@@ -123,15 +146,15 @@ class AutoregressiveDrafter(Drafter):
             drafts.append(tok)
             if d + 1 < k:
                 parent = torch.full((B, 1), d - 1 if d > 0 else -1, dtype=torch.long, device=dev)
-                logits = self._feed(tok[:, None], parent)[:, 0]
-        self._node_to_pending = torch.cat(
+                logits = self.feed_nodes(run, tok[:, None], parent)[:, 0]
+        run.node_to_pending = torch.cat(
             [torch.full((B, 1), -1, device=dev, dtype=torch.long),
              torch.arange(k, device=dev).expand(B, k).clone()], dim=1)
-        self._node_to_pending[:, k] = -1  # the last draft was never fed
+        run.node_to_pending[:, k] = -1  # the last draft was never fed
         q = torch.stack(qs, 1) if qs else None
         return DraftTree.chain(roots, torch.stack(drafts, 1), q=q)
 
-    def _tree(self, roots, root_logits, sampling, generator) -> DraftTree:
+    def _tree(self, run: AutoregressiveRun, roots, root_logits, sampling, generator) -> DraftTree:
         """Level-by-level expansion shared by static templates and dynamic trees."""
         B, dev = roots.shape[0], roots.device
         dynamic = self.tree == "dynamic"
@@ -201,7 +224,7 @@ class AutoregressiveDrafter(Drafter):
             all_n2p = torch.cat(node_to_pending, 1)
             feed_tok = torch.cat(tokens, 1).gather(1, frontier)
             feed_par = all_n2p.gather(1, all_par.gather(1, frontier))  # -1 when the parent is the root
-            frontier_logits = self._feed(feed_tok, feed_par)
+            frontier_logits = self.feed_nodes(run, feed_tok, feed_par)
             F2 = frontier.shape[1]
             all_n2p.scatter_(1, frontier, n_pending + torch.arange(F2, device=dev).expand(B, F2))
             node_to_pending = [all_n2p]
@@ -215,10 +238,9 @@ class AutoregressiveDrafter(Drafter):
             keep = select_best_nodes(torch.cat(scores, 1), par, depth, torch.ones_like(par, dtype=torch.bool),
                                      self.num_nodes + 1)
             tok, par, _, _ = subtree(tok, par, keep)
-            n2p = n2p.gather(1, keep)
-            self._node_to_pending = n2p
+            run.node_to_pending = n2p.gather(1, keep)
             return DraftTree(tok, par)
-        self._node_to_pending = n2p
+        run.node_to_pending = n2p
         if stochastic:
             return DraftTree(tok, par, q=torch.cat(qs, 1), sibling_rule="without_replacement")
         return DraftTree(tok, par)

@@ -1,37 +1,38 @@
 """The drafter plug-in interface (the candidate-generator pattern of HF ``generate``, for trees).
 
-The decoding loop calls ``begin`` once per ``generate`` call, then per step ``propose`` (a DraftTree
-rooted at each row's last token) and ``observe`` (what the verifier accepted). A drafter never changes
-what is generated, only how fast.
+The decoding loop drives every drafter the same way, whatever it reads:
+
+* ``run = begin(context)`` once per ``generate`` call, after the target's prefill. ``context`` is a
+  :class:`~mmspec.state.DraftContext` (token buffer, prompt, sampling settings, generator, and, for a drafter
+  whose ``needs_target_hidden`` is set, the target's prefill features). ``run`` is the drafter's own state for
+  this call (its caches, its adaptive draft length, ...), or None: the loop holds it and hands it back below;
+* each step ``propose(context, run)`` returns a :class:`~mmspec.tree.DraftTree` rooted at each row's last
+  token; the target verifies it and the loop appends what it emitted to ``context.state``;
+* then, while rows are still generating, ``observe(context, run, tree, result, hidden)`` with the verifier's
+  :class:`~mmspec.verifiers.acceptance.AcceptResult` and, for ``needs_target_hidden`` drafters, the target's
+  last-layer hidden states at the tree's nodes (None otherwise).
+
+A drafter object keeps only its model and settings, so one drafter may serve several generators and
+concurrent calls. A drafter never changes what is generated, only how fast.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from ..state import DecodeState
+from ..state import DraftContext
 from ..tree import DraftTree
 from ..verifiers.acceptance import AcceptResult
-
-
-@dataclass
-class TargetContext:
-    """What the target's prefill computed that a feature drafter reads."""
-
-    hidden: torch.Tensor  # [B, P, H] last-layer hidden states (what the LM head reads)
-    input_ids: torch.LongTensor  # [B, P] the prompt as the target saw it (image placeholders included)
-    image_mask: torch.BoolTensor | None = None  # [B, P] image placeholder positions
-    image_embeds: torch.Tensor | None = None  # [n_image_tokens, H] projected image embeddings, in the
-    # row-major order of image_mask (the order LLaVA scatters them into the prompt)
 
 
 class Drafter:
     #: vocabulary the drafter proposes from (None = whatever the context holds, e.g. prompt lookup)
     vocab_size: int | None = None
-    #: feature drafters read the target's last-layer hidden states: the loop then passes
-    #: ``begin(..., context=TargetContext)`` and ``observe(..., hidden=[B, N, H])``
+    #: capability flag: the drafter reads the target's features, so the loop asks the target for its last-layer
+    #: hidden states (``context.hidden`` at the prefill, ``hidden`` at every ``observe``) and captures the
+    #: projected image embeddings (``context.image_embeds``)
     needs_target_hidden: bool = False
 
     @property
@@ -39,11 +40,16 @@ class Drafter:
         """Upper bound on tree nodes per step, root included (sizes the target cache)."""
         raise NotImplementedError
 
-    def begin(self, state: DecodeState, max_length: int) -> None:
-        """Start a new batch; ``max_length`` bounds ``state.lengths`` for this call."""
+    def check_inputs(self, prefill_inputs: dict) -> None:
+        """Refuse, before any forward, target inputs this drafter cannot draft for (raise ValueError)."""
 
-    def propose(self, state: DecodeState) -> DraftTree:
+    def begin(self, context: DraftContext) -> Any:
+        """Start one ``generate`` call; return this call's drafter state (None when the drafter keeps none)."""
+        return None
+
+    def propose(self, context: DraftContext, run: Any) -> DraftTree:
         raise NotImplementedError
 
-    def observe(self, state: DecodeState, tree: DraftTree, result: AcceptResult) -> None:
-        """Called after the verifier accepted ``result`` and ``state`` was extended."""
+    def observe(self, context: DraftContext, run: Any, tree: DraftTree, result: AcceptResult,
+                hidden: torch.Tensor | None = None) -> None:
+        """Called after the verifier accepted ``result`` and ``context.state`` was extended."""

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from ..state import DecodeState
+from ..cache import SpecKVCache
+from ..state import DraftContext
 from ..tree import DraftTree
 from .base import Drafter
 from .diffusion import DiffusionLM
@@ -34,12 +35,14 @@ class DEERDrafter(Drafter):
     def max_nodes(self) -> int:
         return self.num_tokens + 1
 
-    def begin(self, state: DecodeState, max_length: int) -> None:
-        self.dlm.begin(state, max_length, self.num_tokens)
+    def begin(self, context: DraftContext) -> SpecKVCache | None:
+        """The diffusion LM's cache for this call (None when it re-reads its context every step)."""
+        return self.dlm.begin(context.state, context.max_length, self.num_tokens)
 
     @torch.no_grad()
-    def propose(self, state: DecodeState) -> DraftTree:
-        logp = self.dlm.slot_logprobs(state, self.num_tokens)  # [B, k, V]
+    def propose(self, context: DraftContext, cache: SpecKVCache | None) -> DraftTree:
+        state = context.state
+        logp = self.dlm.slot_logprobs(state, self.num_tokens, cache)  # [B, k, V]
         dev = logp.device
         roots = state.roots.to(dev)
         sampling = state.sampling

@@ -29,11 +29,13 @@ import json
 from pathlib import Path
 
 import torch
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from ..cache import SpecKVCache
-from .remote_code import explain_remote_failure, modeling_files, require_trust
+from ..model_dirs import require_config
 from ..state import DecodeState
 from ..verifiers.tree_forward import model_dtype, prefill_cache, to_model_mask, tree_forward
+from .remote_code import explain_remote_failure, modeling_files, require_trust
 
 CONVENTIONS = ("llada", "dream")
 CONTEXTS = ("cache", "window", "full")
@@ -89,7 +91,6 @@ class DiffusionLM:
                                                                                           target_vocab_size)
         cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.max_positions = max_positions or getattr(cfg, "max_position_embeddings", None)
-        self.cache: SpecKVCache | None = None
 
     @classmethod
     def from_pretrained(cls, path, convention: str | None = None, mask_token_id: int | None = None,
@@ -98,10 +99,6 @@ class DiffusionLM:
         ``trust_remote_code=True`` (as in transformers); stock architectures load without it. The convention
         comes from the config's ``model_type`` unless given; the mask id from the config or tokenizer unless
         given."""
-        from transformers import AutoConfig, AutoModel, AutoTokenizer
-
-        from ..model_dirs import require_config
-
         require_trust(path, trust_remote_code)
         with explain_remote_failure(path):
             config = AutoConfig.from_pretrained(require_config(path, "diffusion LM"), trust_remote_code=trust_remote_code)
@@ -138,25 +135,26 @@ class DiffusionLM:
             kwargs.setdefault("attention", "native")
             kwargs.setdefault("context", "window")
         else:  # a stock architecture trained as a diffusion LM (like the zoo's): bidirectional through our mask
-            from transformers import AutoModelForCausalLM
-
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
         return cls(model, mask_token_id, convention=convention, **kwargs)
 
-    # ------------------------------------------------------------------ lifecycle
-    def begin(self, state: DecodeState, max_length: int, max_slots: int) -> None:
+    # ------------------------------------------------------------------ per call
+    def begin(self, state: DecodeState, max_length: int, max_slots: int) -> SpecKVCache | None:
+        """One call's cache of the prefix (``context="cache"``; None otherwise), to pass to every
+        :meth:`slot_logprobs` of that call."""
         if self.context != "cache":
-            self.cache = None
-            return
-        self.cache = prefill_cache(self.model, state, max_length + max_slots + 2)
+            return None
+        return prefill_cache(self.model, state, max_length + max_slots + 2)
 
     @torch.no_grad()
-    def slot_logprobs(self, state: DecodeState, k: int) -> torch.Tensor:
+    def slot_logprobs(self, state: DecodeState, k: int, cache: SpecKVCache | None = None) -> torch.Tensor:
         """Log-probabilities ``[B, k, V]`` (float32) of the k tokens after each row's last token."""
         if k < 1:
             raise ValueError(f"need at least one mask slot, got k={k}")
         if self.context == "cache":
-            logits = self._cached(state, k)
+            if cache is None:
+                raise ValueError("context='cache' reads the call's cache: pass the one begin() returned")
+            logits = self._cached(state, k, cache)
         elif self.attention == "native":
             logits = self._native(state, k)
         else:
@@ -177,16 +175,14 @@ class DiffusionLM:
                 B, k - 1)], dim=1)
         return logits[rows, idx]
 
-    def _cached(self, state: DecodeState, k: int) -> torch.Tensor:
-        cache, dev = self.cache, self.model.device
+    def _cached(self, state: DecodeState, k: int, cache: SpecKVCache) -> torch.Tensor:
+        dev = self.model.device
         B = state.batch_size
-        need = state.lengths.to(dev) - cache.lengths  # tokens the drafter has not read (at least the root)
-        m = int(need.max())
+        unseen = state.unseen(cache.lengths)  # the tokens the drafter has not read (at least the root)
+        need, clean_valid = unseen.counts, unseen.valid
+        m = clean_valid.shape[1]
         T = m + k
-        j = torch.arange(m, device=dev)[None, :]
-        clean_valid = j < need[:, None]
-        idx = (cache.lengths[:, None] + j).clamp(max=state.tokens.shape[1] - 1)
-        chunk = torch.where(clean_valid, state.tokens.to(dev).gather(1, idx), self.mask_token_id)
+        chunk = torch.where(clean_valid, unseen.tokens, self.mask_token_id)
         ids = torch.cat([chunk, torch.full((B, k), self.mask_token_id, dtype=torch.long, device=dev)], dim=1)
         valid = torch.cat([clean_valid, torch.ones(B, k, dtype=torch.bool, device=dev)], dim=1)
         # who sees whom: clean tokens causally among themselves; slots see every clean token and every slot
@@ -199,7 +195,7 @@ class DiffusionLM:
         first = int((need - 1).min()) if self.convention == "dream" else m  # earliest position read
         out = tree_forward(self.model, cache, ids, parents, valid, ancestors=vis, depth=depth,
                            logits_to_keep=T - first)  # the LM head runs on the positions read only
-        cache.commit(j.expand(B, m), need)
+        cache.commit_first(need)  # the clean tokens (pending first); the slots are dropped
         return self._pick(out.logits, need - 1 - first, m - first, k)
 
     def _window(self, k: int) -> int:

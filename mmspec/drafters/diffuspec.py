@@ -24,8 +24,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..state import DecodeState
+from ..cache import SpecKVCache
+from ..state import DraftContext
 from ..tree import DraftTree
+from ..verifiers.acceptance import AcceptResult
 from .base import Drafter
 from .diffusion import DiffusionLM
 
@@ -113,6 +115,17 @@ def prefix_tree(paths: list[list[int]]) -> tuple[list[int], list[int]]:
     return tokens, parents
 
 
+@dataclass
+class DiffuSpecRun:
+    """One call's drafting state: the diffusion LM's cache and the ADL schedule."""
+
+    cache: SpecKVCache | None  # see DiffusionLM.begin
+    k: int  # draft length of the next step
+    ema_gen: float | None = None  # EMA of L_gen
+    ema_acc: float | None = None  # EMA of L_acc
+    gen_len: torch.LongTensor | None = None  # [B] L_gen of the last proposal
+
+
 class DiffuSpecDrafter(Drafter):
     """DiffuSpec drafting from a :class:`DiffusionLM` (CPS and ADL switchable, optional lattice tree)."""
 
@@ -130,31 +143,27 @@ class DiffuSpecDrafter(Drafter):
         if lattice and not cps:
             raise ValueError("lattice=True merges CPS beams: it needs cps=True")
         self.k0 = min(max(num_tokens, self.adl.k_min), self.adl.k_max) if adl else num_tokens
-        self.k = self.k0
-        self.history: list[int] = []  # draft length used at each step
 
     @property
     def max_nodes(self) -> int:
         k = self.adl.k_max if self.adl_on else self.k0
         return 1 + k * (self.cps.cfg.beam if self.lattice else 1)
 
-    def begin(self, state: DecodeState, max_length: int) -> None:
-        self.k = self.k0
-        self.ema_gen = self.ema_acc = None
-        self.history = []
-        self.dlm.begin(state, max_length, self.adl.k_max if self.adl_on else self.k0)
+    def begin(self, context: DraftContext) -> DiffuSpecRun:
+        max_slots = self.adl.k_max if self.adl_on else self.k0
+        return DiffuSpecRun(self.dlm.begin(context.state, context.max_length, max_slots), self.k0)
 
     @torch.no_grad()
-    def propose(self, state: DecodeState) -> DraftTree:
-        k = self.k
-        self.history.append(k)
-        logp = self.dlm.slot_logprobs(state, k)  # [B, k, V]
+    def propose(self, context: DraftContext, run: DiffuSpecRun) -> DraftTree:
+        state = context.state
+        k = run.k
+        logp = self.dlm.slot_logprobs(state, k, run.cache)  # [B, k, V]
         B, dev = logp.shape[0], logp.device
         raw = logp.argmax(-1)
-        self._gen_len = self._generated_length(raw)
+        run.gen_len = self._generated_length(raw)
         roots = state.roots.to(dev)
         if not self.cps_on:
-            lengths = torch.clamp(self._gen_len + (self._gen_len < k).long(), max=k)  # keep the EOS itself
+            lengths = torch.clamp(run.gen_len + (run.gen_len < k).long(), max=k)  # keep the EOS itself
             return DraftTree.chain(roots, raw, lengths=lengths)
         order = self.cps.causal.order - 1 if getattr(self.cps.causal, "order", None) else 0
         rows_paths = []
@@ -193,17 +202,20 @@ class DiffuSpecDrafter(Drafter):
             return DraftTree.chain(roots, tokens[:, 1:], lengths=lengths)
         return DraftTree(tokens, parents, valid)
 
-    def observe(self, state: DecodeState, tree: DraftTree, result) -> None:
+    def observe(self, context: DraftContext, run: DiffuSpecRun, tree: DraftTree, result: AcceptResult,
+                hidden: torch.Tensor | None = None) -> None:
+        """ADL: the next draft length from the EMAs of L_gen and L_acc."""
         if not self.adl_on:
             return
-        active = state.active.to(result.num_accepted.device)
+        active = context.state.active.to(result.num_accepted.device)
         rho = self.adl.rho
-        gen = float(self._gen_len.float().mean())
+        gen = float(run.gen_len.float().mean())
         acc = float(result.num_accepted[active].float().mean()) if active.any() else gen
-        self.ema_gen = gen if self.ema_gen is None else rho * self.ema_gen + (1 - rho) * gen
-        self.ema_acc = acc if self.ema_acc is None else rho * self.ema_acc + (1 - rho) * acc
-        grow = self.adl.delta if self.ema_acc >= self.ema_gen else 0
-        self.k = int(min(max(round(self.ema_gen + grow), self.adl.k_min), self.adl.k_max))
+        run.ema_gen = gen if run.ema_gen is None else rho * run.ema_gen + (1 - rho) * gen
+        run.ema_acc = acc if run.ema_acc is None else rho * run.ema_acc + (1 - rho) * acc
+        grow = self.adl.delta if run.ema_acc >= run.ema_gen else 0
+        run.k = int(min(max(round(run.ema_gen + grow), self.adl.k_min), self.adl.k_max))
 
 
-__all__ = ["DiffuSpecDrafter", "CausalPathSearch", "CPSConfig", "ADLConfig", "candidate_sets", "prefix_tree"]
+__all__ = ["DiffuSpecDrafter", "DiffuSpecRun", "CausalPathSearch", "CPSConfig", "ADLConfig", "candidate_sets",
+           "prefix_tree"]

@@ -8,24 +8,41 @@ drafter's own cache holds one entry per token position p it has fed (x_p with f_
 verification it re-feeds the accepted tokens with the target's true features (as EAGLE does), so its
 cache never keeps entries built from its own guesses. Inside a draft tree a node is fed with its parent's
 *predicted* feature. Tree expansion is the autoregressive drafter's (chain / static / dynamic); only how
-a node is fed differs.
+a node is fed differs: this drafter overrides its ``feed_unseen`` / ``feed_nodes`` hooks.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 
 from ..cache import SpecKVCache
-from ..state import DecodeState
+from ..state import DraftContext
 from ..tree import DraftTree, TreeTemplate
 from ..verifiers.acceptance import AcceptResult
 from ..verifiers.tree_forward import chain_parents, prefill_parents
-from .autoregressive import AutoregressiveDrafter
-from .base import TargetContext
-from .feature_model import FeatureDraftModel, drafter_sequence, scatter_image_embeds, signature_mismatch
+from ..vision import image_token_id
+from .autoregressive import AutoregressiveDrafter, AutoregressiveRun
+from .feature_model import (FeatureDraftModel, drafter_sequence, scatter_image_embeds, sequence_length,
+                            signature_mismatch)
+
+
+@dataclass
+class FeatureRun(AutoregressiveRun):
+    """One call's feature-drafting state, besides the drafter's cache (see the module docstring)."""
+
+    features: torch.Tensor | None = None  # [B, max_length + 2, H] the target's feature at each token position
+    fed: torch.LongTensor | None = None  # [B] token positions below this are in the drafter's cache
+    prompt_entries: int = 0  # cache entries the prompt became (fewer than its tokens under FLASH compression)
+    root_feature: torch.Tensor | None = None  # [B, H] the drafter's predicted feature after the root
+    slot_logits: torch.Tensor | None = None  # [B, sar_tokens, V] next-token logits of each slot after the root
+    tree_features: list[torch.Tensor] = field(default_factory=list)  # predicted features of this step's fed nodes
 
 
 class FeatureDrafter(AutoregressiveDrafter):
+    """An EAGLE / MSD / FLASH network drafting from the target's features (``needs_target_hidden``)."""
+
     needs_target_hidden = True
 
     def __init__(self, net: FeatureDraftModel, target, num_tokens: int | None = None,
@@ -59,6 +76,7 @@ class FeatureDrafter(AutoregressiveDrafter):
         self.vocab_size = net.config.vocab_size
         self.compress_to = compress_to
         self.method = net.config.method
+        self.image_token_id = image_token_id(target)
         if sar > 1 and isinstance(tree, TreeTemplate):
             self._lattice_layout(tree)
 
@@ -74,130 +92,148 @@ class FeatureDrafter(AutoregressiveDrafter):
             kids.setdefault(par, []).append(node)
         self._sibling_groups = [(len(t.rank_paths[k[0] - 1]) - 1, torch.tensor(k, device=dev)) for k in kids.values()]
 
-    # ------------------------------------------------------------------ lifecycle
+    def prompt_entries(self, prompt_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None) -> int:
+        """How many entries these (left-padded) prompts take in the drafter's cache: fewer than their tokens
+        under FLASH compression."""
+        valid = torch.ones_like(prompt_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        image_mask = None if self.image_token_id is None else prompt_ids == self.image_token_id
+        return sequence_length(self.net, valid, image_mask, self.compress_to)
+
+    # ------------------------------------------------------------------ protocol
+    def check_inputs(self, prefill_inputs: dict) -> None:
+        if prefill_inputs.get("pixel_values_videos") is not None:
+            raise ValueError("feature drafters read image embeddings only: videos (pixel_values_videos) are not "
+                             "supported with them; use a text drafter or prompt lookup")
+
     @torch.no_grad()
-    def begin(self, state: DecodeState, max_length: int, context: TargetContext | None = None) -> None:
-        if context is None:
+    def begin(self, context: DraftContext) -> FeatureRun:
+        if context.hidden is None:
             raise ValueError("a feature drafter needs the target's prefill features (run it through "
                              "SpeculativeGenerator)")
+        state, max_length = context.state, context.max_length
         dev = self.net.fc.weight.device
         B, P = state.batch_size, state.prompt_length
         H = self.net.config.hidden_size
-        self.features = torch.zeros(B, max_length + 2, H, dtype=self.net.fc.weight.dtype, device=dev)
-        self.features[:, :P] = context.hidden.to(self.features)
-        tokens = context.input_ids.to(dev)
+        features = torch.zeros(B, max_length + 2, H, dtype=self.net.fc.weight.dtype, device=dev)
+        features[:, :P] = context.hidden.to(features)
+        tokens = context.prompt_ids.to(dev)
         valid = torch.arange(P, device=dev)[None, :] >= state.starts.to(dev)[:, None]
         image_mask = context.image_mask.to(dev) if context.image_mask is not None else None
         images = scatter_image_embeds(image_mask, context.image_embeds) if self.net.config.decoupled else None
-        x, ok, _ = drafter_sequence(self.net, self.embed, tokens, valid, self.features[:, :P], image_mask,
+        x, ok, _ = drafter_sequence(self.net, self.embed, tokens, valid, features[:, :P], image_mask,
                                     images, self.compress_to, align="left")
         S = x.shape[1]
-        self.cache = SpecKVCache.for_model(self.net.body, B, S + (max_length - P) + 2 * self.max_nodes + 4)
+        cache = SpecKVCache.for_model(self.net.body, B, S + (max_length - P) + 2 * self.max_nodes + 4)
         if ok.any():  # (one-token prompts leave nothing to pair: the cache starts empty)
-            self.net.append(self.cache, x, prefill_parents(ok.long()), ok)
-            self.cache.commit(torch.arange(S, device=dev).expand(B, S), torch.full((B,), S, device=dev))
-            self.cache.starts = S - ok.sum(1)
-        self.fed = torch.full((B,), P, dtype=torch.long, device=dev)  # token positions < fed are in the cache
-        self.prompt_entries = S
-        self._pending: list[torch.Tensor] = []
+            self.net.append(cache, x, prefill_parents(ok.long()), ok)
+            cache.commit_first(torch.full((B,), S, device=dev))
+            cache.starts = S - ok.sum(1)
+        return FeatureRun(cache, self.num_tokens, features=features, prompt_entries=S,
+                          fed=torch.full((B,), P, dtype=torch.long, device=dev))
 
-    def _catch_up(self, state: DecodeState) -> torch.Tensor:
-        dev = self.net.fc.weight.device
-        B = state.batch_size
-        lengths = state.lengths.to(dev)
-        need = lengths - self.fed
-        m = int(need.max())
-        j = torch.arange(m, device=dev)[None, :]
-        valid = j < need[:, None]
-        pos = (self.fed[:, None] + j).clamp(max=state.tokens.shape[1] - 1)
-        tok = state.tokens.to(dev).gather(1, pos)
-        feat = self.features.gather(1, (pos - 1).clamp(min=0)[..., None].expand(B, m, self.features.shape[-1]))
-        x = self.net.fuse(self.embed(tok).to(feat.dtype), feat)
-        out = self.net.append(self.cache, x, chain_parents(valid), valid)
-        self.cache.commit(j.expand(B, m), need)
-        self.fed = lengths.clone()
-        h = out[torch.arange(B, device=dev), need - 1]
-        self._root_feature = h
-        self._pending = []
-        heads = self.net.heads(h)  # [B, k, H]
-        self._slot_logits = self._logits(heads)
-        return self._slot_logits[:, 0]
+    @torch.no_grad()
+    def propose(self, context: DraftContext, run: FeatureRun) -> DraftTree:
+        if self.net.config.sar_tokens == 1:
+            return super().propose(context, run)
+        # FLASH: every slot's logits come from the one forward that feeds the unseen tokens
+        self.feed_unseen(context, run)
+        roots = context.state.roots.to(self.net.fc.weight.device)
+        if self.tree is None:
+            return self._flash_chain(run, roots, context.sampling, context.generator)
+        return self._lattice(run, roots, context.sampling, context.generator)
 
-    def _feed(self, tokens: torch.LongTensor, pending_parents: torch.LongTensor) -> torch.Tensor:
+    def observe(self, context: DraftContext, run: FeatureRun, tree: DraftTree, result: AcceptResult,
+                hidden: torch.Tensor | None = None) -> None:
+        """Store the target's features along the accepted path; drop the draft-tree entries."""
+        if hidden is None:
+            raise ValueError("a feature drafter needs the verifier's hidden states")
+        features = run.features
+        dev = features.device
+        paths = result.paths.to(dev)
+        B, L = paths.shape
+        j = torch.arange(L, device=dev)[None, :]
+        real = j < result.path_lengths.to(dev)[:, None]
+        scratch = features.shape[1] - 1
+        where = torch.where(real, run.fed[:, None] - 1 + j, scratch).clamp(max=scratch)
+        H = features.shape[-1]
+        got = hidden.to(features).gather(1, paths[..., None].expand(B, L, H))
+        features.scatter_(1, where[..., None].expand(B, L, H), got)
+        run.cache.discard_pending()
+        run.tree_features = []
+
+    # ------------------------------------------------------------------ extension hooks
+    def feed_unseen(self, context: DraftContext, run: FeatureRun) -> torch.Tensor:
+        """Feed the unseen tokens, each with the target's feature at the position before it (EAGLE); keeps the
+        predicted feature and slot logits after the root; returns the root's next-token logits [B, V]."""
+        unseen = context.state.unseen(run.fed)
+        B, m = unseen.tokens.shape
+        feat = run.features.gather(1, (unseen.positions - 1).clamp(min=0)[..., None].expand(
+            B, m, run.features.shape[-1]))
+        x = self.net.fuse(self.embed(unseen.tokens).to(feat.dtype), feat)
+        out = self.net.append(run.cache, x, chain_parents(unseen.valid), unseen.valid)
+        run.cache.commit_first(unseen.counts)
+        run.fed = run.fed + unseen.counts
+        h = out[torch.arange(B, device=out.device), unseen.counts - 1]
+        run.root_feature = h
+        run.tree_features = []
+        run.slot_logits = self._logits(self.net.heads(h))  # heads: [B, k, H]
+        return run.slot_logits[:, 0]
+
+    def feed_nodes(self, run: FeatureRun, tokens: torch.LongTensor, pending_parents: torch.LongTensor) -> torch.Tensor:
+        """Feed draft nodes, each with its parent's *predicted* feature; returns their next-token logits."""
         B, F = tokens.shape
-        H = self._root_feature.shape[-1]
-        if self._pending:
-            done = torch.cat(self._pending, dim=1)
+        root = run.root_feature
+        H = root.shape[-1]
+        if run.tree_features:
+            done = torch.cat(run.tree_features, dim=1)
             from_pending = done.gather(1, pending_parents.clamp(min=0)[..., None].expand(B, F, H))
         else:
-            from_pending = self._root_feature[:, None].expand(B, F, H)
-        parent_feature = torch.where((pending_parents < 0)[..., None], self._root_feature[:, None], from_pending)
+            from_pending = root[:, None].expand(B, F, H)
+        parent_feature = torch.where((pending_parents < 0)[..., None], root[:, None], from_pending)
         x = self.net.fuse(self.embed(tokens).to(parent_feature.dtype), parent_feature)
         valid = torch.ones_like(tokens, dtype=torch.bool)
-        h = self.net.append(self.cache, x, pending_parents, valid)
-        self._pending.append(h)
+        h = self.net.append(run.cache, x, pending_parents, valid)
+        run.tree_features.append(h)
         return self._logits(h)
 
     def _logits(self, features: torch.Tensor) -> torch.Tensor:
         logits = self.lm_head(features).float()
         return logits if self.blocked is None else logits.masked_fill(self.blocked, float("-inf"))
 
-    def _chain(self, roots, logits, sampling, generator) -> DraftTree:
-        if self.net.config.sar_tokens == 1:
-            return super()._chain(roots, logits, sampling, generator)
-        slot_logits = self._slot_logits  # FLASH: all k drafts from one forward
+    def _flash_chain(self, run: FeatureRun, roots, sampling, generator) -> DraftTree:
+        """FLASH: all k drafts from the one forward's slots."""
         if sampling.do_sample:
-            q = sampling.probs(slot_logits)
+            q = sampling.probs(run.slot_logits)
             B, k, V = q.shape
             drafts = torch.multinomial(q.reshape(B * k, V), 1, generator=generator).view(B, k)
             return DraftTree.chain(roots, drafts, q=q)
-        return DraftTree.chain(roots, slot_logits.argmax(-1))
+        return DraftTree.chain(roots, run.slot_logits.argmax(-1))
 
-    def _tree(self, roots, root_logits, sampling, generator) -> DraftTree:
-        if self.net.config.sar_tokens == 1:
-            return super()._tree(roots, root_logits, sampling, generator)
-        # FLASH lattice (beyond the paper): the slots are independent given the context, so a static tree
-        # whose depth-d nodes take slot d's tokens covers several combinations in one target pass.
+    def _lattice(self, run: FeatureRun, roots, sampling, generator) -> DraftTree:
+        """FLASH lattice (beyond the paper): the slots are independent given the context, so a static tree
+        whose depth-d nodes take slot d's tokens covers several combinations in one target pass."""
         parents = self._lattice_parents.expand(roots.shape[0], -1).contiguous()
         if sampling.do_sample:
-            return self._sampled_lattice(roots, parents, sampling, generator)
+            return self._sampled_lattice(run, roots, parents, sampling, generator)
         # greedy: slot d's ranked tokens; deterministic drafts (point-mass proposals) are lossless anyway
-        ranked = self._slot_logits[:, : self.tree.depth].topk(int(self._rank.max()) + 1, dim=-1).indices
+        ranked = run.slot_logits[:, : self.tree.depth].topk(int(self._rank.max()) + 1, dim=-1).indices
         tokens = torch.cat([roots[:, None], ranked[:, self._slot, self._rank]], dim=1)
         return DraftTree(tokens, parents)
 
-    def _sampled_lattice(self, roots, parents, sampling, generator) -> DraftTree:
+    def _sampled_lattice(self, run: FeatureRun, roots, parents, sampling, generator) -> DraftTree:
         """Under sampling, each node's children are drawn from its depth's slot distribution q_d without
         replacement (SpecInfer-style multi-draft): point-mass drafts of a high-entropy target (image codes) are
         rarely accepted, while drawn ones are accepted with probability ~ 1 - TV(p, q). The slots do not
         condition on the parent's token, so every child of a depth-d node is drawn from the same q_d; that q
         is what the verifier is given, which keeps it lossless."""
         B = roots.shape[0]
-        q = sampling.probs(self._slot_logits[:, : self.tree.depth])  # [B, D, V]
+        q = sampling.probs(run.slot_logits[:, : self.tree.depth])  # [B, D, V]
         tokens = torch.empty(B, parents.shape[1], dtype=torch.long, device=roots.device)
         tokens[:, 0] = roots
         for slot, kids in self._sibling_groups:  # siblings in draw order = the order the verifier tries them
             tokens[:, kids] = torch.multinomial(q[:, slot], len(kids), replacement=False, generator=generator)
         node_q = torch.cat([q[:, :1], q[:, self._slot]], dim=1)  # the root's entry is never read
         return DraftTree(tokens, parents, q=node_q, sibling_rule="without_replacement")
-
-    def observe(self, state: DecodeState, tree: DraftTree, result: AcceptResult,
-                hidden: torch.Tensor | None = None) -> None:
-        """Store the target's features along the accepted path; drop the draft-tree entries."""
-        if hidden is None:
-            raise ValueError("a feature drafter needs the verifier's hidden states")
-        dev = self.features.device
-        paths = result.paths.to(dev)
-        B, L = paths.shape
-        j = torch.arange(L, device=dev)[None, :]
-        real = j < result.path_lengths.to(dev)[:, None]
-        scratch = self.features.shape[1] - 1
-        where = torch.where(real, self.fed[:, None] - 1 + j, scratch).clamp(max=scratch)
-        H = self.features.shape[-1]
-        got = hidden.to(self.features).gather(1, paths[..., None].expand(B, L, H))
-        self.features.scatter_(1, where[..., None].expand(B, L, H), got)
-        self.cache.discard_pending()
-        self._pending = []
 
 
 __all__ = ["FeatureDrafter"]

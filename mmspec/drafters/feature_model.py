@@ -23,10 +23,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import LlamaConfig, LlamaModel
 
 from ..verifiers.tree_forward import text_config
+from ..vision import image_token_id
 
 METHODS = ("eagle", "msd", "flash")
 
@@ -86,8 +88,6 @@ class FeatureDrafterConfig:
     @classmethod
     def for_target(cls, target, method: str = "msd", **overrides) -> "FeatureDrafterConfig":
         cfg = text_config(target)
-        from ..vision import image_token_id
-
         rope = getattr(cfg, "rope_parameters", None) or {}
         kw = dict(hidden_size=cfg.hidden_size, vocab_size=cfg.vocab_size, method=method,
                   num_attention_heads=cfg.num_attention_heads,
@@ -159,8 +159,6 @@ class FeatureDraftModel(nn.Module):
 
     # ------------------------------------------------------------------ save / load
     def save_pretrained(self, path: str | Path) -> None:
-        from safetensors.torch import save_file
-
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         (path / "feature_drafter.json").write_text(json.dumps(asdict(self.config), indent=2))
@@ -168,8 +166,6 @@ class FeatureDraftModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str | Path, target=None) -> "FeatureDraftModel":
-        from safetensors.torch import load_file
-
         path = Path(path)
         if not (path / "feature_drafter.json").exists():
             raise ValueError(f"{path} holds no feature drafter (feature_drafter.json missing)")
@@ -258,5 +254,21 @@ def drafter_sequence(net: FeatureDraftModel, embed: nn.Module, tokens: torch.Lon
     return out, valid_s, token_pos
 
 
+def sequence_length(net: FeatureDraftModel, valid: torch.BoolTensor, image_mask: torch.BoolTensor | None = None,
+                    compress_to: int | None = None) -> int:
+    """The width S of :func:`drafter_sequence`'s inputs for these rows, without computing them: one entry per
+    (token, previous feature) pair, each run of image positions counted as its compressed tokens under FLASH."""
+    T = valid.shape[1]
+    img = image_mask[:, 1:] if image_mask is not None else None
+    if img is None or not img.any() or not net.config.compress_tokens:
+        return T - 1
+    ok = valid[:, 1:] & valid[:, :-1]
+    in_image = ok & img
+    run_starts = in_image & ~torch.cat([torch.zeros_like(in_image[:, :1]), in_image[:, :-1]], dim=1)
+    per_image = compress_to or net.config.compress_tokens
+    entries = (ok & ~in_image).sum(1) + per_image * run_starts.sum(1)
+    return max(1, int(entries.max()))
+
+
 __all__ = ["FeatureDrafterConfig", "FeatureDraftModel", "METHODS", "target_signature", "signature_mismatch",
-           "drafter_sequence", "scatter_image_embeds"]
+           "drafter_sequence", "scatter_image_embeds", "sequence_length"]

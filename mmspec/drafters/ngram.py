@@ -46,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.numpy import load_file, save_file
 
 BOS = -1
 CONFIG_NAME = "ngram.json"
@@ -407,8 +408,6 @@ class NGramLM:
 
     def save(self, path: str | Path) -> Path:
         """Write ``<path>/ngram.json`` and ``<path>/ngram.safetensors`` (integer tables only)."""
-        from safetensors.numpy import save_file
-
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         tensors = {}
@@ -426,8 +425,6 @@ class NGramLM:
     @classmethod
     def from_pretrained(cls, path: str | Path) -> NGramLM:
         """Load a directory written by :meth:`save`."""
-        from safetensors.numpy import load_file
-
         path = Path(path)
         if not (path / CONFIG_NAME).is_file() or not (path / WEIGHTS_NAME).is_file():
             raise ValueError(f"{path} is not an n-gram model directory (needs {CONFIG_NAME} and {WEIGHTS_NAME})")

@@ -7,7 +7,7 @@ what speculation gains: method time / this time is the speculation gain, this ti
 
 from __future__ import annotations
 
-from ..state import DecodeState
+from ..state import DraftContext
 from ..tree import DraftTree
 from .base import Drafter
 
@@ -19,5 +19,5 @@ class NoDrafter(Drafter):
     def max_nodes(self) -> int:
         return 1
 
-    def propose(self, state: DecodeState) -> DraftTree:
-        return DraftTree.root_only(state.roots)
+    def propose(self, context: DraftContext, run=None) -> DraftTree:
+        return DraftTree.root_only(context.state.roots)

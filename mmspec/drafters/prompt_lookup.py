@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..state import DecodeState
+from ..state import DraftContext
 from ..tree import DraftTree
 from .base import Drafter
 
@@ -44,7 +44,8 @@ class PromptLookupDrafter(Drafter):
     def max_nodes(self) -> int:
         return self.num_tokens + 1
 
-    def propose(self, state: DecodeState) -> DraftTree:
+    def propose(self, context: DraftContext, run=None) -> DraftTree:
+        state = context.state
         B = state.batch_size
         drafts = torch.zeros(B, self.num_tokens, dtype=torch.long, device=state.tokens.device)
         lengths = torch.zeros(B, dtype=torch.long, device=state.tokens.device)

@@ -15,6 +15,8 @@ import json
 import traceback
 from pathlib import Path
 
+import transformers
+
 
 def auto_map(path) -> dict:
     """The ``auto_map`` of a checkpoint directory's config.json ({} when there is none)."""
@@ -65,8 +67,6 @@ def explain_remote_failure(path, files: list[str] | None = None):
     try:
         yield
     except (ImportError, AttributeError, KeyError, TypeError, NameError, RuntimeError, IndexError, ValueError) as exc:
-        import transformers
-
         files = files if files is not None else modeling_files(path)
         if not files:
             raise

@@ -23,6 +23,8 @@ distribution and the target's, is computed by :mod:`mmspec.verifiers.distortion`
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,12 +56,16 @@ def latent_neighbours(codebook: torch.Tensor, k: int, chunk: int = 2048) -> torc
 
 
 def cached_neighbours(codebook: torch.Tensor, k: int, cache_dir: str | Path | None = None) -> torch.LongTensor:
-    """``latent_neighbours`` computed once per codebook and k: kept in memory and, with ``cache_dir``, on disk
-    (keyed by a hash of the codebook's bytes)."""
+    """``latent_neighbours`` computed once per codebook and k: kept in memory (the ``MEMORY_ENTRIES`` most
+    recently used tables) and, with ``cache_dir``, on disk (keyed by a hash of the codebook's bytes)."""
     digest = hashlib.sha1(codebook.detach().float().cpu().numpy().tobytes()).hexdigest()[:16]
     key = (digest, k)
-    if key in _MEMORY:
-        return _MEMORY[key].to(codebook.device)
+    with _MEMORY_LOCK:
+        table = _MEMORY.get(key)
+        if table is not None:
+            _MEMORY.move_to_end(key)
+    if table is not None:
+        return table.to(codebook.device)
     path = Path(cache_dir) / f"neighbours-{digest}-k{k}.pt" if cache_dir is not None else None
     if path is not None and path.exists():
         table = torch.load(path)
@@ -68,11 +74,18 @@ def cached_neighbours(codebook: torch.Tensor, k: int, cache_dir: str | Path | No
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             torch.save(table, path)
-    _MEMORY[key] = table
+    with _MEMORY_LOCK:
+        _MEMORY[key] = table
+        _MEMORY.move_to_end(key)
+        while len(_MEMORY) > MEMORY_ENTRIES:
+            _MEMORY.popitem(last=False)
     return table.to(codebook.device)
 
 
-_MEMORY: dict[tuple[str, int], torch.Tensor] = {}
+#: neighbour tables kept in memory (a 16k-code table at k = 8 is 1 MiB), least recently used dropped first
+MEMORY_ENTRIES = 8
+_MEMORY: OrderedDict[tuple[str, int], torch.Tensor] = OrderedDict()
+_MEMORY_LOCK = threading.Lock()
 
 
 @dataclass

@@ -22,6 +22,11 @@ class Verification:
     logits: torch.Tensor  # [B, N, V]
     hidden_states: tuple | None  # per-layer hidden states at the tree nodes, when requested
 
+    @property
+    def last_hidden(self) -> torch.Tensor | None:
+        """[B, N, H] the last layer's hidden states at the tree nodes (None when not requested)."""
+        return None if self.hidden_states is None else self.hidden_states[-1]
+
 
 class TreeVerifier:
     """Runs the target over a DraftTree appended to its cache and decides what to keep.
