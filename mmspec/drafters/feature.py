@@ -118,7 +118,8 @@ class FeatureDrafter(AutoregressiveDrafter):
         features[:, :P] = context.hidden.to(features)
         tokens = context.prompt_ids.to(dev)
         valid = torch.arange(P, device=dev)[None, :] >= state.starts.to(dev)[:, None]
-        image_mask = context.image_mask.to(dev) if context.image_mask is not None else None
+        image_mask = context.image_mask
+        image_mask = image_mask.to(dev) if image_mask is not None else None
         images = scatter_image_embeds(image_mask, context.image_embeds) if self.net.config.decoupled else None
         x, ok, _ = drafter_sequence(self.net, self.embed, tokens, valid, features[:, :P], image_mask,
                                     images, self.compress_to, align="left")
