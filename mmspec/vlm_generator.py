@@ -25,7 +25,6 @@ from .arguments import reject_unknown
 from .frontend import TextOutput, call_generator, engine_eos, eos_token_id, hf_sampling_rng
 from .loading import load_drafter, load_target
 from .registry import VLM_METHODS, build_drafter, engine
-from .targets import Target
 from .vision import forward_inputs
 
 
@@ -61,8 +60,7 @@ class VLMGenerator:
                         **kwargs) -> "VLMGenerator":
         """``target`` and ``drafter`` as ``zoo:<name>``, a checkpoint directory or a model (see mmspec.loading)."""
         t = load_target(target, processor, home=home)
-        return cls(t.model, t.tokenizer, load_drafter(drafter, Target(t.model, t.tokenizer, t.name), home), method,
-                   **kwargs)
+        return cls(t.model, t.tokenizer, load_drafter(drafter, t, home), method, **kwargs)
 
     @property
     def tokenizer(self):
