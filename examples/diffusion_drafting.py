@@ -11,7 +11,7 @@ import torch
 from mmspec import SpeculativeGenerator, zoo
 from mmspec.drafters import DEERDrafter
 from mmspec.drafters.diffuspec import DiffuSpecDrafter
-from mmspec.zoo.code_diffusion import diffusion_lm
+from mmspec.loading import zoo_diffusion_lm
 
 
 def main():
@@ -26,9 +26,9 @@ def main():
     vocab = target.model.config.vocab_size
     drafters = {
         # DEER: the aligned drafter fills 8 mask slots in one forward
-        "DEER": DEERDrafter(diffusion_lm(zoo.load("code-deer"), target_vocab_size=vocab), num_tokens=8),
+        "DEER": DEERDrafter(zoo_diffusion_lm(zoo.load("code-deer"), target_vocab_size=vocab), num_tokens=8),
         # DiffuSpec: training-free, causal path search over the base dLM's lattice + adaptive length
-        "DiffuSpec": DiffuSpecDrafter(diffusion_lm(zoo.load("code-dlm"), target_vocab_size=vocab),
+        "DiffuSpec": DiffuSpecDrafter(zoo_diffusion_lm(zoo.load("code-dlm"), target_vocab_size=vocab),
                                       causal=zoo.load("code-ngram").model, eos_token_id=tok.eos_token_id),
     }
     reference = target.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,

@@ -1,6 +1,6 @@
 """Class-conditional pictures from the zoo's visual AR model, plain or with LANTERN++ relaxed acceptance.
 
-    python examples/generate_images.py                       # LANTERN++ (λ = 2, k = 8, static tree) vs plain AR
+    python examples/generate_images.py                       # LANTERN++ (λ = 2, lantern_k = 8, static tree) vs plain AR
     python examples/generate_images.py --lam 3 --classes 0,1,2 --out runs/my_images
     python examples/generate_images.py --drafter sar --tree chain    # image-sar: 4 drafts per drafter forward
 """
@@ -16,7 +16,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--classes", default=None, help="comma list of class ids; default: every class")
     p.add_argument("--lam", type=float, default=2.0)
-    p.add_argument("--k", type=int, default=8)
+    p.add_argument("--lantern-k", type=int, default=8, help="latent neighbours per code")
     p.add_argument("--drafter", choices=["ar", "feature", "sar"], default="ar",
                    help="the zoo's small AR drafter, image-eagle (feature) or image-sar")
     p.add_argument("--tree", choices=["chain", "static", "dynamic"], default="static")
@@ -30,8 +30,8 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     plain = gen.generate(classes, method="ar", cfg_scale=args.cfg_scale, seed=args.seed)
-    fast = gen.generate(classes, method="lantern++", lam=args.lam, k=args.k, tree=args.tree, cfg_scale=args.cfg_scale,
-                        seed=args.seed, drafter=args.drafter)
+    fast = gen.generate(classes, method="lantern++", lam=args.lam, lantern_k=args.lantern_k, tree=args.tree,
+                        cfg_scale=args.cfg_scale, seed=args.seed, drafter=args.drafter)
     for name, res in (("plain_ar", plain), ("lantern_pp", fast)):
         image_grid(res.images, nrow=len(classes), scale=3).save(out / f"{name}.png")
     s = fast.stats

@@ -21,7 +21,7 @@ def main():
     p.add_argument("--draft")
     p.add_argument("--prompt", default="def fibonacci(n):")
     p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--drafter", choices=["chain", "tree", "dynamic", "lookup"], default="chain")
+    p.add_argument("--method", choices=["chain", "tree", "dynamic", "prompt-lookup"], default="chain")
     p.add_argument("--do-sample", action="store_true")
     args = p.parse_args()
 
@@ -42,8 +42,8 @@ def main():
         "chain": lambda: AutoregressiveDrafter(draft, num_tokens=4),
         "tree": lambda: AutoregressiveDrafter(draft, tree=DEFAULT_TREE),
         "dynamic": lambda: AutoregressiveDrafter(draft, num_tokens=5, tree="dynamic", top_k=4, num_nodes=16),
-        "lookup": lambda: PromptLookupDrafter(num_tokens=8),
-    }[args.drafter]()
+        "prompt-lookup": lambda: PromptLookupDrafter(num_tokens=8),
+    }[args.method]()
     gen = SpeculativeGenerator(target, drafter)
     out = gen.generate(input_ids, max_new_tokens=args.max_new_tokens, do_sample=args.do_sample,
                        generator=torch.Generator().manual_seed(0))

@@ -18,8 +18,9 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--target", default="zoo:vlm-target")
     p.add_argument("--drafter", default=None, help="default: the zoo drafter of --method")
-    p.add_argument("--method", choices=["msd", "flash", "eagle", "text", "prompt-lookup"], default="msd")
-    p.add_argument("--tree", choices=["chain", "dynamic"], default="dynamic")
+    p.add_argument("--method", choices=["msd", "flash", "eagle", "chain", "dynamic", "prompt-lookup"], default="msd",
+                   help="chain / dynamic: the zoo's text-only drafter")
+    p.add_argument("--tree", choices=["chain", "dynamic"], default="dynamic", help="msd / eagle: their draft shape")
     p.add_argument("--compress-to", type=int, default=None, help="FLASH: compressed tokens per image")
     p.add_argument("--image", action="append", help="image file(s); default: zoo test scenes")
     p.add_argument("--prompt", action="append", help="prompt(s) with the <image> placeholder")
@@ -28,11 +29,12 @@ def main():
     args = p.parse_args()
 
     drafter = args.drafter or {"msd": "zoo:vlm-msd", "flash": "zoo:vlm-flash", "eagle": "zoo:vlm-eagle",
-                               "text": "zoo:vlm-drafter", "prompt-lookup": None}[args.method]
-    tree = None if args.method in ("flash", "prompt-lookup") or args.tree == "chain" else "dynamic"
+                               "chain": "zoo:vlm-drafter", "dynamic": "zoo:vlm-drafter",
+                               "prompt-lookup": None}[args.method]
+    dynamic = args.method == "dynamic" or args.method in ("msd", "eagle") and args.tree == "dynamic"
     kw = {"compress_to": args.compress_to} if args.method == "flash" else {}
-    if tree:
-        kw.update(tree=tree, num_tokens=5, top_k=4, num_nodes=16)
+    if dynamic:
+        kw.update(tree="dynamic", num_tokens=5, top_k=4, num_nodes=16)
     gen = VLMGenerator.from_pretrained(args.target, drafter, method=args.method, **kw)
 
     if args.image:

@@ -100,8 +100,8 @@ def cmd_image(args) -> int:
         raise ValueError(f"--temperature must be >= 0 (0: greedy), got {args.temperature}")
     if args.batch < 1:
         raise ValueError(f"--batch must be >= 1, got {args.batch}")
-    kw = dict(cfg_scale=args.cfg_scale, temperature=args.temperature, k=args.k, delta=args.delta, lam=args.lam,
-              tree=args.tree, num_tokens=args.num_tokens)
+    kw = dict(cfg_scale=args.cfg_scale, temperature=args.temperature, lantern_k=args.lantern_k, delta=args.delta,
+              lam=args.lam, tree=args.tree, num_tokens=args.num_tokens)
     gen = pipeline("zoo:image-target", method=args.method, drafter=args.drafter, **kw)  # checks the combination
     try:
         classes = [int(c) for c in args.classes.split(",")] if args.classes else list(range(gen.layout.num_classes))
@@ -239,12 +239,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="draft model: zoo:<name> (e.g. zoo:code-drafter), tiny:<arch>, a local checkpoint dir, "
                        "'self' or 'none'")
     bench.add_argument("--draft-layers", type=int, default=1, help="layers of a tiny draft model")
-    bench.add_argument("--methods", default=None, help="comma list; default all of: plain, hf-assisted, "
-                       "hf-prompt-lookup, mmspec-chain, mmspec-tree, mmspec-dynamic, mmspec-prompt-lookup")
+    bench.add_argument("--methods", default=None, help="comma list; default all of: plain, mmspec-plain, hf-assisted, "
+                       "hf-prompt-lookup, chain, tree, dynamic, prompt-lookup")
     bench.add_argument("--prompts", type=int, default=4)
     bench.add_argument("--prompt-length", type=int, default=48)
     bench.add_argument("--max-new-tokens", type=int, default=64)
-    bench.add_argument("--num-tokens", type=int, default=4, help="draft length k")
+    bench.add_argument("--num-tokens", type=int, default=4, help="draft length (tokens per chain)")
     bench.add_argument("--do-sample", action="store_true")
     bench.add_argument("--temperature", type=float, default=1.0)
     bench.add_argument("--repeats", type=int, default=1)
@@ -260,7 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-sweep", action="store_true", help="image suite: skip the δ / λ / k sweep")
     bench.add_argument("--vlm-prompts", choices=["mixed", "caption", "question"], default="mixed",
                        help="vlm suite: captions, questions, or both alternating")
-    bench.add_argument("--deer-tokens", type=int, default=8, help="block length k of the diffusion drafters")
+    bench.add_argument("--deer-tokens", type=int, default=8, help="block length (draft tokens) of the diffusion "
+                       "drafters")
     bench.add_argument("--dlm-context", choices=["cache", "window", "full"], default="cache",
                        help="how the diffusion drafter reads the prefix")
     bench.set_defaults(func=cmd_bench)
@@ -271,7 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     img.add_argument("--classes", default=None, help="comma list of class ids (-1: unconditional); default all")
     img.add_argument("--cfg-scale", type=float, default=3.0)
     img.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0: greedy)")
-    img.add_argument("--k", type=int, default=8, help="latent neighbours per code")
+    img.add_argument("--lantern-k", type=int, default=8, help="--method lantern / lantern++: latent neighbours per "
+                     "code that mass may move onto")
     img.add_argument("--delta", type=float, default=None, help="--method lantern only: the most mass moved onto "
                      "one candidate, S_m <= δ (default 0.1; the output's own distance is reported as output TV)")
     img.add_argument("--lam", type=float, default=None, help="--method lantern++ only: multiplicative bound λ "

@@ -49,7 +49,7 @@ def code_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int
     tok = target.tokenizer
     prompts = completion_prompts(load_corpus(), "test", limit=num_prompts)
     ids = [tok(p.prompt, return_tensors="pt", add_special_tokens=False).input_ids for p in prompts]
-    methods = ["plain", "hf-assisted", "hf-prompt-lookup", "mmspec-chain", "mmspec-prompt-lookup"]
+    methods = ["plain", "hf-assisted", "hf-prompt-lookup", "chain", "prompt-lookup"]
     extra = {}
     if all((zoo_home() / n / "zoo.json").exists() for n in DIFFUSION_MODELS):
         from .eval.code_suite import diffusion_factories
@@ -83,7 +83,7 @@ def vlm_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int)
     prompts = vlm_prompts(processor, num_prompts, "mixed")  # half captions, half questions
     n_new = min(max_new_tokens, 48)
     factories = feature_factories()
-    methods = ["plain", "mmspec-prompt-lookup", "text-chain"] + BEST_VLM_METHODS
+    methods = ["plain", "prompt-lookup", "chain"] + BEST_VLM_METHODS
     eos = target.extras["tokenizer"].eos_token_id
     step(console, f"vlm: timing {len(methods)} methods on {len(prompts)} scenes (1 warm-up, 2 rounds)")
     report = compare(target.model, None, prompts, methods, max_new_tokens=n_new, num_tokens=4, repeats=2,

@@ -24,6 +24,8 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from .cache import SpecKVCache
 from .verifiers.tree_forward import direct_logits, text_config
 
+DEFAULT_CFG_SCALE = 3.0  # the guidance scale of every image front-end (LANTERN's setting, the zoo's)
+
 
 class CFGModel(nn.Module):
     def __init__(self, model, scale: float, null_token_id: int | None, allowed_ids=None, uncond=None):
@@ -136,4 +138,4 @@ class CFGModel(nn.Module):
         return CausalLMOutputWithPast(logits=guided, past_key_values=past_key_values, hidden_states=hidden)
 
 
-__all__ = ["CFGModel"]
+__all__ = ["CFGModel", "DEFAULT_CFG_SCALE"]

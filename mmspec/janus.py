@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from .drafters import AutoregressiveDrafter
-from .generator import GenerationStats, SpeculativeGenerator
-from .guidance import CFGModel
-from .tree import TreeTemplate
+from .frontend import ImageOutput, call_generator, hf_sampling_rng
+from .generator import SpeculativeGenerator
+from .guidance import DEFAULT_CFG_SCALE, CFGModel
+from .registry import LANTERN_K, check_image_method, image_drafter, resolve_bound
 from .verifiers.relaxed import Relaxation
 
 
@@ -108,22 +107,17 @@ def _special_ids(janus) -> tuple[int, int, int]:
     return ids
 
 
-@dataclass
-class JanusOutput:
-    codes: torch.LongTensor  # [B, num_image_tokens] codebook indices
-    images: torch.Tensor | None  # decode_image_tokens(codes), or None when not decoded
-    stats: GenerationStats | None
-    seconds: float
-
-
 class JanusImageGenerator:
-    """Text-to-image with a Janus target and a (smaller) Janus drafter sharing its codebook."""
+    """Text-to-image with a Janus target and a (smaller) Janus drafter sharing its codebook. ``method`` is the
+    default; ``generate(method=...)`` switches it per call."""
 
-    def __init__(self, target, drafter=None):
+    def __init__(self, target, drafter=None, method: str = "lantern++"):
+        check_image_method(method)
+        self.method = method
         self.target = JanusImageLM(target)
-        self.drafter = JanusImageLM(drafter) if drafter is not None else None
-        if self.drafter is not None:
-            t, d = self.target, self.drafter
+        self.draft_lm = JanusImageLM(drafter) if drafter is not None else None
+        if self.draft_lm is not None:
+            t, d = self.target, self.draft_lm
             if (t.text_vocab, t.codebook_size) != (d.text_vocab, d.codebook_size):
                 raise ValueError(f"drafter vocabulary ({d.text_vocab} text + {d.codebook_size} codes) differs from "
                                  f"the target's ({t.text_vocab} + {t.codebook_size})")
@@ -143,42 +137,46 @@ class JanusImageGenerator:
 
     @torch.no_grad()
     def generate(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
-                 method: str = "lantern++", cfg_scale: float = 5.0, do_sample: bool = False,
-                 temperature: float = 1.0, k: int = 8, delta: float | None = None, lam: float | None = None,
-                 tree: TreeTemplate | None = None, num_tokens: int = 4, seed: int = 0,
-                 decode: bool = True, measure_output_tv: bool = False) -> JanusOutput:
-        from .image_gen import IMAGE_METHODS, LANTERN_TREE, resolve_bound
-
-        if method not in IMAGE_METHODS:
-            raise ValueError(f"unknown method {method!r}; choose from {IMAGE_METHODS}")
+                 method: str | None = None, cfg_scale: float = DEFAULT_CFG_SCALE, do_sample: bool = False,
+                 temperature: float = 1.0, lantern_k: int = LANTERN_K, delta: float | None = None,
+                 lam: float | None = None, tree=None, num_tokens: int = 4, generator: torch.Generator | None = None,
+                 seed: int | None = None, decode: bool = True, measure_output_tv: bool = False) -> ImageOutput:
+        """``tree``: as the image generator's (``"chain"``, ``"static"``, ``"dynamic"`` or a TreeTemplate); None is
+        LANTERN++'s static tree for ``lantern++`` and a chain of ``num_tokens`` otherwise."""
+        method = method or self.method
+        check_image_method(method)
         self._check_prompts(input_ids, attention_mask)
+        rng = call_generator(generator, seed, self.target.device)
         t0 = time.perf_counter()
-        stats = None
+        stats, bound = None, {}
         if method == "ar":  # the stock generate: the baseline, and the reference the tests compare with
             if cfg_scale <= 1 or (attention_mask is not None and not bool(attention_mask.all())):
                 raise ValueError("method 'ar' runs the stock Janus generate, which needs cfg_scale > 1 and "
                                  "unpadded prompts")
-            codes = self.target.janus.generate(input_ids, attention_mask=torch.ones_like(input_ids),
-                                               generation_mode="image", do_sample=do_sample, temperature=temperature,
-                                               guidance_scale=cfg_scale)
+            with hf_sampling_rng(rng):
+                codes = self.target.janus.generate(input_ids, attention_mask=torch.ones_like(input_ids),
+                                                   generation_mode="image", do_sample=do_sample,
+                                                   temperature=temperature, guidance_scale=cfg_scale)
         else:
-            if self.drafter is None:
+            if self.draft_lm is None:
                 raise ValueError(f"method {method!r} needs a drafter Janus model")
             bound = resolve_bound(method, delta, lam)
-            relax = Relaxation.from_codebook(self.target.codebook(), self.target.config.vocab_size, k,
+            relax = Relaxation.from_codebook(self.target.codebook(), self.target.config.vocab_size, lantern_k,
                                              self.target.text_vocab, **bound) if bound else None
-            draft = self._guided(self.drafter, cfg_scale)
-            drafter = AutoregressiveDrafter(draft, tree=tree or LANTERN_TREE) if method == "lantern++" else \
-                AutoregressiveDrafter(draft, num_tokens=num_tokens, adaptive=False, tree=tree)
+            if tree is None:
+                tree = "static" if method == "lantern++" else "chain"
+            drafter = image_drafter(self._guided(self.draft_lm, cfg_scale), tree=tree, num_tokens=num_tokens)
             engine = SpeculativeGenerator(self._guided(self.target, cfg_scale), drafter, relaxation=relax,
                                           measure_output_tv=measure_output_tv)
             out = engine.generate(input_ids, attention_mask=attention_mask, max_new_tokens=self.target.num_image_tokens,
-                                  do_sample=do_sample, temperature=temperature, eos_token_id=[],
-                                  generator=torch.Generator().manual_seed(seed))
+                                  do_sample=do_sample, temperature=temperature, eos_token_id=[], generator=rng)
             codes, stats = out.sequences[:, input_ids.shape[1]:] - self.target.text_vocab, out.stats
         seconds = time.perf_counter() - t0 - (stats.output_tv_time if stats is not None else 0.0)
         images = self.target.janus.decode_image_tokens(codes) if decode else None
-        return JanusOutput(codes, images, stats, seconds)
+        config = dict(method=method, cfg_scale=cfg_scale, do_sample=do_sample, temperature=temperature, seed=seed)
+        if method != "ar":
+            config.update(tree=str(tree), **bound, **({"lantern_k": lantern_k} if bound else {}))
+        return ImageOutput(images, codes, stats, seconds, config)
 
 
-__all__ = ["JanusImageLM", "JanusImageGenerator", "JanusOutput", "janus_uncond"]
+__all__ = ["JanusImageLM", "JanusImageGenerator", "janus_uncond"]

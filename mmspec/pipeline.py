@@ -7,21 +7,23 @@
     pipe = mmspec.pipeline("zoo:image-target", method="lantern++") # image: class ids in, pictures out
     pipe.generate([0, 5, 11], seed=0).images
 
-The target is inspected, not named: a stock Janus model takes the Janus route; a config carrying
-``mmspec_image_layout`` is a visual AR generator over VQ codes (image route); a config with an image
-placeholder id or a vision tower is LLaVA-class (VLM route); any other model that can generate is a causal
-LM (text route). Each route picks its default method and drafter family and refuses combinations that make
-no sense (an image method on a text model, pictures for a text-only target, a feature drafter trained for
-another target, a drafter over another vocabulary) with a ValueError saying what would work.
+The target is inspected, not named (:func:`mmspec.targets.detect_route`): a stock Janus model takes the Janus
+route; a config carrying ``mmspec_image_layout`` is a visual AR generator over VQ codes (image route); a config
+with an image placeholder id or a vision tower is LLaVA-class (VLM route); any other model that can generate is
+a causal LM (text route). Each route picks its default method and drafter family from :mod:`mmspec.registry`
+and refuses combinations that make no sense (an image method on a text model, pictures for a text-only target,
+a feature drafter trained for another target, a drafter over another vocabulary) with a ValueError saying what
+would work. ``method`` is the pipeline's default; ``generate(method=...)`` switches it for one call.
 """
 
 from __future__ import annotations
 
-from .routes.common import (IMAGE_METHODS, TEXT_METHODS, VLM_METHODS, Target, detect_route, load_drafter, load_target,
-                            take_options)
+from .frontend import ImageOutput, TextOutput
+from .loading import load_target
+from .registry import OPTIONS
 from .routes.image import ImagePipeline, JanusPipeline, image_pipeline, janus_pipeline
-from .routes.text import TextOutput, TextPipeline, text_drafter
-from .routes.vlm import VLM_OPTIONS, VLMPipeline, vlm_drafter
+from .routes.text import TextPipeline, text_drafter
+from .routes.vlm import VLMPipeline, vlm_drafter
 
 
 def pipeline(target, drafter=None, method: str | None = None, *, tokenizer=None, processor=None, device_map=None,
@@ -29,24 +31,25 @@ def pipeline(target, drafter=None, method: str | None = None, *, tokenizer=None,
     """Inspect ``target`` and build the generator of its route (see the module docstring).
 
     ``target``: a model, ``zoo:<name>`` or a checkpoint directory (loaded with ``device_map``, e.g. ``"auto"``).
-    ``drafter``: a model / DiffusionLM / FeatureDraftModel / Drafter, ``zoo:<name>``, a checkpoint directory,
-    ``"prompt-lookup"``, or for the zoo image target ``"ar"`` / ``"feature"`` / ``"sar"``; placed on
-    ``drafter_device`` when given. ``options`` are the route's own settings (num_tokens, tree, cfg_scale, ...).
-    ``trust_remote_code``: a drafter directory that ships its own modeling code (LLaDA, Dream) may run it.
+    ``drafter``: what drafts: a model / DiffusionLM / FeatureDraftModel / Drafter, ``zoo:<name>``, a checkpoint
+    directory, ``"prompt-lookup"``, or for the zoo image target ``"ar"`` / ``"feature"`` / ``"sar"``; placed on
+    ``drafter_device`` when given. ``options`` are the route's own settings (``mmspec.registry.OPTIONS``:
+    num_tokens, tree, cfg_scale, ...). ``trust_remote_code``: a drafter directory that ships its own modeling code
+    (LLaDA, Dream) may run it.
     """
     t = load_target(target, tokenizer or processor, device_map, home)
     route = t.route
     if route == "text":
-        m, d = text_drafter(t, drafter, method, home, drafter_device, trust_remote_code, **options)
-        return TextPipeline(t, m, d)
+        def build(m):
+            return text_drafter(t, drafter, m, home, drafter_device, trust_remote_code, **options)
+
+        return TextPipeline(t, *build(method), build)
     if route == "vlm":
-        m, d = vlm_drafter(t, drafter, method, home, drafter_device)
-        return VLMPipeline(t, m, d, **take_options(options, VLM_OPTIONS, "vlm"))
+        m, d = vlm_drafter(t, drafter, method, home, drafter_device, **options)
+        return VLMPipeline(t, m, d, **{**OPTIONS["vlm"], **options})
     if route == "image":
         return image_pipeline(t, drafter, method, home, drafter_device, **options)
     return janus_pipeline(t, drafter, method, home, **options)
 
 
-__all__ = ["pipeline", "detect_route", "load_target", "load_drafter", "Target", "TextPipeline", "VLMPipeline",
-           "ImagePipeline", "JanusPipeline", "TextOutput", "TEXT_METHODS", "VLM_METHODS", "IMAGE_METHODS"]
-
+__all__ = ["pipeline", "TextPipeline", "VLMPipeline", "ImagePipeline", "JanusPipeline", "TextOutput", "ImageOutput"]

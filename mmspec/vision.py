@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
 
 from .families import uses_mrope
 
@@ -68,8 +69,6 @@ def _llava_next_tokens(model, image_sizes: torch.Tensor) -> int | None:
     if getattr(cfg, "vision_feature_select_strategy", "default") != "default" or \
             not hasattr(inner, "pack_image_features"):
         return None
-    from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
-
     side = cfg.vision_config.image_size // cfg.vision_config.patch_size
     stand_ins = [torch.zeros(image_size_to_num_patches(size, cfg.image_grid_pinpoints, cfg.vision_config.image_size),
                              side * side, 1) for size in image_sizes.tolist()]

@@ -10,91 +10,57 @@ its ``AutoProcessor``), or ready objects. Every processor output the model's for
 ``image_grid_thw``, ``mm_token_type_ids``, ``pixel_attention_mask``, ``token_type_ids``, ...) goes to the
 prefill. Drafters by method:
 ``msd`` / ``flash`` / ``eagle`` take a feature drafter (``zoo:vlm-msd``, a directory written by
-``mmspec train msd``, or a ``FeatureDraftModel``); ``text`` a small causal LM over the same tokenizer;
-``prompt-lookup`` none. Greedy outputs equal ``target.generate(do_sample=False, pixel_values=...)``.
+``mmspec train msd``, or a ``FeatureDraftModel``); ``chain`` / ``tree`` / ``dynamic`` a small text-only causal LM
+over the same tokenizer; ``prompt-lookup``, ``plain`` (the target's own generate) and ``mmspec-plain`` none.
+Greedy outputs equal ``target.generate(do_sample=False, pixel_values=...)``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
 
 import torch
 
-from .drafters import AutoregressiveDrafter, PromptLookupDrafter
-from .drafters.feature import FeatureDrafter
-from .drafters.feature_model import FeatureDraftModel
 from .arguments import reject_unknown
-from .generator import GenerationStats, SpeculativeGenerator
+from .frontend import TextOutput, call_generator, engine_eos, eos_token_id, hf_sampling_rng
+from .loading import load_drafter, load_target
+from .registry import VLM_METHODS, build_drafter, engine
 from .vision import forward_inputs
-from .model_dirs import require_config
-
-VLM_API_METHODS = ("msd", "flash", "eagle", "text", "prompt-lookup")
-
-
-@dataclass
-class VLMOutput:
-    texts: list[str]
-    sequences: torch.LongTensor
-    stats: GenerationStats
-
-
-def _load_target(target):
-    if not isinstance(target, str):
-        return target, None
-    if target.startswith("zoo:"):
-        from .zoo import load
-
-        entry = load(target.split(":", 1)[1])
-        return entry.model, entry.tokenizer
-    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor, LlavaForConditionalGeneration
-
-    llava = AutoConfig.from_pretrained(require_config(target, "target"), local_files_only=True).model_type == "llava"
-    cls = LlavaForConditionalGeneration if llava else AutoModelForImageTextToText
-    model = cls.from_pretrained(target, local_files_only=True).eval()
-    return model, AutoProcessor.from_pretrained(target, local_files_only=True)
-
-
-def _load_drafter_model(drafter, method: str, target):
-    if drafter is None or not isinstance(drafter, str):
-        return drafter
-    if drafter.startswith("zoo:"):
-        from .zoo import load
-
-        return load(drafter.split(":", 1)[1]).model
-    if method in ("msd", "flash", "eagle"):
-        return FeatureDraftModel.from_pretrained(drafter, target=target)
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(require_config(drafter, "drafter"), local_files_only=True).eval()
 
 
 class VLMGenerator:
+    """Pictures and prompts in, answers out, through the one decoding loop. ``method`` (see
+    :data:`mmspec.registry.VLM_METHODS`) is the default; ``generate(method=...)`` switches it for one call with
+    the same drafter model. The drafting options (``tree``, ``num_tokens``, ``compress_to``, ``top_k``,
+    ``num_nodes``) are fixed here."""
+
     def __init__(self, target, processor, drafter=None, method: str = "msd", tree=None, num_tokens: int | None = None,
                  compress_to: int | None = None, top_k: int = 4, num_nodes: int | None = None):
-        if method not in VLM_API_METHODS:
-            raise ValueError(f"unknown VLM method {method!r}; choose from {VLM_API_METHODS}")
         if processor is None:
             raise ValueError("a processor is needed to turn images and prompts into model inputs")
-        self.target, self.processor, self.method = target.eval(), processor, method
-        if method in ("msd", "flash", "eagle"):
-            if not isinstance(drafter, FeatureDraftModel):
-                raise ValueError(f"method {method!r} needs a feature drafter (FeatureDraftModel or its directory)")
-            if drafter.config.method != method:
-                raise ValueError(f"the drafter was trained as {drafter.config.method!r}, not {method!r}")
-            self.drafter = FeatureDrafter(drafter, target, num_tokens=num_tokens, tree=tree, top_k=top_k,
-                                          num_nodes=num_nodes, compress_to=compress_to)
-        elif method == "text":
-            if drafter is None:
-                raise ValueError("method 'text' needs a small causal LM drafter")
-            self.drafter = AutoregressiveDrafter(drafter, num_tokens=num_tokens or 4, tree=tree)
-        else:
-            self.drafter = PromptLookupDrafter(num_tokens=num_tokens or 4)
-        self.engine = SpeculativeGenerator(target, self.drafter)
+        self.target, self.processor, self.drafter_model = target.eval(), processor, drafter
+        self.options = dict(tree=tree, num_tokens=num_tokens, compress_to=compress_to, top_k=top_k,
+                            num_nodes=num_nodes)
+        self._engines = {}  # method -> decoding loop (None: plain generate); bounded by the VLM methods
+        self.method = method
+        self.engine = self._engine_for(method)
+        self.drafter = self.engine.drafter if self.engine is not None else None
+
+    def _engine_for(self, method: str | None):
+        method = method or self.method
+        if method not in VLM_METHODS:
+            raise ValueError(f"unknown VLM method {method!r}; choose from {tuple(VLM_METHODS)}")
+        if method not in self._engines:
+            drafter = build_drafter(method, self.drafter_model, target=self.target, **self.options)
+            self._engines[method] = engine(self.target, drafter)
+        return self._engines[method]
 
     @classmethod
-    def from_pretrained(cls, target, drafter=None, method: str = "msd", processor=None, **kwargs) -> "VLMGenerator":
-        model, proc = _load_target(target)
-        return cls(model, processor or proc, _load_drafter_model(drafter, method, model), method, **kwargs)
+    def from_pretrained(cls, target, drafter=None, method: str = "msd", processor=None, home=None,
+                        **kwargs) -> "VLMGenerator":
+        """``target`` and ``drafter`` as ``zoo:<name>``, a checkpoint directory or a model (see mmspec.loading)."""
+        t = load_target(target, processor, home=home)
+        return cls(t.model, t.tokenizer, load_drafter(drafter, t, home), method, **kwargs)
 
     @property
     def tokenizer(self):
@@ -119,9 +85,8 @@ class VLMGenerator:
                 raise ValueError(f"prompt {i} has {n} image placeholder(s) {placeholder!r} for {len(row)} image(s)")
             flat.extend(row)
         self._check_sizes(flat)
-        tok = self.tokenizer
-        tok.padding_side = "left"  # decoder-only generation: real tokens last
-        inputs = self.processor(images=flat or None, text=list(prompts), return_tensors="pt", padding=True)
+        inputs = self.processor(images=flat or None, text=list(prompts), return_tensors="pt", padding=True,
+                                padding_side="left")  # decoder-only generation: real tokens last
         out = {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}
         out.update(forward_inputs(self.target, dict(inputs)))  # pixel_values, image_sizes, image_grid_thw, ...
         return out
@@ -146,18 +111,33 @@ class VLMGenerator:
     @torch.no_grad()
     def generate(self, images=None, prompts: list[str] | str = (), max_new_tokens: int = 64, do_sample: bool = False,
                  temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-                 generator: torch.Generator | None = None, stop_at_eos: bool = True, **unknown) -> VLMOutput:
+                 generator: torch.Generator | None = None, seed: int | None = None, stop_at_eos: bool = True,
+                 method: str | None = None, **unknown) -> TextOutput:
         reject_unknown(unknown, VLMGenerator.generate, "VLMGenerator.generate")
+        spec = self._engine_for(method)
         inputs = self.prepare(images, prompts)
-        width = inputs["input_ids"].shape[1]
-        eos = self.tokenizer.eos_token_id if stop_at_eos else None
-        out = self.engine.generate(inputs.pop("input_ids"), attention_mask=inputs.pop("attention_mask"),
-                                   max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature,
-                                   top_k=top_k, top_p=top_p, generator=generator,
-                                   eos_token_id=eos if eos is not None else [],
-                                   pad_token_id=self.tokenizer.pad_token_id, **inputs)
-        texts = self.tokenizer.batch_decode(out.sequences[:, width:], skip_special_tokens=True)
-        return VLMOutput([t.strip() for t in texts], out.sequences, out.stats)
+        ids, mask = inputs.pop("input_ids"), inputs.pop("attention_mask")
+        eos = eos_token_id(stop_at_eos, self.tokenizer, self.target)
+        rng = call_generator(generator, seed, self.target.device)
+        t0 = time.perf_counter()
+        if spec is None:
+            sampling = dict(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p) if do_sample else \
+                dict(do_sample=False)
+            with hf_sampling_rng(rng):
+                seqs = self.target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                                            eos_token_id=eos, pad_token_id=self.tokenizer.pad_token_id, **sampling,
+                                            **inputs)
+            stats = None
+        else:
+            out = spec.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=do_sample,
+                                temperature=temperature, top_k=top_k, top_p=top_p, generator=rng,
+                                eos_token_id=engine_eos(eos), pad_token_id=self.tokenizer.pad_token_id, **inputs)
+            seqs, stats = out.sequences, out.stats
+        seconds = time.perf_counter() - t0
+        texts = self.tokenizer.batch_decode(seqs[:, ids.shape[1]:], skip_special_tokens=True)
+        config = dict(method=method or self.method, max_new_tokens=max_new_tokens, do_sample=do_sample,
+                      temperature=temperature, top_k=top_k, top_p=top_p, stop_at_eos=stop_at_eos, seed=seed)
+        return TextOutput([t.strip() for t in texts], seqs, stats, seconds, config)
 
 
-__all__ = ["VLMGenerator", "VLMOutput", "VLM_API_METHODS"]
+__all__ = ["VLMGenerator"]

@@ -11,17 +11,17 @@ def test_bench_tiny_config_writes_json_and_markdown(tmp_path):
     assert rc == 0
     report = json.loads((tmp_path / "bench.json").read_text())
     methods = {r["method"]: r for r in report["results"]}
-    assert set(methods) == {"plain", "mmspec-plain", "hf-assisted", "hf-prompt-lookup", "mmspec-chain", "mmspec-tree",
-                            "mmspec-dynamic", "mmspec-prompt-lookup"}
+    assert set(methods) == {"plain", "mmspec-plain", "hf-assisted", "hf-prompt-lookup", "chain", "tree",
+                            "dynamic", "prompt-lookup"}
     for r in methods.values():
         assert r["exact"] == 1.0, r["method"]
         assert r["speedup"] > 0
-    assert methods["mmspec-chain"]["tau"] >= 1.0
+    assert methods["chain"]["tau"] >= 1.0
     md = (tmp_path / "bench.md").read_text()
-    assert "| mmspec-tree |" in md
+    assert "| tree |" in md
     # the cost model is printed beside the speedups, one row per timed mmspec method
-    assert {r["method"] for r in report["cost_model"]} == {m for m in methods if m.startswith("mmspec-")}
-    assert "Cost model" in md and "| mmspec-chain |" in md.split("Cost model")[1]
+    assert {r["method"] for r in report["cost_model"]} == set(methods) - {"plain", "hf-assisted", "hf-prompt-lookup"}
+    assert "Cost model" in md and "| chain |" in md.split("Cost model")[1]
 
 
 def test_bench_local_checkpoint_directory(tmp_path):
@@ -30,15 +30,15 @@ def test_bench_local_checkpoint_directory(tmp_path):
     target.save_pretrained(tmp_path / "target")
     draft.save_pretrained(tmp_path / "draft")
     report = run_bench(model=str(tmp_path / "target"), draft=str(tmp_path / "draft"),
-                       methods=["mmspec-chain", "hf-assisted"], num_prompts=2, prompt_length=12,
+                       methods=["chain", "hf-assisted"], num_prompts=2, prompt_length=12,
                        max_new_tokens=10, progress=False)
-    assert sorted(r["method"] for r in report["results"]) == ["hf-assisted", "mmspec-chain", "plain"]
+    assert sorted(r["method"] for r in report["results"]) == ["chain", "hf-assisted", "plain"]
     assert all(r["exact"] == 1.0 for r in report["results"])
-    assert "mmspec-chain" in to_markdown(report)
+    assert "chain" in to_markdown(report)
 
 
 def test_bench_sampling_mode_reports_tau():
-    report = run_bench(model="tiny:llama", draft="self", methods=["mmspec-chain"], num_prompts=1,
+    report = run_bench(model="tiny:llama", draft="self", methods=["chain"], num_prompts=1,
                        prompt_length=12, max_new_tokens=10, do_sample=True, temperature=0.8, progress=False)
     chain = report["results"][1]
     assert chain["exact"] is None and chain["tau"] >= 1.0

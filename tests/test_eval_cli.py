@@ -21,7 +21,7 @@ QUESTIONS = [
     {"question_id": 1, "category": "coding", "turns": ["Write a function that adds two numbers.", "Add a docstring."]},
     {"question_id": 2, "category": "qa", "turns": ["What does the yield keyword do?"]},
 ]
-TEXT_METHODS = "plain,mmspec-chain,deer,diffuspec-lattice"
+TEXT_METHODS = "plain,chain,deer,diffuspec-lattice"
 FIXED = ("method", "item", "id", "category", "new_tokens", "target_forwards", "row_forwards", "accept_lengths", "exact")
 
 
@@ -37,7 +37,7 @@ def run(tmp_path_factory):
     questions.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
     out = root / "run"
     rc = main(["eval", "--suite", "code,chat,vlm,image", "--methods",
-               f"{TEXT_METHODS},msd-chain,flash-1,text-chain,spec-chain,lantern-chain", "--prompts", "2",
+               f"{TEXT_METHODS},msd-chain,flash-1,spec-chain,lantern-chain", "--prompts", "2",
                "--max-new-tokens", "10", "--chat-data", str(questions), "--classes", "0,1", "--no-quality",
                "--out", str(out), "--no-progress"])
     assert rc == 0
@@ -96,11 +96,11 @@ def test_numbers_are_consistent(run):
 def test_config_round_trip(run, tmp_path):
     out, results = run
     saved = read_config_file(out / "config.yaml")
-    assert saved == results["config"] and saved["methods"]["vlm"] == ["plain", "msd-chain", "flash-1", "text-chain"]
+    assert saved == results["config"] and saved["methods"]["vlm"] == ["plain", "chain", "msd-chain", "flash-1"]
     assert EvalConfig(**saved).to_dict() == saved
     # a small run re-run from its own config.yaml (JSON works as well), to another directory
     first = tmp_path / "first"
-    (tmp_path / "run.json").write_text(json.dumps({"suite": "code", "methods": ["mmspec-chain", "mmspec-tree"],
+    (tmp_path / "run.json").write_text(json.dumps({"suite": "code", "methods": ["chain", "tree"],
                                                    "num_prompts": 2, "max_new_tokens": 8, "progress": False,
                                                    "plots": False, "out": str(first)}))
     assert main(["eval", "--config", str(tmp_path / "run.json")]) == 0
@@ -112,7 +112,7 @@ def test_config_round_trip(run, tmp_path):
 
 
 def test_sampling_runs_repeat_with_their_seed(tmp_path):
-    args = ["eval", "--suite", "code", "--methods", "mmspec-chain,deer", "--prompts", "2", "--max-new-tokens", "12",
+    args = ["eval", "--suite", "code", "--methods", "chain,deer", "--prompts", "2", "--max-new-tokens", "12",
             "--do-sample", "--temperature", "0.8", "--seed", "3", "--no-progress", "--no-plots"]
     runs = []
     for name in ("a", "b"):
@@ -144,7 +144,7 @@ def test_user_data_and_checkpoint_targets(tmp_path):
                  "--max-new-tokens", "8", "--out", str(out), "--no-progress", "--no-plots"]) == 0
     res = json.loads((out / "results.json").read_text())["suites"]["code"]
     assert [r["id"] for r in res["records"] if r["method"] == "plain"] == ["t/0", "t/1"]
-    assert {"hf-assisted", "mmspec-dynamic", "deer", "diffuspec"} <= {r["method"] for r in res["summary"]}
+    assert {"hf-assisted", "dynamic", "deer", "diffuspec"} <= {r["method"] for r in res["summary"]}
     assert all(r["exact"] == 1.0 for r in res["summary"])
     out = tmp_path / "vlm"
     assert main(["eval", "--suite", "vlm", "--data", str(vlm), "--methods", "msd-chain", "--max-new-tokens", "8",
@@ -212,7 +212,7 @@ def test_shard_files_gathered_by_the_main_process(tmp_path):
 
 
 def test_two_process_accelerate_launch_merges(tmp_path):
-    args = ["--suite", "code,vlm", "--methods", "mmspec-chain,deer,msd-chain", "--prompts", "3",
+    args = ["--suite", "code,vlm", "--methods", "chain,deer,msd-chain", "--prompts", "3",
             "--max-new-tokens", "8", "--no-progress", "--no-plots"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     # on a CPU-only machine accelerate's torchrun path is --multi_gpu; the processes then talk over gloo

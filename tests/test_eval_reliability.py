@@ -10,7 +10,7 @@ import mmspec.eval.suites as suites
 from mmspec.cli import main
 from mmspec.eval.datasets import chat_items, code_items, read_jsonl
 
-ARGS = ["eval", "--suite", "code", "--methods", "plain,mmspec-chain", "--prompts", "1", "--max-new-tokens", "4",
+ARGS = ["eval", "--suite", "code", "--methods", "plain,chain", "--prompts", "1", "--max-new-tokens", "4",
         "--repeats", "1", "--warmup", "0", "--no-progress", "--no-plots"]
 
 

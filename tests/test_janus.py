@@ -58,7 +58,7 @@ def test_speculative_janus_equals_stock_generate(janus, method, tree):
 def test_lantern_pp_on_janus_is_bounded_and_decodes(janus):
     target, draft = janus
     gen = JanusImageGenerator(target, draft)
-    out = gen.generate(PROMPTS, method="lantern++", lam=3.0, k=4, cfg_scale=4.0, do_sample=True, seed=3)
+    out = gen.generate(PROMPTS, method="lantern++", lam=3.0, lantern_k=4, cfg_scale=4.0, do_sample=True, seed=3)
     assert out.codes.shape == (2, 16) and out.codes.min() >= 0 and out.codes.max() < 64
     assert out.stats.moved_mass and max(out.stats.moved_mass) <= 1.0
     assert out.images.shape[0] == 2 and torch.isfinite(out.images).all()

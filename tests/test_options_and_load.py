@@ -22,7 +22,7 @@ def test_load_check_names_both_signs_of_a_busy_machine():
 
 def test_bench_report_carries_the_load_check(tmp_path):
     out = tmp_path / "bench"
-    assert main(["bench", "--methods", "plain,mmspec-chain", "--prompts", "1", "--prompt-length", "8",
+    assert main(["bench", "--methods", "plain,chain", "--prompts", "1", "--prompt-length", "8",
                  "--max-new-tokens", "4", "--repeats", "2", "--out", str(out)]) == 0
     load = json.loads((out / "bench.json").read_text())["load"]
     assert set(load) >= {"cores", "load_start", "load_end", "busy", "warning"}
@@ -32,10 +32,10 @@ def test_bench_report_carries_the_load_check(tmp_path):
 
 
 def test_messages_name_the_fault(tmp_path, capsys):
-    assert main(["eval", "--suite", "code", "--methods", "plain,chain", "--out", str(tmp_path / "x"),
+    assert main(["eval", "--suite", "code", "--methods", "plain,lookahead", "--out", str(tmp_path / "x"),
                  "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert "belongs to none of the suites" in err and "mmspec-chain" in err and "deer" in err
+    assert "belongs to none of the suites" in err and "chain" in err and "deer" in err
     bench = next(a for a in build_parser()._subparsers._group_actions[0].choices["bench"]._actions
                  if "--model" in a.option_strings)
     assert "zoo:" in bench.help
@@ -69,12 +69,12 @@ def test_image_run_records_what_it_applied(tmp_path):
     out = tmp_path / "run"
     assert main(["image", "--method", "lantern", "--classes", "0", "--tree", "chain", "--out", str(out)]) == 0
     stats = json.loads((out / "stats.json").read_text())
-    assert stats["delta"] == 0.1 and stats["k"] == 8 and "lam" not in stats  # the default bound, resolved
+    assert stats["delta"] == 0.1 and stats["lantern_k"] == 8 and "lam" not in stats  # the default bound, resolved
     assert stats["method"] == "lantern" and stats["num_tokens"] == 4 and stats["drafter"] == "ar"
     out = tmp_path / "ar"
     assert main(["image", "--method", "ar", "--classes", "0", "--out", str(out)]) == 0
     stats = json.loads((out / "stats.json").read_text())
-    assert not {"delta", "lam", "k", "tree", "num_tokens", "drafter"} & set(stats)  # plain AR applies none
+    assert not {"delta", "lam", "lantern_k", "tree", "num_tokens", "drafter"} & set(stats)  # plain AR applies none
 
 
 def test_demo_shows_progress_and_checks_the_load(tmp_path, capsys):

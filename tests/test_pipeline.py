@@ -8,7 +8,8 @@ import torch
 
 import mmspec
 from mmspec.drafters import AutoregressiveDrafter, DEERDrafter, PromptLookupDrafter
-from mmspec.pipeline import ImagePipeline, JanusPipeline, TextPipeline, VLMPipeline, detect_route
+from mmspec.pipeline import ImagePipeline, JanusPipeline, TextPipeline, VLMPipeline
+from mmspec.targets import detect_route
 from mmspec.tiny import JANUS_BOI, JANUS_BOS, tiny_janus, tiny_model
 from mmspec.zoo import load
 
@@ -85,7 +86,7 @@ def test_vlm_default_is_msd_and_matches_plain():
     out = pipe.generate(**kw)
     assert out.texts == mmspec.pipeline("zoo:vlm-target", method="plain").generate(**kw).texts
     assert out.stats.mean_accepted_tokens > 1.0
-    assert mmspec.pipeline("zoo:vlm-target", method="text").method == "text"
+    assert mmspec.pipeline("zoo:vlm-target", method="chain").method == "chain"
 
 
 def test_image_route_greedy_spec_equals_ar_and_overrides():

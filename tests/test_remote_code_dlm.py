@@ -347,7 +347,8 @@ def test_pipeline_takes_a_remote_code_drafter_directory(checkpoint):
     """mmspec.pipeline(target, drafter=DIR) refuses a remote-code directory without trust_remote_code (naming the
     modeling file and the flag) and with it drafts DEER-style, greedy-exact."""
     import mmspec
-    from mmspec.routes.common import Target, load_drafter
+    from mmspec.loading import load_drafter
+    from mmspec.targets import Target
 
     folder, _ = checkpoint
     target = tiny_model("llama", seed=0, vocab_size=V, hidden_size=32)

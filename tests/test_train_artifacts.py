@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 
 import mmspec
 from mmspec.cli import main
+from mmspec.loading import read_record
 from mmspec.training import artifact
 
 
@@ -160,7 +161,7 @@ def test_image_drafter_trained_then_used_by_pipeline_cli_and_eval(zoo_env, tmp_p
                  "--tree", "chain", "--out", str(run)]) == 0
     stats = json.loads((run / "stats.json").read_text())
     assert stats["drafter"] == "sar" and stats["drafter_path"] == str(out)
-    assert "delta" not in stats and "lam" not in stats and "k" not in stats  # spec applies no bound
+    assert "delta" not in stats and "lam" not in stats and "lantern_k" not in stats  # spec applies no bound
 
     ev = tmp_path / "eval"
     assert main(["eval", "--suite", "image", "--methods", "spec-chain-sar", "--image-drafter", str(out), "--classes",
@@ -279,7 +280,7 @@ def test_output_appears_whole_or_not_at_all(tmp_path):
 
     artifact.prepare_run(out, False, {"a": 1})
     artifact.write_artifact(out, good, {"kind": "diffusion-lm", "route": "text"})
-    assert artifact.read_record(out)["kind"] == "diffusion-lm" and not artifact.checkpoint_dir(out).exists()
+    assert read_record(out)["kind"] == "diffusion-lm" and not artifact.checkpoint_dir(out).exists()
 
     def dies(d):
         (d / "model.safetensors").write_text("v2, half")

@@ -60,7 +60,7 @@ def test_micro_build_loads_and_matches_checksum(tmp_path):
     from mmspec.drafters import DEERDrafter
     from mmspec.drafters.diffuspec import DiffuSpecDrafter
     from mmspec.zoo.code import checksum
-    from mmspec.zoo.code_diffusion import diffusion_lm
+    from mmspec.loading import zoo_diffusion_lm
 
     for name in ("code-dlm", "code-deer-s1", "code-deer", "code-ngram"):
         entry = load(name, home=tmp_path)
@@ -72,8 +72,9 @@ def test_micro_build_loads_and_matches_checksum(tmp_path):
     assert "tau_gain_stages_1_2" in report
     vocab = target.model.config.vocab_size
     ngram = load("code-ngram", home=tmp_path).model
-    for drafter in (DEERDrafter(diffusion_lm(load("code-deer", home=tmp_path), target_vocab_size=vocab), num_tokens=4),
-                    DiffuSpecDrafter(diffusion_lm(load("code-dlm", home=tmp_path), target_vocab_size=vocab),
+    for drafter in (DEERDrafter(zoo_diffusion_lm(load("code-deer", home=tmp_path), target_vocab_size=vocab),
+                                num_tokens=4),
+                    DiffuSpecDrafter(zoo_diffusion_lm(load("code-dlm", home=tmp_path), target_vocab_size=vocab),
                                      causal=ngram, eos_token_id=1, lattice=True)):
         out = SpeculativeGenerator(target.model, drafter).generate(ids, max_new_tokens=12, eos_token_id=[])
         assert torch.equal(out.sequences, ref)

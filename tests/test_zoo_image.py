@@ -10,6 +10,7 @@ import math  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from mmspec import image_codes  # noqa: E402
 from mmspec.zoo import ZooEntry, image, image_data  # noqa: E402
 from mmspec.zoo.common import logits_checksum, read_json  # noqa: E402
 
@@ -54,18 +55,18 @@ def test_splits_are_disjoint():
 
 
 def test_token_layout():
-    lay = image.TokenLayout(codebook_size=256, num_classes=12, grid=8)
+    lay = image_codes.TokenLayout(codebook_size=256, num_classes=12, grid=8)
     assert lay.class_offset == 256 and lay.null_id == 268 and lay.vocab_size == 269 and lay.seq_len == 65
     assert lay.class_tokens([0, 11, -1]).tolist() == [256, 267, 268]
-    assert image.TokenLayout.from_dict(lay.to_dict()) == lay
+    assert image_codes.TokenLayout.from_dict(lay.to_dict()) == lay
     with pytest.raises(ValueError):
         lay.class_tokens([12])
 
 
 def test_cfg_formula():
     cond, uncond = torch.tensor([[1.0, 3.0]]), torch.tensor([[2.0, 1.0]])
-    assert torch.equal(image.cfg_logits(cond, uncond, 1.0), cond)
-    assert torch.equal(image.cfg_logits(cond, uncond, 3.0), torch.tensor([[-1.0, 7.0]]))
+    assert torch.equal(image_codes.cfg_logits(cond, uncond, 1.0), cond)
+    assert torch.equal(image_codes.cfg_logits(cond, uncond, 3.0), torch.tensor([[-1.0, 7.0]]))
 
 
 # --------------------------------------------------------------------------------------------- micro build
@@ -157,7 +158,7 @@ def test_encode_decode_round_trip(micro_zoo):
     codes = image.encode_images(vq, x)
     assert codes.shape == (3, lay.num_codes) and codes.dtype == torch.long
     assert codes.min() >= 0 and codes.max() < lay.codebook_size
-    y = image.decode_codes(vq, codes)
+    y = image_codes.decode_codes(vq, codes)
     assert y.shape == x.shape and y.min() >= -1 and y.max() <= 1
     # re-encoding a decode is stable in shape, and PIL input works too
     pil = [image_data.tensor_to_pil(t) for t in x]
@@ -171,7 +172,7 @@ def test_generate_images_with_cfg(micro_zoo):
     home, _ = micro_zoo
     entry = image.load("image-target", home / "image-target")
     target, vq, lay = entry.model, entry.extras["vq"], entry.extras["layout"]
-    assert image.layout_of(target) == lay
+    assert image_codes.layout_of(target) == lay
     gen = torch.Generator().manual_seed(0)
     imgs, codes = image.generate_images(target, vq, [0, 3, -1], cfg_scale=3.0, temperature=1.0, top_k=20,
                                         generator=gen, return_codes=True)
@@ -180,10 +181,10 @@ def test_generate_images_with_cfg(micro_zoo):
     assert imgs.shape == (3, 3, size, size)
     assert codes.shape == (3, lay.num_codes) and codes.max() < lay.codebook_size
     # same generator seed -> same samples; greedy is deterministic
-    again = image.generate_codes(target, [0, 3, -1], 3.0, 1.0, 20, torch.Generator().manual_seed(0))
+    again = image_codes.generate_codes(target, [0, 3, -1], 3.0, 1.0, 20, torch.Generator().manual_seed(0))
     assert torch.equal(codes, again)
-    g1 = image.generate_codes(target, [1, 2], cfg_scale=2.0, temperature=0.0)
-    g2 = image.generate_codes(target, [1, 2], cfg_scale=2.0, temperature=0.0)
+    g1 = image_codes.generate_codes(target, [1, 2], cfg_scale=2.0, temperature=0.0)
+    g2 = image_codes.generate_codes(target, [1, 2], cfg_scale=2.0, temperature=0.0)
     assert torch.equal(g1, g2)
 
 
@@ -192,12 +193,12 @@ def test_generate_cfg_matches_full_forward(micro_zoo):
     home, _ = micro_zoo
     entry = image.load("image-drafter", home / "image-drafter")
     model, lay = entry.model, entry.extras["layout"]
-    codes = image.generate_codes(model, [4], cfg_scale=2.5, temperature=0.0)
+    codes = image_codes.generate_codes(model, [4], cfg_scale=2.5, temperature=0.0)
     seq_c = torch.cat([lay.class_tokens([4]), lay.codes_to_tokens(codes[0])])
     seq_u = torch.cat([lay.class_tokens([-1]), lay.codes_to_tokens(codes[0])])
     with torch.no_grad():
         logits = model(input_ids=torch.stack([seq_c, seq_u])).logits[:, :-1]
-    guided = image.cfg_logits(image.restrict_to_codes(logits[0], lay), image.restrict_to_codes(logits[1], lay), 2.5)
+    guided = image_codes.cfg_logits(image_codes.restrict_to_codes(logits[0], lay), image_codes.restrict_to_codes(logits[1], lay), 2.5)
     assert torch.equal(guided.argmax(-1), codes[0])
 
 

@@ -17,13 +17,16 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .. import DEFAULT_TREE, SpeculativeGenerator
-from ..drafters import AutoregressiveDrafter, NoDrafter, PromptLookupDrafter
+from ..frontend import hf_sampling_rng
+from ..generator import SpeculativeGenerator
+from ..loading import load_target
+from ..registry import CAUSAL_METHODS, build_drafter
 from ..tiny import ARCHITECTURES, tiny_model
 from .cost_model import cost_table, cost_model
+from .load import load_average, load_check
 
-ALL_METHODS = ["plain", "mmspec-plain", "hf-assisted", "hf-prompt-lookup", "mmspec-chain", "mmspec-tree",
-               "mmspec-dynamic", "mmspec-prompt-lookup"]
+# plain / hf-*: Hugging Face's own generate (the baseline and the peers); the others mmspec.registry builds
+ALL_METHODS = ["plain", "mmspec-plain", "hf-assisted", "hf-prompt-lookup", "chain", "tree", "dynamic", "prompt-lookup"]
 
 
 @dataclass
@@ -38,13 +41,9 @@ class MethodResult:
     draft_share: float | None = None  # drafter's share of draft + verify time (mmspec methods)
 
 
-def load_model(spec: str, seed: int = 0, layers: int | None = None):
-    """``tiny:<arch>`` (random stock model), ``zoo:<name>`` (the model zoo) or a local checkpoint directory."""
-    if spec.startswith("zoo:"):
-        from ..zoo import load
-
-        entry = load(spec.split(":", 1)[1])
-        return entry.model, entry.tokenizer
+def bench_model(spec: str, seed: int = 0, layers: int | None = None):
+    """(model, tokenizer) for ``tiny:<arch>`` (a random stock model), else what :func:`mmspec.loading.load_target`
+    loads (``zoo:<name>``, a local checkpoint directory)."""
     if spec.startswith("tiny:"):
         arch = spec.split(":", 1)[1]
         if arch not in ARCHITECTURES:
@@ -52,19 +51,8 @@ def load_model(spec: str, seed: int = 0, layers: int | None = None):
         kw = dict(vocab_size=512, hidden_size=128, num_layers=layers or 4, num_heads=4, num_kv_heads=2,
                   max_positions=2048)
         return tiny_model(arch, seed=seed, **kw), None
-    path = Path(spec)
-    if not path.is_dir():
-        raise ValueError(f"model {spec!r} is neither 'tiny:<arch>' nor a local checkpoint directory")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from ..model_dirs import require_config
-
-    model = AutoModelForCausalLM.from_pretrained(require_config(path), local_files_only=True).eval()
-    try:
-        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError):
-        tok = None
-    return model, tok
+    target = load_target(spec)
+    return target.model, target.tokenizer
 
 
 DEFAULT_TEXT_PROMPTS = [
@@ -127,16 +115,9 @@ def build_runner(method: str, target, draft, num_tokens: int, max_new_tokens: in
                                          **hf_kw), None)
     if drafter_factory is not None:
         return _speculative_runner(target, drafter_factory(), max_new_tokens, sampling, eos_token_id)
-    drafter = {
-        "mmspec-chain": lambda: AutoregressiveDrafter(draft, num_tokens=num_tokens) if draft is not None else None,
-        "mmspec-tree": lambda: AutoregressiveDrafter(draft, tree=DEFAULT_TREE) if draft is not None else None,
-        "mmspec-dynamic": lambda: AutoregressiveDrafter(draft, num_tokens=num_tokens, tree="dynamic", top_k=4,
-                                                        num_nodes=16) if draft is not None else None,
-        "mmspec-prompt-lookup": lambda: PromptLookupDrafter(num_tokens=num_tokens),
-        "mmspec-plain": NoDrafter,
-    }[method]()
-    if drafter is None:
+    if method in CAUSAL_METHODS and draft is None:
         return None
+    drafter = build_drafter(method, draft, num_tokens=num_tokens)
     return _speculative_runner(target, drafter, max_new_tokens, sampling, eos_token_id)
 
 
@@ -160,27 +141,28 @@ def time_methods(runners: dict, prompts: list, repeats: int = 1, warmup: int = 1
     """Run ``runners`` (method -> callable prompt -> (output, stats or None)) over the prompts: ``warmup`` calls
     each first, then ``repeats`` rounds in which every prompt runs through all methods back to back, so a slow
     spell of a shared machine hits the methods of a prompt alike instead of one method's whole block. Returns
-    per method ``times`` ([round][prompt] seconds), ``outputs`` and ``stats`` (first round). The global torch
-    seed is reset to ``seed`` before every call (HF sampling draws from it)."""
+    per method ``times`` ([round][prompt] seconds), ``outputs`` and ``stats`` (first round). Every call draws
+    from ``seed`` afresh: HF sampling from torch's global RNG, seeded for the call and restored after it."""
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
     runs = {m: {"times": [], "outputs": [], "stats": []} for m in runners}
+    rng = torch.Generator().manual_seed(seed)
     total = len(runners) * (warmup + repeats * len(prompts))
     with torch.inference_mode(), tqdm(total=total, desc=desc, disable=not progress) as bar:
         for runner in runners.values():
             for _ in range(warmup):
-                torch.manual_seed(seed)
-                runner(prompts[0])
+                with hf_sampling_rng(rng):
+                    runner(prompts[0])
                 bar.update(1)
         for round_ in range(repeats):
             for run in runs.values():
                 run["times"].append([])
             for prompt in prompts:
                 for method, runner in runners.items():
-                    torch.manual_seed(seed)
-                    t0 = time.perf_counter()
-                    out, stats = runner(prompt)
-                    runs[method]["times"][-1].append(time.perf_counter() - t0)
+                    with hf_sampling_rng(rng):
+                        t0 = time.perf_counter()
+                        out, stats = runner(prompt)
+                        runs[method]["times"][-1].append(time.perf_counter() - t0)
                     if round_ == 0:
                         runs[method]["outputs"].append(out)
                         runs[method]["stats"].append(stats)
@@ -205,13 +187,12 @@ def run_bench(model: str = "tiny:llama", draft: str | None = "tiny:llama", metho
               do_sample: bool = False, temperature: float = 1.0, repeats: int = 1, seed: int = 0,
               draft_layers: int = 1, progress: bool = True) -> dict:
     """Load models from specs (``tiny:<arch>``, a checkpoint dir, ``zoo:<name>``) and compare methods."""
-    torch.manual_seed(seed)
-    target, tokenizer = load_model(model, seed=seed)
+    target, tokenizer = bench_model(model, seed=seed)
     draft_model = None
     if draft == "self":
         draft_model = target
     elif draft is not None:
-        draft_model, _ = load_model(draft, seed=seed + 1, layers=draft_layers)
+        draft_model, _ = bench_model(draft, seed=seed + 1, layers=draft_layers)
     vocab = target.config.get_text_config().vocab_size
     prompts = make_prompts(tokenizer, vocab, num_prompts, prompt_length, seed)
     report = compare(target, draft_model, prompts, methods, max_new_tokens=max_new_tokens, num_tokens=num_tokens,
@@ -245,8 +226,6 @@ def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str]
     runners = {m: r for m, r in runners.items() if r is not None}
     # each method's time is the median over rounds of its time for the whole prompt set (bench) or, per prompt,
     # the median over rounds (per-prompt records)
-    from .load import load_average, load_check
-
     load_start = load_average()
     runs = time_methods(runners, prompts, repeats, warmup, seed, progress, desc)
     load = load_check(load_start, [sum(t) for t in runs["plain"]["times"]])

@@ -9,20 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..drafters import DEERDrafter
-from ..drafters.diffuspec import ADLConfig, CPSConfig, DiffuSpecDrafter
-from ..zoo import load
-from ..zoo.code_diffusion import diffusion_lm
+from ..loading import zoo_diffusion_lm
+from ..registry import build_drafter, zoo_diffuspec
+from ..zoo import code_data, load
 from .bench import compare
 
-BASE_METHODS = ["plain", "mmspec-plain", "hf-assisted", "hf-prompt-lookup", "mmspec-chain", "mmspec-prompt-lookup"]
+BASE_METHODS = ["plain", "mmspec-plain", "hf-assisted", "hf-prompt-lookup", "chain", "prompt-lookup"]
 DIFFUSION_METHODS = ["deer-s1", "deer", "diffuspec", "diffuspec-no-cps", "diffuspec-no-adl", "diffuspec-no-cps-no-adl",
                      "diffuspec-lattice", "deer-lattice"]
 CODE_METHODS = BASE_METHODS + DIFFUSION_METHODS
-# CPS mix of dLM and causal-proxy scores for the zoo. The paper's λ = 0.5 suits a 7B dLM with a strong
-# n-gram; here the 4-gram (3.48 nats/token) is weaker than the dLM, and held-out *validation* prompts
-# (8 × 64 tokens, greedy, k = 8) gave τ 1.82 / 2.04 / 2.18 / 1.97 for λ = 0.5 / 0.7 / 0.85 / 1.0.
-CPS_LAMBDA = 0.85
 
 
 def diffusion_factories(home: str | Path | None = None, deer_tokens: int = 8, diffuspec_tokens: int = 8,
@@ -40,19 +35,21 @@ def diffusion_factories(home: str | Path | None = None, deer_tokens: int = 8, di
     eos = target.tokenizer.eos_token_id
 
     def dlm(name):
-        return diffusion_lm(get(name), context=context, target_vocab_size=vocab)
+        return zoo_diffusion_lm(get(name), context=context, target_vocab_size=vocab)
+
+    def deer(name):
+        return lambda: build_drafter("deer", dlm(name), num_tokens=deer_tokens)
 
     def diffuspec(name="code-dlm", cps=True, adl=True, lattice=False):
         def make():
-            causal = get("code-ngram").model if cps else None
-            return DiffuSpecDrafter(dlm(name), causal=causal, eos_token_id=eos, num_tokens=diffuspec_tokens, cps=cps,
-                                    adl=adl, lattice=lattice, adl_config=ADLConfig(k_min=4, k_max=16, delta=4),
-                                    cps_config=CPSConfig(lam=CPS_LAMBDA))
+            tuned = zoo_diffuspec(get("code-ngram").model if cps else None)
+            return build_drafter("diffuspec", dlm(name), eos_token_id=eos, num_tokens=diffuspec_tokens, cps=cps,
+                                 adl=adl, lattice=lattice, **tuned)
         return make
 
     return {
-        "deer-s1": lambda: DEERDrafter(dlm("code-deer-s1"), num_tokens=deer_tokens),
-        "deer": lambda: DEERDrafter(dlm("code-deer"), num_tokens=deer_tokens),
+        "deer-s1": deer("code-deer-s1"),
+        "deer": deer("code-deer"),
         "diffuspec": diffuspec(),
         "diffuspec-no-cps": diffuspec(cps=False),
         "diffuspec-no-adl": diffuspec(adl=False),
@@ -63,9 +60,7 @@ def diffusion_factories(home: str | Path | None = None, deer_tokens: int = 8, di
 
 
 def code_prompts(tokenizer, num_prompts: int) -> list:
-    from ..zoo.code_data import completion_prompts, load_corpus
-
-    prompts = completion_prompts(load_corpus(), "test", limit=num_prompts)
+    prompts = code_data.completion_prompts(code_data.load_corpus(), "test", limit=num_prompts)
     return [tokenizer(p.prompt, return_tensors="pt", add_special_tokens=False).input_ids for p in prompts]
 
 

@@ -36,12 +36,12 @@ def measure(dtype: str = "bfloat16", num_prompts: int = 30, max_new_tokens: int 
     prompts = code_prompts(target.tokenizer, num_prompts)
     gen = SpeculativeGenerator(tmodel, AutoregressiveDrafter(dmodel, num_tokens=num_tokens))
     common = dict(max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=None, pad_token_id=0)
-    agree = {"mmspec-chain": 0, "hf-assisted": 0}
-    first_diff = {"mmspec-chain": [], "hf-assisted": []}
+    agree = {"chain": 0, "hf-assisted": 0}
+    first_diff = {"chain": [], "hf-assisted": []}
     for ids in prompts:
         mask = torch.ones_like(ids)
         ref = tmodel.generate(ids, attention_mask=mask, **common)
-        outs = {"mmspec-chain": gen.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+        outs = {"chain": gen.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens,
                                              eos_token_id=[], pad_token_id=0).sequences,
                 "hf-assisted": tmodel.generate(ids, attention_mask=mask, assistant_model=dmodel, **common)}
         for name, out in outs.items():

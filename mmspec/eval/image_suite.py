@@ -17,29 +17,32 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ..guidance import DEFAULT_CFG_SCALE
 from ..image_gen import ImageGenerator
+from ..zoo import load
+from ..zoo.image_data import image_grid
 from .image_quality import class_fidelity, features, frechet_distance, precision_recall
 
 MAIN_METHODS = [
     ("plain AR", "ar", {}),
     ("spec chain (same drafter)", "spec", dict(tree="chain")),
     ("spec static tree", "spec", dict(tree="static")),
-    ("LANTERN δ=0.1 chain", "lantern", dict(delta=0.1, k=8, tree="chain")),
-    ("LANTERN++ λ=2 static", "lantern++", dict(lam=2.0, k=8, tree="static")),
-    ("LANTERN++ λ=2 dynamic", "lantern++", dict(lam=2.0, k=8, tree="dynamic")),
+    ("LANTERN δ=0.1 chain", "lantern", dict(delta=0.1, lantern_k=8, tree="chain")),
+    ("LANTERN++ λ=2 static", "lantern++", dict(lam=2.0, lantern_k=8, tree="static")),
+    ("LANTERN++ λ=2 dynamic", "lantern++", dict(lam=2.0, lantern_k=8, tree="dynamic")),
 ]
 # the zoo's feature drafters of the guided target (when built): image-eagle (one token per forward) and
 # image-sar (4 tokens per forward: a chain or a lattice tree costs one drafter forward)
 FEATURE_METHODS = [
     ("eagle: spec chain", "spec", dict(tree="chain", drafter="feature")),
-    ("eagle: LANTERN++ λ=2 static", "lantern++", dict(lam=2.0, k=8, tree="static", drafter="feature")),
-    ("eagle: LANTERN++ λ=2 dynamic", "lantern++", dict(lam=2.0, k=8, tree="dynamic", drafter="feature")),
+    ("eagle: LANTERN++ λ=2 static", "lantern++", dict(lam=2.0, lantern_k=8, tree="static", drafter="feature")),
+    ("eagle: LANTERN++ λ=2 dynamic", "lantern++", dict(lam=2.0, lantern_k=8, tree="dynamic", drafter="feature")),
     ("sar: spec chain", "spec", dict(tree="chain", drafter="sar")),
     ("sar: spec lattice", "spec", dict(tree="static", drafter="sar")),
-    ("sar: LANTERN δ=0.1 chain", "lantern", dict(delta=0.1, k=8, tree="chain", drafter="sar")),
-    ("sar: LANTERN++ λ=2 lattice", "lantern++", dict(lam=2.0, k=8, tree="static", drafter="sar")),
-    ("sar: LANTERN++ λ=2 chain", "lantern++", dict(lam=2.0, k=8, tree="chain", drafter="sar")),
-    ("eagle: LANTERN δ=0.1 chain", "lantern", dict(delta=0.1, k=8, tree="chain", drafter="feature")),
+    ("sar: LANTERN δ=0.1 chain", "lantern", dict(delta=0.1, lantern_k=8, tree="chain", drafter="sar")),
+    ("sar: LANTERN++ λ=2 lattice", "lantern++", dict(lam=2.0, lantern_k=8, tree="static", drafter="sar")),
+    ("sar: LANTERN++ λ=2 chain", "lantern++", dict(lam=2.0, lantern_k=8, tree="chain", drafter="sar")),
+    ("eagle: LANTERN δ=0.1 chain", "lantern", dict(delta=0.1, lantern_k=8, tree="chain", drafter="feature")),
 ]
 
 
@@ -49,11 +52,14 @@ def sweep_methods(drafter: str = "ar") -> list[tuple[str, str, dict]]:
     tag = "" if drafter == "ar" else f"{'eagle' if drafter == 'feature' else drafter}: "
     d = {} if drafter == "ar" else dict(drafter=drafter)
     tree = "chain" if drafter == "sar" else "static"
-    out = [(f"{tag}LANTERN δ={x} chain", "lantern", dict(delta=x, k=8, tree="chain", **d)) for x in (0.05, 0.2, 0.4)]
-    out += [(f"{tag}LANTERN++ λ={lam} {tree}", "lantern++", dict(lam=lam, k=8, tree=tree, **d))
+    out = [(f"{tag}LANTERN δ={x} chain", "lantern", dict(delta=x, lantern_k=8, tree="chain", **d))
+           for x in (0.05, 0.2, 0.4)]
+    out += [(f"{tag}LANTERN++ λ={lam} {tree}", "lantern++", dict(lam=lam, lantern_k=8, tree=tree, **d))
             for lam in (1.5, 3.0, 5.0)]
-    out += [(f"{tag}LANTERN δ=0.1 chain k={k}", "lantern", dict(delta=0.1, k=k, tree="chain", **d)) for k in (4, 16)]
-    out += [(f"{tag}LANTERN++ λ=2 {tree} k={k}", "lantern++", dict(lam=2.0, k=k, tree=tree, **d)) for k in (4, 16)]
+    out += [(f"{tag}LANTERN δ=0.1 chain k={k}", "lantern", dict(delta=0.1, lantern_k=k, tree="chain", **d))
+            for k in (4, 16)]
+    out += [(f"{tag}LANTERN++ λ=2 {tree} k={k}", "lantern++", dict(lam=2.0, lantern_k=k, tree=tree, **d))
+            for k in (4, 16)]
     return out
 
 
@@ -64,7 +70,7 @@ def _same_drafter_spec(results: list[dict], r: dict) -> dict | None:
                  and x.get("drafter", "ar") == want), None)
 
 
-def run_image_suite(per_class: int = 8, cfg_scale: float = 3.0, sweep: bool = True, latency_images: int = 12,
+def run_image_suite(per_class: int = 8, cfg_scale: float = DEFAULT_CFG_SCALE, sweep: bool = True, latency_images: int = 12,
                     quality_batch: int = 48, home=None, out_dir: str | Path | None = None, progress: bool = True,
                     only: list[str] | None = None) -> dict:
     """Two measurements per method:
@@ -78,8 +84,6 @@ def run_image_suite(per_class: int = 8, cfg_scale: float = 3.0, sweep: bool = Tr
     ``only``: run just these entries (by name); plain AR and each drafter's plain speculative chain, the
     baselines, always run.
     """
-    from ..zoo import load
-
     gen = ImageGenerator.from_zoo(home)
     clf = load("image-classifier", home).model
     n_cls = gen.layout.num_classes
@@ -216,7 +220,7 @@ def to_markdown(report: dict) -> str:
 def plot_speed_quality(report: dict, path: Path) -> None:
     """Speedup vs plain AR against FD, per method (colour: drafter; marker: method), with plain AR's
     run-to-run FD, +10%, and the spread of every lossless run's FD (the noise floor) shaded."""
-    import matplotlib
+    import matplotlib  # here, not at the top: the Agg backend must be chosen before pyplot loads
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -248,8 +252,6 @@ def plot_speed_quality(report: dict, path: Path) -> None:
 
 
 def write_image_report(report: dict, results: list[dict], out: Path, gen: ImageGenerator) -> None:
-    from ..zoo.image_data import image_grid
-
     out.mkdir(parents=True, exist_ok=True)
     (out / "image_bench.json").write_text(json.dumps(report, indent=2))
     (out / "image_bench.md").write_text(to_markdown(report))

@@ -17,7 +17,8 @@ from typing import Callable
 import torch
 
 from ..pipeline import pipeline
-from ..routes.common import drafter_kind, load_drafter, load_target
+from ..loading import load_drafter, load_target
+from ..registry import drafter_kind
 from ..routes.text import text_drafter
 from ..routes.vlm import vlm_drafter
 from ..verifiers.tree_forward import text_config
@@ -25,7 +26,7 @@ from .bench import ALL_METHODS, compare, prompt_record, time_methods
 from .config import EvalConfig
 from .datasets import Item, chat_items, code_items, image_items, sample_questions, vlm_items
 
-NEEDS_DRAFT = ("hf-assisted", "mmspec-chain", "mmspec-tree", "mmspec-dynamic")
+NEEDS_DRAFT = ("hf-assisted", "chain", "tree", "dynamic")
 
 
 @dataclass
@@ -214,7 +215,7 @@ def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:
 
 # ---------------------------------------------------------------------------------------------------- vlm
 
-BASE_VLM = ["plain", "hf-prompt-lookup", "mmspec-prompt-lookup"]
+BASE_VLM = ["plain", "hf-prompt-lookup", "prompt-lookup"]
 
 
 def vlm_suite(cfg: EvalConfig, device: str | None = None) -> Suite:
@@ -302,8 +303,8 @@ def image_slug(method: str, kw: dict) -> str:
         parts.append(f"d{kw['delta']}")
     if kw.get("lam") not in (None, 2.0):
         parts.append(f"lam{kw['lam']}")
-    if kw.get("k") not in (None, 8):
-        parts.append(f"k{kw['k']}")
+    if kw.get("lantern_k") not in (None, 8):
+        parts.append(f"k{kw['lantern_k']}")
     if kw.get("drafter") not in (None, "ar"):
         parts.append(kw["drafter"])
     return "-".join(parts)
@@ -328,11 +329,11 @@ def _vlm_drafter_methods(cfg: EvalConfig, target, proc, drafter_device) -> dict:
     d = load_drafter(cfg.vlm_drafter, target, cfg.home, drafter_device)
     method, d = vlm_drafter(target, d, None)
 
-    def make(**kw):
-        return lambda: pipeline(target.model, d, method, processor=proc, **kw).drafter
+    def make(m=method, **kw):
+        return lambda: pipeline(target.model, d, m, processor=proc, **kw).drafter
 
-    if method == "text":
-        return {"text-chain": make(num_tokens=k), "text-tree": make(tree=DEFAULT_TREE)}
+    if method == "chain":
+        return {"chain": make(num_tokens=k), "tree": make("tree", tree=DEFAULT_TREE)}
     if method == "flash":
         return {"flash": make()}
     return {f"{method}-chain": make(num_tokens=k),

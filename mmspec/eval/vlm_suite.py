@@ -1,7 +1,7 @@
 """The vision-language benchmark on the zoo: held-out scenes, captions and questions, every VLM method.
 
 Methods: plain decoding; the baselines — the text-only zoo drafter (``vlm-drafter``, no picture) as a
-chain and a static tree, prompt lookup (mmspec's and HF's), and the plain feature drafter
+chain and a static tree (``chain``, ``tree``), prompt lookup (mmspec's and HF's), and the plain feature drafter
 (``vlm-eagle``: no decoupling, no compression); MSD (``vlm-msd``) as a chain and an EAGLE-2 dynamic
 tree; FLASH (``vlm-flash``) at 8, 4 and 1 compressed tokens per image, and as a lattice tree. Every method
 stops at EOS, as a user's VLM answers do, and greedy outputs are compared with plain decoding's."""
@@ -13,16 +13,17 @@ import time
 from pathlib import Path
 
 import torch
+from transformers import DynamicCache
 
-from .. import DEFAULT_TREE, TreeTemplate
-from ..drafters import AutoregressiveDrafter
-from ..drafters.feature import FeatureDrafter
-from ..zoo import load
+from .. import SpeculativeGenerator, TreeTemplate
+from ..cache import SpecKVCache
+from ..registry import DYNAMIC_TREE, build_drafter
+from ..verifiers.tree_forward import chain_parents
+from ..zoo import load, vlm_data
 from .bench import compare
 
-VLM_METHODS = ["plain", "mmspec-plain", "hf-prompt-lookup", "mmspec-prompt-lookup", "text-chain", "text-tree", "eagle-chain",
+VLM_METHODS = ["plain", "mmspec-plain", "hf-prompt-lookup", "prompt-lookup", "chain", "tree", "eagle-chain",
                "eagle-dynamic", "msd-chain", "msd-dynamic", "flash-8", "flash-4", "flash-1", "flash-4-lattice"]
-DYNAMIC = dict(top_k=4, num_nodes=16)
 # FLASH's slots are independent given the context: a static lattice tree over their ranked tokens
 FLASH_LATTICE = TreeTemplate.full((3, 2, 1, 1))
 
@@ -38,36 +39,35 @@ def feature_factories(home: str | Path | None = None, num_tokens: int = 4) -> di
 
     target = get("vlm-target")
 
-    def feature(name, **kw):
-        return lambda: FeatureDrafter(get(name), target, **kw)
+    def make(method, name, **kw):
+        return lambda: build_drafter(method, get(name), target=target, **kw)
 
+    dynamic = dict(num_tokens=num_tokens + 1, tree="dynamic", **DYNAMIC_TREE)
     return {
-        "text-chain": lambda: AutoregressiveDrafter(get("vlm-drafter"), num_tokens=num_tokens),
-        "text-tree": lambda: AutoregressiveDrafter(get("vlm-drafter"), tree=DEFAULT_TREE),
-        "eagle-chain": feature("vlm-eagle", num_tokens=num_tokens),
-        "eagle-dynamic": feature("vlm-eagle", num_tokens=num_tokens + 1, tree="dynamic", **DYNAMIC),
-        "msd-chain": feature("vlm-msd", num_tokens=num_tokens),
-        "msd-dynamic": feature("vlm-msd", num_tokens=num_tokens + 1, tree="dynamic", **DYNAMIC),
-        "flash-8": feature("vlm-flash", compress_to=8),
-        "flash-4": feature("vlm-flash", compress_to=4),
-        "flash-1": feature("vlm-flash", compress_to=1),
-        "flash-4-lattice": feature("vlm-flash", compress_to=4, tree=FLASH_LATTICE),
+        "chain": make("chain", "vlm-drafter", num_tokens=num_tokens),
+        "tree": make("tree", "vlm-drafter"),
+        "eagle-chain": make("eagle", "vlm-eagle", num_tokens=num_tokens, num_nodes=None),
+        "eagle-dynamic": make("eagle", "vlm-eagle", **dynamic),
+        "msd-chain": make("msd", "vlm-msd", num_tokens=num_tokens, num_nodes=None),
+        "msd-dynamic": make("msd", "vlm-msd", **dynamic),
+        "flash-8": make("flash", "vlm-flash", compress_to=8, num_nodes=None),
+        "flash-4": make("flash", "vlm-flash", compress_to=4, num_nodes=None),
+        "flash-1": make("flash", "vlm-flash", compress_to=1, num_nodes=None),
+        "flash-4-lattice": make("flash", "vlm-flash", compress_to=4, tree=FLASH_LATTICE, num_nodes=None),
     }
 
 
 def vlm_prompts(processor, num_prompts: int, kind: str = "mixed", start: int = 0) -> list[dict]:
     """Held-out test scenes: ``caption``, ``question`` (every question type in turn) or ``mixed``
     (alternating)."""
-    from ..zoo import vlm_data as vd
-
-    scenes = vd.scenes("test", num_prompts, start)
+    scenes = vlm_data.scenes("test", num_prompts, start)
     items = []
     for i, sc in enumerate(scenes):
         caption = kind == "caption" or (kind == "mixed" and i % 2 == 0)
         items.append(sc.items()[-1] if caption else sc.questions[i % len(sc.questions)])
     prompts = []
     for sc, q in zip(scenes, items):
-        p = processor(images=[sc.image()], text=[vd.with_image(q.prompt)], return_tensors="pt")
+        p = processor(images=[sc.image()], text=[vlm_data.with_image(q.prompt)], return_tensors="pt")
         prompts.append({"input_ids": p["input_ids"], "pixel_values": p["pixel_values"]})
     return prompts
 
@@ -103,8 +103,6 @@ def _median_ms(fn, repeats: int) -> float:
 def target_step_ms(target, context: int, tokens: int = 1, repeats: int = 50) -> float:
     """One KV-cached forward of the target's language model + LM head over ``tokens`` new tokens after a
     ``context``-token prefix (the decode step the engine pays; the image was encoded in the prefill)."""
-    from transformers import DynamicCache
-
     lm = target.model.language_model if hasattr(target.model, "language_model") else target.model
     cfg = lm.config
     cache = DynamicCache(config=cfg)
@@ -123,9 +121,6 @@ def target_step_ms(target, context: int, tokens: int = 1, repeats: int = 50) -> 
 def drafter_forward_ms(net, lm_head, entries: int, tokens: int = 1, repeats: int = 50) -> float:
     """One drafter forward as the engine runs it: fuse ``tokens`` new entries, the decoder layer over them with
     ``entries`` cached entries, the feature heads and the target's LM head on every slot."""
-    from ..cache import SpecKVCache
-    from ..verifiers.tree_forward import chain_parents
-
     H = net.config.hidden_size
     cache = SpecKVCache.for_model(net.body, 1, entries + tokens + 8)
     x0 = torch.randn(1, entries, H)
@@ -162,8 +157,6 @@ def compression_sweep(home: str | Path | None = None, settings=SWEEP_SETTINGS, n
     fraction of a target step. Settings above the drafter's query count are skipped (reported).
     Run with 1 thread for comparable costs. ``stop_at_eos=False`` always generates ``max_new_tokens`` (an
     untrained micro build answers EOS at once and would leave no decoding steps to measure)."""
-    from .. import SpeculativeGenerator
-
     target = load("vlm-target", home)
     model = target.model
     eos = target.extras["tokenizer"].eos_token_id if stop_at_eos else None
@@ -181,8 +174,8 @@ def compression_sweep(home: str | Path | None = None, settings=SWEEP_SETTINGS, n
         net = flash if n is not None else msd
 
         def make():
-            return (FeatureDrafter(flash, model, compress_to=n) if n is not None
-                    else FeatureDrafter(msd, model, num_tokens=sar))
+            return (build_drafter("flash", flash, target=model, compress_to=n, num_nodes=None) if n is not None
+                    else build_drafter("msd", msd, target=model, num_tokens=sar, num_nodes=None))
 
         new = forwards = steps = 0
         draft_s, exact = 0.0, True

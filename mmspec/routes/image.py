@@ -8,10 +8,16 @@ from pathlib import Path
 import torch
 
 from ..arguments import reject_unknown
-from .common import IMAGE_METHODS, Target, check_vocab, drafter_kind, load_drafter, take_options, wrong_method
+from ..frontend import ImageOutput
+from ..image_codes import layout_of
+from ..image_gen import ImageGenerator
+from ..janus import JanusImageGenerator
+from ..loading import load_drafter, load_target
+from ..registry import IMAGE_DRAFTERS, IMAGE_METHODS, check_vocab, drafter_kind, resolve_bound, take_options, \
+    wrong_method
+from ..targets import Target
 
-IMAGE_OPTIONS = dict(cfg_scale=3.0, temperature=1.0, k=8, delta=None, lam=None, tree="static", num_tokens=4,
-                     vq=None, feature_drafter=None, sar_drafter=None)
+DEFAULT_METHOD = "lantern++"
 
 
 class ImagePipeline:
@@ -31,7 +37,7 @@ class ImagePipeline:
     def classes(self):
         return self.generator.classes
 
-    def generate(self, class_ids=None, *, prompts=None, images=None, **kw):
+    def generate(self, class_ids=None, *, prompts=None, images=None, **kw) -> ImageOutput:
         if prompts is not None or images is not None:
             raise ValueError("a class-conditional image target takes class ids (-1: unconditional), not prompts or "
                              "images")
@@ -45,8 +51,6 @@ class ImagePipeline:
 
 
 def _feature_net(spec, target: Target, home, device, what: str):
-    from ..image_gen import IMAGE_DRAFTERS
-
     net = load_drafter(spec, target, home, device)
     if drafter_kind(net) != "feature":
         raise ValueError(f"{what}={spec!r}: the zoo image target drafts with one of {IMAGE_DRAFTERS} or a feature "
@@ -54,13 +58,20 @@ def _feature_net(spec, target: Target, home, device, what: str):
     return net
 
 
-def image_pipeline(target: Target, drafter, method: str | None, home=None, device=None, **options):
-    from ..image_gen import IMAGE_DRAFTERS, ImageGenerator, resolve_bound
+def _vq_model(vq):
+    """A diffusers VQModel, or its directory loaded (diffusers is needed only for image targets)."""
+    if isinstance(vq, (str, Path)):
+        from diffusers import VQModel  # noqa: PLC0415 - optional dependency, image targets only
 
-    opts = take_options(options, IMAGE_OPTIONS, "image")
-    method = method or "lantern++"
+        return VQModel.from_pretrained(vq, torch_dtype=torch.float32).eval()
+    return vq
+
+
+def image_pipeline(target: Target, drafter, method: str | None, home=None, device=None, **options):
+    opts = take_options(options, "image")
+    method = method or DEFAULT_METHOD
     if method not in IMAGE_METHODS:
-        raise wrong_method(method, "image", target)
+        raise wrong_method(method, "image", target.name, target.model)
     resolve_bound(method, opts["delta"], opts["lam"])  # a bound the method does not use is refused here
     if opts["temperature"] < 0:
         raise ValueError(f"temperature must be >= 0 (0: greedy), got {opts['temperature']}")
@@ -79,32 +90,21 @@ def image_pipeline(target: Target, drafter, method: str | None, home=None, devic
             kind = "sar" if net.config.sar_tokens > 1 else "feature"
             gen.set_feature_drafter(net, kind)
     else:  # a checkpoint over [class token] + VQ codes: an AR drafter over the same layout and the VQ decoder
-        from ..zoo.image import layout_of
-
-        vq = opts["vq"]
-        if vq is None:
+        if opts["vq"] is None:
             raise ValueError("an image target from a checkpoint needs vq= (a diffusers VQModel or its directory)")
-        if isinstance(vq, (str, Path)):
-            from diffusers import VQModel
-
-            vq = VQModel.from_pretrained(vq, torch_dtype=torch.float32).eval()
         model = load_drafter(drafter, target, home, device) if drafter != "ar" else None
         if model is not None and drafter_kind(model) != "causal" or model is None and method != "ar":
             raise ValueError("an image target from a checkpoint needs drafter= (a small AR model over its codes)")
         if model is not None:
-            check_vocab(model, target)
-        layout = layout_of(target.model)
-        gen = ImageGenerator(target.model, model, vq, layout, None, opts["feature_drafter"], opts["sar_drafter"])
+            check_vocab(model, target.model)
+        gen = ImageGenerator(target.model, model, _vq_model(opts["vq"]), layout_of(target.model), None,
+                             opts["feature_drafter"], opts["sar_drafter"])
         kind = "ar"
     if method != "ar" and kind != "ar" and gen.feature_drafters.get(kind) is None:
         name = "image-eagle" if kind == "feature" else "image-sar"
         raise ValueError(f"no {kind} drafter loaded for this target: build it (`mmspec zoo build --only {name}`)")
     defaults = {k: v for k, v in opts.items() if k not in ("vq", "feature_drafter", "sar_drafter")}
     return ImagePipeline(gen, method, kind, **defaults)
-
-
-JANUS_OPTIONS = dict(cfg_scale=5.0, do_sample=False, temperature=1.0, k=8, delta=None, lam=None, tree=None,
-                     num_tokens=4, decode=True)
 
 
 class JanusPipeline:
@@ -114,7 +114,7 @@ class JanusPipeline:
     def __init__(self, generator, method: str, **defaults):
         self.generator, self.method, self.defaults = generator, method, defaults
 
-    def generate(self, input_ids=None, attention_mask=None, *, class_ids=None, images=None, **kw):
+    def generate(self, input_ids=None, attention_mask=None, *, class_ids=None, images=None, **kw) -> ImageOutput:
         if class_ids is not None or images is not None or input_ids is None:
             raise ValueError("a Janus target takes prompt ids (input_ids ending with <begin_of_image>)")
         return self.generator.generate(input_ids, attention_mask, **{**self.defaults, "method": self.method, **kw})
@@ -123,13 +123,10 @@ class JanusPipeline:
 
 
 def janus_pipeline(target: Target, drafter, method: str | None, home=None, **options) -> JanusPipeline:
-    from ..janus import JanusImageGenerator
-    from .common import load_target
-
-    method = method or "lantern++"
+    method = method or DEFAULT_METHOD
     if method not in IMAGE_METHODS:
-        raise wrong_method(method, "janus", target)
-    opts = take_options(options, JANUS_OPTIONS, "janus")
+        raise wrong_method(method, "janus", target.name, target.model)
+    opts = take_options(options, "janus")
     draft = load_target(drafter, None, None, home).model if isinstance(drafter, (str, Path)) else drafter
     if draft is not None and drafter_kind(draft) != "janus":
         raise ValueError("a Janus target drafts with a smaller Janus model sharing its codebook")

@@ -18,7 +18,8 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-RECORD = "mmspec.json"
+from ..loading import RECORD
+
 FORMAT = 1
 
 
@@ -91,20 +92,6 @@ def write_artifact(out: str | Path, save: Callable[[Path], None], record: dict) 
     return out
 
 
-def read_record(path: str | Path) -> dict | None:
-    """The ``mmspec.json`` of a trained directory, or None when there is none."""
-    file = Path(path) / RECORD
-    if not file.exists():
-        return None
-    try:
-        record = json.loads(file.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"{file} cannot be read ({err}); retrain into that directory") from None
-    if not isinstance(record, dict) or "kind" not in record:
-        raise ValueError(f"{file} is not an mmspec training record (no 'kind')")
-    return record
-
-
 def target_identity(spec: str, model) -> dict:
     """Enough to tell later which target a drafter was trained against."""
     from ..verifiers.tree_forward import text_config
@@ -126,5 +113,4 @@ def stage_checkpoint(ckpt: Path | None, stage: int) -> Path | None:
     return None if ckpt is None else Path(ckpt) / f"stage{stage}.pt"
 
 
-__all__ = ["RECORD", "checkpoint_dir", "prepare_run", "cached", "write_artifact", "read_record", "target_identity",
-           "stage_checkpoint"]
+__all__ = ["checkpoint_dir", "prepare_run", "cached", "write_artifact", "target_identity", "stage_checkpoint"]

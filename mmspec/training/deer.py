@@ -195,16 +195,17 @@ def align(dlm_model, target, train_stream: torch.Tensor, val_stream: torch.Tenso
 
 
 def load_dlm(spec: str, trust_remote_code: bool = False):
-    """(model, tokenizer) of the diffusion LM to align: as ``load_model``, except that a checkpoint shipping its
+    """(model, tokenizer) of the diffusion LM to align: as ``load_target``, except that a checkpoint shipping its
     own modeling code (LLaDA, Dream) loads through ``AutoModel`` when the user trusts it (``--trust-remote-code``),
     with errors of that code naming its file."""
     from pathlib import Path
 
     from ..drafters.remote_code import explain_remote_failure, modeling_files, needs_trust, require_trust
-    from ..eval.bench import load_model
+    from ..loading import load_target
 
     if not (Path(spec).is_dir() and needs_trust(spec)):
-        return load_model(spec)
+        dlm = load_target(spec)
+        return dlm.model, dlm.tokenizer
     require_trust(spec, trust_remote_code, "--trust-remote-code")
     from transformers import AutoModel, AutoTokenizer
 
@@ -251,7 +252,7 @@ def cli_train_deer(args) -> int:
     Checkpoints go to ``<out>.ckpt`` (``--resume`` continues a killed run); the output is written atomically
     with its ``mmspec.json`` record, so ``mmspec.pipeline(target, drafter=OUT)`` runs it as a DEER drafter."""
     from ..drafters.diffusion import check_vocabularies, model_vocab_size
-    from ..eval.bench import load_model
+    from ..loading import load_target
     from .artifact import prepare_run, target_identity, write_artifact
 
     stages = tuple(int(x) for x in args.stages.split(",") if x.strip().isdigit())
@@ -266,7 +267,8 @@ def cli_train_deer(args) -> int:
         train_texts, val_texts = train_texts[cut:], train_texts[:cut]
     settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "checkpoint_every")}
     ckpt = prepare_run(args.out, args.resume, settings)
-    target, tok = load_model(args.target)
+    loaded = load_target(args.target)
+    target, tok = loaded.model, loaded.tokenizer
     dlm, dlm_tok = load_dlm(args.dlm, getattr(args, "trust_remote_code", False))
     if tok is None or dlm_tok is None:
         raise ValueError("mmspec train deer needs a tokenizer next to both models (or zoo:<name> models)")

@@ -30,7 +30,7 @@ def target_samples(target, layout, n: int, cfg_scale: float, seed: int, batch_si
     """``n`` sequences ``[class token] + codes`` sampled from the guided target, classes cycled evenly."""
     from tqdm.auto import tqdm
 
-    from ..zoo.image import generate_codes
+    from ..image_codes import generate_codes
 
     g = torch.Generator().manual_seed(seed)
     classes = [i % layout.num_classes for i in range(n)]
@@ -96,7 +96,7 @@ def cli_train_image_drafter(args) -> int:
     with its ``mmspec.json`` record, so ``mmspec.pipeline(target, drafter=OUT)`` / ``mmspec image --drafter OUT``
     use it."""
     from ..zoo import load
-    from ..zoo.image import TokenLayout, layout_of
+    from ..image_codes import TokenLayout, layout_of
     from .artifact import prepare_run, target_identity, write_artifact
 
     zoo_target = args.target.startswith("zoo:")

@@ -56,14 +56,6 @@ def checksum(entry: ZooEntry) -> dict:
     return logits_checksum(entry.model(input_ids=ids, attention_mask=mask).logits)
 
 
-def diffusion_lm(entry: ZooEntry, context: str = "cache", **kwargs):
-    """A ready :class:`~mmspec.drafters.DiffusionLM` for a zoo diffusion model."""
-    from ..drafters import DiffusionLM
-
-    return DiffusionLM(entry.model, entry.config.get("mask_token_id", MASK_ID),
-                       convention=entry.config.get("convention", CONVENTION), context=context, **kwargs)
-
-
 def _save(model, tok, path: Path, info: dict) -> None:
     path.mkdir(parents=True, exist_ok=True)
     model.half().save_pretrained(path, safe_serialization=True)
@@ -255,4 +247,4 @@ def load(name: str, path: Path) -> ZooEntry:
     return ZooEntry(name, model, tok, cfg, path)
 
 
-__all__ = ["NAMES", "build", "load", "checksum", "diffusion_lm", "MASK_ID", "CONVENTION"]
+__all__ = ["NAMES", "build", "load", "checksum", "MASK_ID", "CONVENTION"]

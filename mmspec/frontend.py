@@ -1,0 +1,74 @@
+"""The vocabulary every front-end shares (``mmspec.pipeline``'s routes, ``VLMGenerator``, ``ImageGenerator``,
+``JanusImageGenerator``): one output shape per kind of result, one way to seed a call, one way to switch EOS
+off. README's "One vocabulary" table is the user's view of this module."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+from .generator import GenerationStats
+
+DEFAULT_SEED = 0  # a call given neither generator nor seed draws from this seed: reruns repeat
+
+
+@dataclass
+class TextOutput:
+    """What the text and VLM front-ends return."""
+    texts: list[str] | None  # the decoded continuations (None: no tokenizer to decode with)
+    sequences: torch.LongTensor  # [B, prompt + new] ids, left padding kept, like HF generate
+    stats: GenerationStats | None  # tau, accept lengths, times; None for plain decoding
+    seconds: float  # wall time of the call's decoding
+    config: dict = field(default_factory=dict)  # the method and settings the call applied
+
+
+@dataclass
+class ImageOutput:
+    """What the image and Janus front-ends return."""
+    images: torch.Tensor | None  # [B, 3, H, W] in [-1, 1]; None when not decoded
+    codes: torch.LongTensor  # [B, codes per picture] codebook indices
+    stats: GenerationStats | None  # tau, moved mass, output TV, times; None for plain AR
+    seconds: float  # wall time of the call's decoding (output-TV measurement left out)
+    config: dict = field(default_factory=dict)  # the method and settings the call applied
+
+
+def call_generator(generator: torch.Generator | None, seed: int | None, device) -> torch.Generator:
+    """The generator a call draws from: ``generator`` as given, else a new one on ``device`` seeded with
+    ``seed`` (:data:`DEFAULT_SEED` when neither is given). Giving both is an error."""
+    if generator is not None:
+        if seed is not None:
+            raise ValueError("give generator= or seed=, not both (seed= only builds a generator)")
+        return generator
+    return torch.Generator(device=device).manual_seed(DEFAULT_SEED if seed is None else int(seed))
+
+
+@contextmanager
+def hf_sampling_rng(generator: torch.Generator):
+    """Hugging Face ``generate`` samples from torch's global RNG and takes no generator: for the call, seed that
+    RNG from ``generator``'s seed, and restore the caller's RNG state afterwards."""
+    with torch.random.fork_rng():
+        torch.manual_seed(generator.initial_seed())
+        yield
+
+
+def eos_token_id(stop_at_eos: bool, tokenizer, model) -> int | list[int] | None:
+    """The EOS id(s) a call stops at: the tokenizer's, else the model's generation config; None when
+    ``stop_at_eos`` is False or neither has one."""
+    if not stop_at_eos:
+        return None
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if eos is None:
+        eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    return eos
+
+
+def engine_eos(eos: int | list[int] | None) -> int | list[int]:
+    """``eos`` as ``SpeculativeGenerator.generate`` takes it: ``[]`` switches EOS off (None would mean the
+    model's default)."""
+    return [] if eos is None else eos
+
+
+__all__ = ["TextOutput", "ImageOutput", "DEFAULT_SEED", "call_generator", "hf_sampling_rng", "eos_token_id",
+           "engine_eos"]

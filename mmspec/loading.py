@@ -1,0 +1,157 @@
+"""One loader for every model spec mmspec takes: ``zoo:<name>``, a local checkpoint directory (a Hugging Face
+model directory, or what ``mmspec train`` wrote, told apart by the files it holds), or a ready object passed
+through. The pipeline, the generators, eval, bench and training all load here, so a spec means the same thing
+everywhere and a bad one fails with the same ValueError naming it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor,
+                          AutoTokenizer, JanusForConditionalGeneration, LlavaForConditionalGeneration)
+
+from .drafters import DiffusionLM
+from .drafters.feature_model import FeatureDraftModel
+from .drafters.ngram import NGramLM
+from .drafters.remote_code import needs_trust, require_trust
+from .image_codes import LAYOUT_KEY
+from .model_dirs import require_config
+from .targets import Target
+from .verifiers.tree_forward import text_config
+from .zoo import ZooEntry, load as zoo_load
+
+RECORD = "mmspec.json"  # what `mmspec train ...` writes next to the weights
+NAMED_DRAFTERS = ("prompt-lookup", "ar", "feature", "sar")  # drafters named, not loaded
+
+
+def read_record(path: str | Path) -> dict | None:
+    """The ``mmspec.json`` of a trained directory, or None when there is none."""
+    file = Path(path) / RECORD
+    if not file.exists():
+        return None
+    try:
+        record = json.loads(file.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{file} cannot be read ({err}); retrain into that directory") from None
+    if not isinstance(record, dict) or "kind" not in record:
+        raise ValueError(f"{file} is not an mmspec training record (no 'kind')")
+    return record
+
+
+def zoo_name(spec) -> str | None:
+    """``name`` for ``"zoo:<name>"``, else None."""
+    return spec.split(":", 1)[1] if isinstance(spec, str) and spec.startswith("zoo:") else None
+
+
+def model_dir(spec, what: str) -> Path:
+    """``spec`` as an existing directory, or the ValueError every loader raises for a spec it cannot read."""
+    path = Path(spec)
+    if not path.is_dir():
+        raise ValueError(f"{what} {str(spec)!r} is neither 'zoo:<name>' nor a local checkpoint directory")
+    return path
+
+
+def _zoo_device(device_map):
+    if device_map in (None, "cpu"):
+        return None
+    if device_map == "auto":  # the zoo's models are a few MB: one device holds them
+        return "cuda" if torch.cuda.is_available() else None
+    return device_map
+
+
+def load_target(spec, tokenizer=None, device_map=None, home=None) -> Target:
+    """``zoo:<name>``, a local checkpoint directory (``device_map`` goes to ``from_pretrained``), or a model.
+    ``tokenizer`` (a tokenizer or processor) replaces the one found next to the weights."""
+    if not isinstance(spec, (str, Path)):
+        return Target(spec, tokenizer, type(spec).__name__)
+    name = zoo_name(spec)
+    if name is not None:
+        entry = zoo_load(name, home)
+        device = _zoo_device(device_map)
+        if device is not None:
+            entry.model.to(device)
+        return Target(entry.model, tokenizer or entry.tokenizer, spec, name, dict(entry.extras))
+    return _load_checkpoint(model_dir(spec, "target"), tokenizer, device_map)
+
+
+def _load_checkpoint(path: Path, tokenizer, device_map) -> Target:
+    require_config(path, "target")
+    config = AutoConfig.from_pretrained(path, local_files_only=True)
+    kw = dict(local_files_only=True, device_map=device_map) if device_map else dict(local_files_only=True)
+    mtype = getattr(config, "model_type", "")
+    if mtype == "janus":
+        model, proc_cls = JanusForConditionalGeneration.from_pretrained(path, **kw), AutoProcessor
+    elif getattr(config, "vision_config", None) is not None:
+        cls = LlavaForConditionalGeneration if mtype == "llava" else AutoModelForImageTextToText
+        model, proc_cls = cls.from_pretrained(path, **kw), AutoProcessor
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, **kw)
+        proc_cls = None if getattr(config, LAYOUT_KEY, None) is not None else AutoTokenizer
+    if tokenizer is None and proc_cls is not None:
+        try:
+            tokenizer = proc_cls.from_pretrained(path, local_files_only=True)
+        except (OSError, ValueError, TypeError):  # weights without a tokenizer: ids in, ids out
+            tokenizer = None
+    return Target(model.eval(), tokenizer, str(path))
+
+
+def zoo_diffusion_lm(entry: ZooEntry, context: str = "cache", **kwargs) -> DiffusionLM:
+    """A zoo diffusion model (its zoo.json records the mask id and logits convention) as a DiffusionLM."""
+    return DiffusionLM(entry.model, entry.config["mask_token_id"], convention=entry.config["convention"],
+                       context=context, **kwargs)
+
+
+def load_drafter(spec, target: Target, home=None, device=None, trust_remote_code: bool = False):
+    """A drafter spec as an object: ``zoo:<name>`` or a checkpoint directory (feature drafter, diffusion LM or
+    causal LM, told apart by the files they carry), placed on ``device`` when given. Named drafters
+    (``"prompt-lookup"``, the image target's ``"ar"`` / ``"feature"`` / ``"sar"``) and objects come back as
+    they are. A directory shipping its own modeling code (LLaDA, Dream) loads only with
+    ``trust_remote_code=True``."""
+    if not isinstance(spec, (str, Path)) or str(spec) in NAMED_DRAFTERS:
+        return place(spec, device)
+    vocab = text_config(target.model).vocab_size if target.route in ("text", "vlm") else None
+    name = zoo_name(spec)
+    if name is not None:
+        entry = zoo_load(name, home)
+        if isinstance(entry.model, NGramLM):
+            raise ValueError(f"{spec} is an n-gram model: DiffuSpec's causal proxy (causal=...), not a drafter")
+        if "mask_token_id" in entry.config:
+            return place(zoo_diffusion_lm(entry, target_vocab_size=vocab), device)
+        return place(entry.model, device)
+    path = model_dir(spec, "drafter")
+    record = read_record(path)  # what `mmspec train ...` wrote: kind, method, the route it serves
+    if record is not None and record.get("route") not in (None, target.route):
+        raise ValueError(f"drafter {spec} was trained for {record['route']} targets ({record.get('trained_by')}, "
+                         f"against {record.get('target', {}).get('spec')}); {target.name} is a {target.route} target")
+    if (path / "feature_drafter.json").exists():  # it reads the target's features: same dtype
+        net = FeatureDraftModel.from_pretrained(path, target=target.model).to(dtype=target.model.dtype)
+        return place(net, device)
+    require_config(path, "drafter", ("config.json", "feature_drafter.json"))
+    if needs_trust(path):  # remote-code checkpoints are diffusion LMs (LLaDA / Dream style) here
+        require_trust(path, trust_remote_code, "trust_remote_code=True (CLI: --trust-remote-code)")
+        return place(DiffusionLM.from_pretrained(path, trust_remote_code=True, target_vocab_size=vocab), device)
+    config = AutoConfig.from_pretrained(path, local_files_only=True)
+    mtype = str(getattr(config, "model_type", "")).lower()
+    if record is not None and record.get("kind") == "diffusion-lm" or \
+            (path / "zoo.json").exists() and "mask_token_id" in (path / "zoo.json").read_text() or \
+            any(k in mtype for k in ("dream", "llada", "diffucoder")):
+        return place(DiffusionLM.from_pretrained(path, target_vocab_size=vocab), device)
+    kw = dict(device_map={"": device}) if device else {}
+    return AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **kw).eval()
+
+
+def place(obj, device):
+    """``obj`` moved to ``device`` (a DiffusionLM moves its model); None leaves it where it is."""
+    if device is None:
+        return obj
+    if isinstance(obj, DiffusionLM):
+        obj.model.to(device)
+    elif isinstance(obj, torch.nn.Module):
+        obj.to(device)
+    return obj
+
+
+__all__ = ["RECORD", "NAMED_DRAFTERS", "read_record", "zoo_name", "model_dir", "load_target", "load_drafter",
+           "zoo_diffusion_lm", "place"]

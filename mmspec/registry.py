@@ -1,0 +1,278 @@
+"""The one table of decoding methods: for every route (text, vlm, image, janus) its methods by their one name, the
+options the route takes with their defaults, and how each method's drafter is built from a drafter model.
+``mmspec.pipeline``, ``VLMGenerator``, ``ImageGenerator``, ``JanusImageGenerator``, ``mmspec bench`` and the eval
+suites all build drafters here, so a method has one name and one set of settings wherever it runs.
+
+Method names: a method is named by what drafts. A small causal LM drafts a ``chain``, a static ``tree`` or a
+``dynamic`` (EAGLE-2) tree, on text and VLM targets alike; ``deer`` / ``diffuspec`` take a diffusion LM; ``msd`` /
+``flash`` / ``eagle`` a feature drafter; ``prompt-lookup`` no model. ``plain`` is the target's own ``generate``
+and ``mmspec-plain`` mmspec's loop without drafts. Image targets: ``ar`` (plain sampling), ``spec`` (lossless),
+``lantern``, ``lantern++``. Reports name a setting of a method ``<method>-<setting>`` (``msd-dynamic``,
+``flash-4``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .drafters import (AutoregressiveDrafter, DEERDrafter, DiffusionLM, Drafter, FeatureDrafter, NoDrafter,
+                       PromptLookupDrafter)
+from .drafters.diffuspec import CPSConfig, DiffuSpecDrafter
+from .drafters.feature_model import FeatureDraftModel, signature_mismatch
+from .drafters.ngram import NGramLM
+from .generator import SpeculativeGenerator
+from .guidance import DEFAULT_CFG_SCALE
+from .tree import DEFAULT_TREE, TreeTemplate
+from .verifiers.tree_forward import text_config
+
+# ------------------------------------------------------------------------------------------------ method names
+
+TEXT_METHODS = {
+    "plain": "the target's own generate, no drafter",
+    "mmspec-plain": "mmspec's decoding loop without drafts (the loop's own baseline)",
+    "chain": "a small causal LM drafts a chain",
+    "tree": "a small causal LM drafts a static tree",
+    "dynamic": "a small causal LM drafts an EAGLE-2 dynamic tree",
+    "prompt-lookup": "n-gram lookup in the context, no drafter model",
+    "deer": "a diffusion LM drafts a block in one step (DEER)",
+    "diffuspec": "a diffusion LM's lattice with causal path search (DiffuSpec)",
+}
+VLM_METHODS = {
+    "plain": TEXT_METHODS["plain"],
+    "mmspec-plain": TEXT_METHODS["mmspec-plain"],
+    "msd": "MSD feature drafter (decoupled visual inputs)",
+    "flash": "FLASH feature drafter (compressed visual tokens, semi-autoregressive head)",
+    "eagle": "EAGLE-style feature drafter",
+    "chain": "a small text-only causal LM drafts a chain",
+    "tree": "a small text-only causal LM drafts a static tree",
+    "dynamic": "a small text-only causal LM drafts an EAGLE-2 dynamic tree",
+    "prompt-lookup": TEXT_METHODS["prompt-lookup"],
+}
+IMAGE_METHODS = {
+    "ar": "plain AR sampling with CFG",
+    "spec": "lossless speculative decoding",
+    "lantern": "LANTERN relaxed acceptance (δ caps the mass moved per candidate)",
+    "lantern++": "LANTERN++ relaxed acceptance (multiplicative bound λ, static tree)",
+}
+METHODS = {"text": TEXT_METHODS, "vlm": VLM_METHODS, "image": IMAGE_METHODS, "janus": IMAGE_METHODS}
+CAUSAL_METHODS = ("chain", "tree", "dynamic")  # a small causal LM drafts
+DIFFUSION_METHODS = ("deer", "diffuspec")  # a diffusion LM drafts
+FEATURE_METHODS = ("msd", "flash", "eagle")  # a feature drafter reads the target's hidden states
+NO_MODEL_METHODS = ("plain", "mmspec-plain", "prompt-lookup")
+IMAGE_DRAFTERS = ("ar", "feature", "sar")  # the zoo image target's: small AR model, image-eagle, image-sar
+
+# ------------------------------------------------------------------------------------------------ settings
+
+DRAFT_TOKENS = {"chain": 4, "dynamic": 4, "prompt-lookup": 4, "deer": 8, "diffuspec": 8}  # num_tokens defaults
+DYNAMIC_TREE = dict(top_k=4, num_nodes=16)  # EAGLE-2 expansion width and kept nodes
+# DiffuSpec's CPS mix of dLM and causal-proxy scores for the zoo. The paper's λ = 0.5 suits a 7B dLM with a strong
+# n-gram; here the 4-gram (3.48 nats/token) is weaker than the dLM, and held-out *validation* prompts
+# (8 × 64 tokens, greedy, k = 8) gave τ 1.82 / 2.04 / 2.18 / 1.97 for λ = 0.5 / 0.7 / 0.85 / 1.0.
+CPS_LAMBDA = 0.85
+LANTERN_K = 8  # latent neighbours per code that LANTERN / LANTERN++ may move mass onto
+# LANTERN++'s static tree: depth 5, wider near the root (all draft probabilities are low). Kept to 18 nodes:
+# on a CPU the verify forward costs in proportion to the nodes (a (4, 2, 2, 1, 1) tree of 60 nodes made a
+# 48-image batch 30x slower than plain AR in the first measurement)
+LANTERN_TREE = TreeTemplate.full((2, 2, 1, 1, 1))
+
+OPTIONS = {  # what each route takes (mmspec.pipeline's **options), with its defaults
+    "text": dict(num_tokens=None, tree=None, top_k=DYNAMIC_TREE["top_k"], num_nodes=DYNAMIC_TREE["num_nodes"],
+                 causal=None, cps=True, adl=True, lattice=False, cps_config=None, adl_config=None),
+    "vlm": dict(num_tokens=None, tree=None, top_k=DYNAMIC_TREE["top_k"], num_nodes=None, compress_to=None),
+    "image": dict(cfg_scale=DEFAULT_CFG_SCALE, temperature=1.0, lantern_k=LANTERN_K, delta=None, lam=None,
+                  tree="static", num_tokens=4, vq=None, feature_drafter=None, sar_drafter=None),
+    "janus": dict(cfg_scale=DEFAULT_CFG_SCALE, do_sample=False, temperature=1.0, lantern_k=LANTERN_K, delta=None,
+                  lam=None, tree=None, num_tokens=4, decode=True),
+}
+
+# ------------------------------------------------------------------------------------------------ checks
+
+
+def take_options(options: dict, route: str) -> dict:
+    """``options`` over the route's defaults; a name the route does not take is a ValueError."""
+    allowed = OPTIONS[route]
+    unknown = set(options) - set(allowed)
+    if unknown:
+        raise ValueError(f"unknown options for the {route} route: {sorted(unknown)}; it takes {sorted(allowed)}")
+    return {**allowed, **options}
+
+
+def wrong_method(method: str, route: str, target_name: str, model) -> ValueError:
+    """The error for a method the route does not offer, naming the routes that do."""
+    owners = []
+    for r, table in METHODS.items():
+        if method in table and table is not METHODS[route]:
+            group = " / ".join(x for x, t in METHODS.items() if t is table)
+            if group not in owners:
+                owners.append(group)
+    where = f"it is a method for {' and '.join(o + ' targets' for o in owners)}; " if owners else ""
+    return ValueError(f"method {method!r} does not apply to {target_name} ({type(model).__name__}, a {route} "
+                      f"target): {where}choose from {list(METHODS[route])}")
+
+
+def _is_causal_lm(obj) -> bool:
+    return isinstance(obj, torch.nn.Module) and hasattr(obj, "config") and hasattr(obj, "get_output_embeddings") \
+        and obj.get_output_embeddings() is not None
+
+
+def drafter_kind(obj) -> str:
+    """What a drafter argument is: none, drafter (ready), diffusion, feature, ngram, causal, janus, or a name."""
+    if obj is None:
+        return "none"
+    if isinstance(obj, str):
+        return "name"
+    if isinstance(obj, Drafter):
+        return "drafter"
+    if isinstance(obj, DiffusionLM):
+        return "diffusion"
+    if isinstance(obj, FeatureDraftModel):
+        return "feature"
+    if isinstance(obj, NGramLM):
+        return "ngram"
+    if type(obj).__name__ == "JanusForConditionalGeneration":
+        return "janus"
+    if _is_causal_lm(obj):
+        return "causal"
+    raise ValueError(f"cannot use a {type(obj).__name__} as a drafter")
+
+
+def check_vocab(drafter_model, target_model) -> None:
+    dv, tv = text_config(drafter_model).vocab_size, text_config(target_model).vocab_size
+    if dv != tv:
+        raise ValueError(f"drafter vocabulary ({dv} tokens) does not match the target's ({tv} tokens): the drafter "
+                         "must share the target's tokenizer")
+
+
+def check_feature(net: FeatureDraftModel, target_model) -> None:
+    problem = signature_mismatch(net.config.target, target_model)
+    if problem:
+        raise ValueError(f"this feature drafter was trained for another target: {problem}")
+
+
+def causal_method(tree) -> str:
+    """The causal-LM method a tree option asks for: none a chain, ``"dynamic"`` a dynamic tree, a template a tree."""
+    return "chain" if tree is None else "dynamic" if tree == "dynamic" else "tree"
+
+
+# ------------------------------------------------------------------------------------------------ text and VLM
+
+
+def build_drafter(method: str, model=None, *, target=None, num_tokens: int | None = None, tree=None,
+                  top_k: int = DYNAMIC_TREE["top_k"], num_nodes: int | None = DYNAMIC_TREE["num_nodes"],
+                  compress_to: int | None = None, causal=None, eos_token_id=None, cps: bool = True, adl: bool = True,
+                  lattice: bool = False, cps_config=None, adl_config=None) -> Drafter | None:
+    """The drafter of a text or VLM ``method`` (None for ``plain``), from ``model``: a small causal LM
+    (chain / tree / dynamic), a DiffusionLM (deer / diffuspec) or a FeatureDraftModel (msd / flash / eagle, with
+    ``target`` the model whose features it reads). ``num_tokens`` None is the method's default draft length."""
+    _check_drafter(method, model, tree)
+    k = num_tokens or DRAFT_TOKENS.get(method)
+    if method == "plain":
+        return None
+    if method == "mmspec-plain":
+        return NoDrafter()
+    if method == "prompt-lookup":
+        return PromptLookupDrafter(num_tokens=k)
+    if method in CAUSAL_METHODS:
+        if method == "chain":
+            return AutoregressiveDrafter(model, num_tokens=k)
+        if method == "tree":
+            return AutoregressiveDrafter(model, tree=tree or DEFAULT_TREE)
+        return AutoregressiveDrafter(model, num_tokens=k, tree="dynamic", top_k=top_k, num_nodes=num_nodes)
+    if method == "deer":
+        return DEERDrafter(model, num_tokens=k)
+    if method == "diffuspec":
+        return DiffuSpecDrafter(model, causal=causal, eos_token_id=eos_token_id, num_tokens=k, cps=cps, adl=adl,
+                                lattice=lattice, cps_config=cps_config, adl_config=adl_config)
+    if method in FEATURE_METHODS:
+        return FeatureDrafter(model, target, num_tokens=num_tokens, tree=tree, top_k=top_k, num_nodes=num_nodes,
+                              compress_to=compress_to)
+    raise ValueError(f"unknown method {method!r}; choose from {sorted(set(TEXT_METHODS) | set(VLM_METHODS))}")
+
+
+NEEDS = {**{m: "causal" for m in CAUSAL_METHODS}, **{m: "diffusion" for m in DIFFUSION_METHODS},
+         **{m: "feature" for m in FEATURE_METHODS}}  # the kind of drafter model each method drafts with
+WHAT = {"causal": "a small causal LM drafter", "diffusion": "a diffusion LM drafter (DiffusionLM)",
+        "feature": "a feature drafter (FeatureDraftModel or its directory)"}
+
+
+def _check_drafter(method: str, model, tree) -> None:
+    """The model fits the method (kind, trained method) and the tree option does not ask for another method."""
+    need = NEEDS.get(method)
+    if need is not None and drafter_kind(model) != need:
+        got = "none" if model is None else type(model).__name__
+        raise ValueError(f"method {method!r} needs {WHAT[need]}, got {got}")
+    if need == "feature" and model.config.method != method:
+        raise ValueError(f"the drafter was trained as {model.config.method!r}, not {method!r}")
+    if need == "causal" and tree is not None and causal_method(tree) != method:
+        raise ValueError(f"method {method!r} does not draft tree={tree!r}: that is method {causal_method(tree)!r}")
+
+
+def zoo_diffuspec(causal) -> dict:
+    """DiffuSpec's settings tuned on the zoo's code target, with ``causal`` (zoo:code-ngram) as its proxy."""
+    return dict(causal=causal, cps_config=CPSConfig(lam=CPS_LAMBDA))
+
+
+def engine(target, drafter: Drafter | None, **kwargs) -> SpeculativeGenerator | None:
+    """The decoding loop over ``target`` with ``drafter``; None (the target's own generate) without one."""
+    return SpeculativeGenerator(target, drafter, **kwargs) if drafter is not None else None
+
+
+# ------------------------------------------------------------------------------------------------ image
+
+
+def lattice_tree(depth: int) -> TreeTemplate:
+    """The static tree for a semi-autoregressive drafter of ``depth`` slots: LANTERN_TREE's shape cut to it."""
+    return TreeTemplate.full((2, 2, 1, 1, 1)[:depth]) if depth < 5 else LANTERN_TREE
+
+
+def resolve_bound(method: str, delta: float | None, lam: float | None) -> dict:
+    """The bound a method relaxes acceptance by: LANTERN's δ or LANTERN++'s λ (defaults 0.1 and 2); ``{}`` for
+    the lossless methods. A bound the method does not use is an error, not silently dropped."""
+    if delta is not None and method != "lantern":
+        raise ValueError(f"delta (LANTERN's cap δ on the mass moved per candidate) does not apply to method "
+                         f"{method!r}; it is used by method 'lantern' only")
+    if lam is not None and method != "lantern++":
+        raise ValueError(f"lam (LANTERN++'s multiplicative bound) does not apply to method {method!r}; "
+                         "it is used by method 'lantern++' only")
+    if method == "lantern":
+        return {"delta": 0.1 if delta is None else delta}
+    if method == "lantern++":
+        return {"lam": 2.0 if lam is None else lam}
+    return {}
+
+
+def tree_options(tree, num_tokens: int, top_k: int, num_nodes: int, sar: int = 1) -> dict:
+    """Drafter keyword arguments for an image tree choice: ``"chain"`` (``num_tokens``, or a semi-autoregressive
+    drafter's ``sar`` slots), ``"static"`` (LANTERN_TREE, or the SAR drafter's lattice), ``"dynamic"``
+    (EAGLE-2) or a TreeTemplate."""
+    if tree == "chain":
+        return dict(num_tokens=sar if sar > 1 else num_tokens)
+    if tree == "static":
+        return dict(tree=LANTERN_TREE if sar == 1 else lattice_tree(sar))
+    if tree == "dynamic":
+        return dict(num_tokens=5, tree="dynamic", top_k=top_k, num_nodes=num_nodes)
+    if isinstance(tree, TreeTemplate):
+        return dict(tree=tree)
+    raise ValueError(f"tree must be 'chain', 'static', 'dynamic' or a TreeTemplate, got {tree!r}")
+
+
+def image_drafter(guided_drafter=None, *, net: FeatureDraftModel | None = None, guided_target=None, tree="static",
+                  num_tokens: int = 4, top_k: int = 4, num_nodes: int = 24) -> Drafter:
+    """The drafter of the image methods (spec / lantern / lantern++): a small AR model already wrapped for CFG
+    (``guided_drafter``), or a feature drafter ``net`` reading the guided target's features."""
+    if net is not None:
+        return FeatureDrafter(net, guided_target, **tree_options(tree, num_tokens, top_k, num_nodes,
+                                                                 net.config.sar_tokens))
+    return AutoregressiveDrafter(guided_drafter, adaptive=False, **tree_options(tree, num_tokens, top_k, num_nodes))
+
+
+def check_image_method(method: str) -> None:
+    if method not in IMAGE_METHODS:
+        raise ValueError(f"unknown method {method!r}; choose from {tuple(IMAGE_METHODS)}")
+
+
+__all__ = ["METHODS", "TEXT_METHODS", "VLM_METHODS", "IMAGE_METHODS", "CAUSAL_METHODS", "DIFFUSION_METHODS",
+           "FEATURE_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "DRAFT_TOKENS", "DYNAMIC_TREE", "CPS_LAMBDA",
+           "LANTERN_K", "LANTERN_TREE", "OPTIONS", "take_options", "wrong_method",
+           "drafter_kind", "check_vocab", "check_feature", "causal_method", "NEEDS", "build_drafter", "zoo_diffuspec",
+           "engine", "lattice_tree", "resolve_bound", "tree_options", "image_drafter", "check_image_method"]

@@ -1,0 +1,26 @@
+"""What ``mmspec.pipeline`` runs for a zoo target given no drafter: the target's default method and, per method,
+the zoo model that drafts it."""
+
+from __future__ import annotations
+
+from ..registry import CAUSAL_METHODS
+
+ZOO_METHOD = {"code-target": "deer", "vlm-target": "msd"}
+ZOO_DRAFTERS = {
+    "code-target": {"deer": "zoo:code-deer", "diffuspec": "zoo:code-dlm",
+                    **{m: "zoo:code-drafter" for m in CAUSAL_METHODS}},
+    "vlm-target": {"msd": "zoo:vlm-msd", "flash": "zoo:vlm-flash", "eagle": "zoo:vlm-eagle",
+                   **{m: "zoo:vlm-drafter" for m in CAUSAL_METHODS}},
+}
+
+
+def zoo_default(target, method: str | None) -> tuple[str | None, str | None]:
+    """(method, drafter spec) for a target given no drafter: a zoo target's default method and its zoo drafter
+    (None for methods that draft without a model); other targets keep ``method`` and get no drafter."""
+    if target.zoo not in ZOO_DRAFTERS:
+        return method, None
+    method = method or ZOO_METHOD[target.zoo]
+    return method, ZOO_DRAFTERS[target.zoo].get(method)
+
+
+__all__ = ["ZOO_METHOD", "ZOO_DRAFTERS", "zoo_default"]
