@@ -3,12 +3,32 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
 
+import torch
 from rich.console import Console
 from rich.table import Table
+from tqdm.auto import tqdm
+
+from . import zoo
+from .cli_errors import EXPECTED_ERRORS, error_line
+from .cli_train import cmd_train
+from .demo import run_demo
+from .eval import run_bench, write_report
+from .eval.code_suite import run_code_suite
+from .eval.config import add_eval_arguments
+from .eval.image_suite import run_image_suite
+from .eval.image_suite import to_markdown as image_markdown
+from .eval.kernel_suite import run_kernel_suite
+from .eval.kernel_suite import to_markdown as kernel_markdown
+from .eval.run import cli_eval
+from .eval.vlm_suite import run_vlm_suite
+from .pipeline import pipeline
+from .zoo.image_data import image_grid
+from .zoo.integrity import changed_since_commit, record_file_hashes, status
 
 
 def _print_report(report: dict, console: Console, title: str) -> None:
@@ -30,8 +50,6 @@ def _print_report(report: dict, console: Console, title: str) -> None:
 
 def _finish_suite(report: dict, args, suite: str, what: str) -> int:
     """Print a suite's table and write its JSON / Markdown."""
-    from .eval import write_report
-
     console = Console()
     mode = f"T={args.temperature}" if args.do_sample else "greedy"
     _print_report(report, console, f"mmspec bench --suite {suite} ({mode}): {what}")
@@ -41,33 +59,23 @@ def _finish_suite(report: dict, args, suite: str, what: str) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .eval import run_bench, write_report
-
     methods = args.methods.split(",") if args.methods else None
     if args.suite == "kernels":
-        from .eval.kernel_suite import run_kernel_suite, to_markdown
-
         report = run_kernel_suite(out_dir=args.out)
-        Console().print(to_markdown(report))
+        Console().print(kernel_markdown(report))
         Console().print(f"wrote {args.out}/kernels_bench.json and kernels_bench.md")
         return 0 if report["sweep"]["passed"] == report["sweep"]["cases"] else 1
     if args.suite == "image":
-        from .eval.image_suite import run_image_suite, to_markdown
-
         report = run_image_suite(per_class=args.per_class, sweep=not args.no_sweep, out_dir=args.out)
-        Console().print(to_markdown(report))
+        Console().print(image_markdown(report))
         Console().print(f"wrote {args.out}/image_bench.json, image_bench.md, speed_quality.png, samples_*.png")
         return 0
     if args.suite == "vlm":
-        from .eval.vlm_suite import run_vlm_suite
-
         report = run_vlm_suite(methods, num_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
                                do_sample=args.do_sample, temperature=args.temperature, repeats=args.repeats,
                                num_tokens=args.num_tokens, kind=args.vlm_prompts)
         return _finish_suite(report, args, "vlm", "zoo vlm-target, stops at EOS")
     if args.suite == "code":
-        from .eval.code_suite import run_code_suite
-
         report = run_code_suite(methods, num_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
                                 do_sample=args.do_sample, temperature=args.temperature, repeats=args.repeats,
                                 num_tokens=args.num_tokens, deer_tokens=args.deer_tokens,
@@ -88,14 +96,6 @@ def cmd_bench(args) -> int:
 def cmd_image(args) -> int:
     """``mmspec image``: class-conditional pictures with plain AR, speculative decoding, LANTERN or LANTERN++.
     ``stats.json`` records the settings the method applied (bounds resolved), not every flag given."""
-    import json
-
-    import torch
-    from tqdm.auto import tqdm
-
-    from .pipeline import pipeline
-    from .zoo.image_data import image_grid
-
     if args.temperature < 0:
         raise ValueError(f"--temperature must be >= 0 (0: greedy), got {args.temperature}")
     if args.batch < 1:
@@ -148,38 +148,17 @@ def cmd_image(args) -> int:
     return 0
 
 
-def cmd_train(args) -> int:
-    if args.train_command == "deer":
-        from .training.deer import cli_train_deer
-
-        return cli_train_deer(args)
-    if args.train_command == "image-drafter":
-        from .training.image_feature import cli_train_image_drafter
-
-        return cli_train_image_drafter(args)
-    from .training.feature import cli_train_feature
-
-    return cli_train_feature(args)
-
-
 def cmd_demo(args) -> int:
     """The main job: the zoo's families, best method vs plain decoding, offline."""
-    from .demo import run_demo
-
     return run_demo(args.out, num_prompts=args.prompts, max_new_tokens=args.max_new_tokens)
 
 
 def cmd_eval(args) -> int:
     """Suites x methods on the zoo or the user's models and data: a run directory with report.md, plots, config."""
-    from .eval.run import cli_eval
-
     return cli_eval(args)
 
 
 def cmd_zoo(args) -> int:
-    from . import zoo
-    from .zoo.integrity import changed_since_commit, record_file_hashes, status
-
     console = Console()
     if args.zoo_command == "list":
         home = args.home or zoo.zoo_home()
@@ -206,8 +185,11 @@ def cmd_zoo(args) -> int:
             if (home / name / "zoo.json").exists():
                 console.print(f"{name}: {len(record_file_hashes(home / name)['files'])} file hashes recorded")
         return 0
+    # the builders import diffusers' training classes (over a second): only `mmspec zoo build` pays for them
+    from .zoo.builder import build
+
     only = args.only.split(",") if args.only else None
-    results = zoo.build(args.family, micro=args.micro, home=args.home, only=only, force=args.force)
+    results = build(args.family, micro=args.micro, home=args.home, only=only, force=args.force)
     for name, m in results.items():
         console.print(f"[bold]{name}[/bold]: " + ", ".join(
             f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in m.items()
@@ -348,8 +330,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_resume_arguments(ti)
     ti.set_defaults(func=cmd_train)
 
-    from .eval.config import add_eval_arguments
-
     ev = sub.add_parser("eval", help="evaluation suites (code, chat, vlm, image) -> results.json, report.md, plots; "
                         "also python -m mmspec.eval, and under accelerate launch")
     add_eval_arguments(ev)
@@ -372,19 +352,6 @@ def build_parser() -> argparse.ArgumentParser:
     zr.add_argument("--home", default=None)
     zoo_p.set_defaults(func=cmd_zoo)
     return parser
-
-
-# Failures a user can cause and fix (bad values, paths that cannot be read or created, garbled files): one
-# line and exit code 2. Anything else is a bug in mmspec and keeps its traceback.
-EXPECTED_ERRORS = (ValueError, OSError)
-
-
-def error_line(err: BaseException) -> str:
-    """The message of an expected failure, naming the path for OS errors ("[Errno 13] ..." says less)."""
-    if isinstance(err, OSError) and err.strerror:
-        where = f"{err.filename}" + (f" -> {err.filename2}" if err.filename2 else "")
-        return f"{where}: {err.strerror}" if err.filename else err.strerror
-    return str(err)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,14 +7,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+import transformers
 from rich.console import Console
 from rich.table import Table
 
 from .eval.bench import compare, to_markdown
+from .eval.code_suite import diffusion_factories
+from .eval.datasets import vlm_items
+from .eval.load import load_average, load_check
+from .eval.vlm_suite import feature_factories, vlm_prompts
 from .pipeline import pipeline
-from .zoo import family_module, load
+from .zoo import family_names, load, zoo_home
+from .zoo import image_data
 from .zoo import metrics as zoo_metrics
-from .zoo.common import write_json, zoo_home
+from .zoo import vlm_data as vd
+from .zoo.code_data import completion_prompts, load_corpus
+from .zoo.home import write_json
+from .zoo.integrity import changed_since_commit, rebuild_hint, status
 
 
 # the text methods the demo shows besides the peers, chosen from `mmspec bench --suite code`
@@ -42,8 +51,6 @@ def print_table(report: dict, console: Console, title: str) -> None:
 
 
 def code_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int) -> dict:
-    from .zoo.code_data import completion_prompts, load_corpus
-
     step(console, "code: loading code-target, code-drafter and the diffusion drafters")
     target, draft = load("code-target"), load("code-drafter")
     tok = target.tokenizer
@@ -52,8 +59,6 @@ def code_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int
     methods = ["plain", "hf-assisted", "hf-prompt-lookup", "chain", "prompt-lookup"]
     extra = {}
     if all((zoo_home() / n / "zoo.json").exists() for n in DIFFUSION_MODELS):
-        from .eval.code_suite import diffusion_factories
-
         factories = diffusion_factories()
         extra = {m: factories[m] for m in BEST_TEXT_METHODS}
         methods += BEST_TEXT_METHODS
@@ -75,8 +80,6 @@ def code_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int
 def vlm_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int) -> dict:
     """LLaVA target (image prefill, then tree verification of the text): the text-only baseline drafter,
     prompt lookup and the best feature drafters (MSD, FLASH), every method stopping at EOS."""
-    from .eval.vlm_suite import feature_factories, vlm_prompts
-
     step(console, "vlm: loading vlm-target and its drafters")
     target = load("vlm-target")
     processor = target.tokenizer
@@ -93,9 +96,6 @@ def vlm_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int)
                             prompts="held-out scenes: captions and questions")
     print_table(report, console, f"vlm: {len(prompts)} held-out scenes (captions and questions), up to {n_new} "
                                  "tokens, greedy, stopping at EOS")
-    from .eval.datasets import vlm_items
-    from .zoo import vlm_data as vd
-
     pipe = pipeline("zoo:vlm-target")  # the zoo default: MSD
     items, scenes = vlm_items(2), vd.scenes("test", 2)  # the first two prompts above
     res = pipe.generate(images=[sc.image() for sc in scenes], prompts=[vd.with_image(it.question) for it in items],
@@ -111,8 +111,6 @@ def vlm_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int)
 def image_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int) -> dict:
     """Class-conditional sampling with classifier-free guidance, decoded by the VQ model and scored by the
     zoo's classifier. (Speculative decoding of image codes comes with relaxed acceptance.)"""
-    from .zoo import image_data
-
     step(console, "image: sampling one picture per class with CFG")
     entry, clf = load("image-target"), load("image-classifier")
     pipe = pipeline(entry.model, method="ar", vq=entry.extras["vq"])  # plain AR sampling with CFG (no drafter)
@@ -136,8 +134,6 @@ def image_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: in
 def zoo_files_usable(home: Path, names: list[str], console: Console) -> bool:
     """Say when a zoo model is not the shipped one (a micro build, hand-replaced or damaged files); False when
     one is damaged (loading it would fail)."""
-    from .zoo.integrity import changed_since_commit, rebuild_hint, status
-
     ok, changed = True, changed_since_commit(home)
     for name in names:
         line = status(name, home / name, name in changed)
@@ -150,8 +146,6 @@ def zoo_files_usable(home: Path, names: list[str], console: Console) -> bool:
 
 
 def run_demo(out_dir: str | Path = "runs/demo", num_prompts: int = 8, max_new_tokens: int = 64) -> int:
-    import transformers
-
     transformers.logging.set_verbosity_error()  # HF's assisted-generation deprecation chatter
     transformers.utils.logging.disable_progress_bar()
     console = Console()
@@ -160,12 +154,10 @@ def run_demo(out_dir: str | Path = "runs/demo", num_prompts: int = 8, max_new_to
     home = zoo_home()
     console.print(f"[bold]mmspec demo[/bold] — zoo at {home}; all runs offline, greedy outputs checked against "
                   "plain decoding.")
-    from .eval.load import load_average
-
     load_start = load_average()
     reports = {}
     for family, run in (("code", code_demo), ("vlm", vlm_demo), ("image", image_demo)):
-        names = family_module(family).NAMES if family != "code" else ["code-target", "code-drafter"]
+        names = family_names(family) if family != "code" else ["code-target", "code-drafter"]
         needed = [n for n in names if not (home / n / "zoo.json").exists()]
         if needed:
             console.print(f"[yellow]{family}: not in the zoo yet ({', '.join(needed)} missing); "
@@ -179,8 +171,6 @@ def run_demo(out_dir: str | Path = "runs/demo", num_prompts: int = 8, max_new_to
         return 1
     bad = [f"{fam}:{r['method']}" for fam, rep in reports.items() for r in rep.get("results", [])
            if r.get("exact") is not None and r["exact"] < 1.0]
-    from .eval.load import load_check
-
     load = load_check(load_start)
     write_json(out / "load.json", load)
     if load["warning"]:

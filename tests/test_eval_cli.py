@@ -125,7 +125,7 @@ def test_sampling_runs_repeat_with_their_seed(tmp_path):
 
 def test_user_data_and_checkpoint_targets(tmp_path):
     from mmspec.zoo import vlm_data as vd
-    from mmspec.zoo.common import zoo_home
+    from mmspec.zoo.home import zoo_home
 
     code = tmp_path / "humaneval.jsonl"
     code.write_text(json.dumps({"task_id": "t/0", "prompt": "def add(a, b):\n    \"\"\"Add.\"\"\"\n"}) + "\n"

@@ -18,7 +18,7 @@ from mmspec.training import artifact
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
-    from mmspec.zoo import build
+    from mmspec.zoo.builder import build
 
     root = tmp_path_factory.mktemp("microzoo")
     build("code", micro=True, home=root, progress=False)
@@ -175,7 +175,7 @@ def test_image_drafter_trained_then_used_by_pipeline_cli_and_eval(zoo_env, tmp_p
 
 @pytest.fixture(scope="module")
 def vlm_home(home):
-    from mmspec.zoo import build
+    from mmspec.zoo.builder import build
 
     build("vlm", micro=True, home=home, progress=False)
     return home
@@ -270,6 +270,28 @@ def test_training_rows_checked_up_front_with_file_and_line(tmp_path):
     rows.write_text(json.dumps(good) + "\n")
     [row] = read_training_rows(str(rows), "<image>")  # relative to the data file, as in mmspec eval
     assert Path(row["image"]).resolve() == (tmp_path / "pics" / "a.png").resolve()
+
+
+def test_training_rows_leave_the_callers_processor_as_it_was(tmp_path):
+    """User rows are right-padded for training whatever the processor's tokenizer is set to, and the caller's
+    processor keeps its own padding side."""
+    from transformers import LlavaProcessor
+
+    from mmspec.training.feature import jsonl_batches
+    from mmspec.zoo import vlm_data as vd
+    from mmspec.zoo import zoo_home
+
+    processor = LlavaProcessor.from_pretrained(zoo_home() / "vlm-target")
+    processor.tokenizer.padding_side = "left"
+    rows = []
+    for i, sc in enumerate(vd.scenes("train", 2)):
+        sc.image().save(tmp_path / f"{i}.png")
+        prompt = vd.with_image(vd.CAPTION_PROMPT if i else vd.QUESTION_PROMPT.format(question="what is it?"))
+        rows.append({"image": f"{i}.png", "prompt": prompt, "response": " " + sc.caption})
+    (tmp_path / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    batch = jsonl_batches(str(tmp_path / "rows.jsonl"), processor, batch_size=4, seed=0)(0, 1.0)
+    assert batch["attention_mask"][:, 0].all() and not batch["attention_mask"].all()  # right-padded, ragged
+    assert processor.tokenizer.padding_side == "left"
 
 
 def test_output_appears_whole_or_not_at_all(tmp_path):

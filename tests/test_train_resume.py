@@ -5,8 +5,9 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from mmspec.zoo.code import grow_depth, layer_ablation
-from mmspec.zoo.common import batches, train_loop
+from mmspec.training.loop import train_loop
+from mmspec.zoo.growth import grow_depth, layer_ablation
+from mmspec.zoo.streams import batches
 
 
 def _tiny(layers: int = 2) -> LlamaForCausalLM:

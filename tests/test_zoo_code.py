@@ -4,10 +4,11 @@ import torch
 
 from mmspec import SpeculativeGenerator
 from mmspec.drafters import AutoregressiveDrafter
-from mmspec.zoo import build, load
+from mmspec.zoo import load
 from mmspec.zoo.code import checksum_input, function_body
 from mmspec.zoo.code_data import completion_prompts, list_modules, load_corpus, split_of
-from mmspec.zoo.common import read_json
+from mmspec.zoo.builder import build
+from mmspec.zoo.home import read_json
 
 
 def test_split_is_by_module_and_deterministic():

@@ -3,7 +3,8 @@
 import pytest
 
 from mmspec import zoo
-from mmspec.zoo import family_module, family_of
+from mmspec.zoo import family_of
+from mmspec.zoo.builder import family_module
 
 
 def built_models():

@@ -12,7 +12,9 @@ import torch  # noqa: E402
 
 from mmspec import image_codes  # noqa: E402
 from mmspec.zoo import ZooEntry, image, image_data  # noqa: E402
-from mmspec.zoo.common import logits_checksum, read_json  # noqa: E402
+from mmspec.zoo import image_loader  # noqa: E402
+from mmspec.zoo.common import logits_checksum  # noqa: E402
+from mmspec.zoo.home import read_json  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------------- data
 
@@ -131,7 +133,7 @@ def test_micro_feature_drafter_is_exact_in_the_image_generator(micro_zoo):
 @pytest.mark.parametrize("name", image.NAMES)
 def test_load_reproduces_checksum(micro_zoo, name):
     home, _ = micro_zoo
-    entry = image.load(name, home / name)
+    entry = image_loader.load(name, home / name)
     assert isinstance(entry, ZooEntry) and entry.name == name
     assert not entry.model.training
     layout = entry.extras.get("layout")
@@ -152,8 +154,8 @@ def test_load_via_registry(micro_zoo):
 
 def test_encode_decode_round_trip(micro_zoo):
     home, _ = micro_zoo
-    vq = image.load("image-vq", home / "image-vq").model
-    lay = image.load("image-target", home / "image-target").extras["layout"]
+    vq = image_loader.load("image-vq", home / "image-vq").model
+    lay = image_loader.load("image-target", home / "image-target").extras["layout"]
     x, _ = image_data.make_dataset("test", 3, size=image.image_size_of(vq))
     codes = image.encode_images(vq, x)
     assert codes.shape == (3, lay.num_codes) and codes.dtype == torch.long
@@ -170,7 +172,7 @@ def test_encode_decode_round_trip(micro_zoo):
 
 def test_generate_images_with_cfg(micro_zoo):
     home, _ = micro_zoo
-    entry = image.load("image-target", home / "image-target")
+    entry = image_loader.load("image-target", home / "image-target")
     target, vq, lay = entry.model, entry.extras["vq"], entry.extras["layout"]
     assert image_codes.layout_of(target) == lay
     gen = torch.Generator().manual_seed(0)
@@ -191,7 +193,7 @@ def test_generate_images_with_cfg(micro_zoo):
 def test_generate_cfg_matches_full_forward(micro_zoo):
     """The cached, batched CFG loop picks the same greedy tokens as full recomputation with guidance."""
     home, _ = micro_zoo
-    entry = image.load("image-drafter", home / "image-drafter")
+    entry = image_loader.load("image-drafter", home / "image-drafter")
     model, lay = entry.model, entry.extras["layout"]
     codes = image_codes.generate_codes(model, [4], cfg_scale=2.5, temperature=0.0)
     seq_c = torch.cat([lay.class_tokens([4]), lay.codes_to_tokens(codes[0])])
@@ -212,7 +214,7 @@ def test_train_image_drafter_cli(micro_zoo, tmp_path, monkeypatch):
     out = tmp_path / "drafter"
     assert main(["train", "image-drafter", "--samples", "16", "--steps", "3", "--budget-s", "5", "--batch-size", "4",
                  "--sar-tokens", "2", "--out", str(out)]) == 0
-    target = image.load("image-target", home / "image-target").model
+    target = image_loader.load("image-target", home / "image-target").model
     net = FeatureDraftModel.from_pretrained(out, target=target)
     assert net.config.sar_tokens == 2 and net.config.guidance_scale == 3.0
     assert (out / "train_report.json").exists()
@@ -230,7 +232,7 @@ def test_micro_target_is_grown_in_stages(micro_zoo):
     assert m["layers"] == plan.ar_layers and plan.ar_layers % plan.ar_base_layers == 0
     assert set(m["stages"]) == {"base", "grow"}
     assert m["stages"]["base"]["steps"] == plan.ar_base_steps and m["stages"]["grow"]["steps"] == plan.ar_steps
-    lay = image.load("image-target", home / "image-target").extras["layout"]
+    lay = image_loader.load("image-target", home / "image-target").extras["layout"]
     assert m["train_tokens"] == (plan.ar_base_steps + plan.ar_steps) * plan.ar_batch * lay.num_codes
     assert len(m["layer_ablation_loss_increase"]) == plan.ar_layers
     for stage in ("base", "grow"):

@@ -8,6 +8,7 @@ import pytest
 
 from mmspec import zoo
 from mmspec.cli import main
+from mmspec.zoo import builder
 from mmspec.zoo.integrity import status
 
 NAME = "code-drafter"
@@ -108,7 +109,7 @@ def test_record_hashes_after_a_deliberate_change(home, capsys):
 
 def test_micro_build_refuses_the_shipped_zoo(capsys):
     with pytest.raises(ValueError, match="--home DIR"):
-        zoo.build("code", micro=True, home=zoo.shipped_home(), progress=False)
+        builder.build("code", micro=True, home=zoo.shipped_home(), progress=False)
     assert main(["zoo", "build", "--micro", "--family", "code", "--home", str(zoo.shipped_home())]) == 2
     assert "would overwrite the shipped zoo" in capsys.readouterr().err
 

@@ -10,9 +10,11 @@ import torch  # noqa: E402
 
 from mmspec import SpeculativeGenerator  # noqa: E402
 from mmspec.drafters import AutoregressiveDrafter  # noqa: E402
-from mmspec.zoo import build, load, vlm  # noqa: E402
+from mmspec.zoo import load, vlm  # noqa: E402
 from mmspec.zoo import vlm_data as vd  # noqa: E402
-from mmspec.zoo.common import read_json  # noqa: E402
+from mmspec.zoo import vlm_examples  # noqa: E402
+from mmspec.zoo.builder import build  # noqa: E402
+from mmspec.zoo.home import read_json  # noqa: E402
 
 
 def test_scenes_are_deterministic_and_consistent():
@@ -41,7 +43,7 @@ def test_splits_are_disjoint():
 
 def test_object_pixels_carry_its_colour():
     sc = vd.make_scene(vd.split_seed("test", 11))
-    img = vlm.pixel_tensor([sc.image()])[0].permute(1, 2, 0).add(1).mul(127.5)  # back to 0..255, HWC
+    img = vlm_examples.pixel_tensor([sc.image()])[0].permute(1, 2, 0).add(1).mul(127.5)  # back to 0..255, HWC
     for o in sc.objects:
         centre = img[int(o.cy), int(o.cx)]
         assert (centre - torch.tensor(vd.COLOURS[o.colour], dtype=torch.float)).abs().max() < 40
@@ -52,12 +54,12 @@ def test_processor_ids_match_the_encoder(tmp_path):
 
     tok = ensure_tokenizer(tmp_path, micro=True)
     proc = vlm.make_processor(tok)
-    enc = vlm.Encoder(tok, vlm.num_image_tokens())
+    enc = vlm_examples.Encoder(tok, vlm.num_image_tokens())
     sc = vd.make_scene(vd.split_seed("val", 2))
     q = sc.questions[0]
     ids = proc(images=[sc.image()], text=[vd.with_image(q.prompt)], return_tensors="pt")
     assert ids["input_ids"][0].tolist() == enc.prompt_ids(q)
-    torch.testing.assert_close(ids["pixel_values"], vlm.pixel_tensor([sc.image()]))
+    torch.testing.assert_close(ids["pixel_values"], vlm_examples.pixel_tensor([sc.image()]))
 
 
 def test_micro_build_loads_checksums_and_runs_exactly(tmp_path):

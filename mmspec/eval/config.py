@@ -10,6 +10,8 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+import yaml
+
 SUITES = ("code", "chat", "vlm", "image")
 ALL_SUITES = ("code", "vlm", "image")  # "all": one suite per zoo family (chat needs a question file)
 
@@ -97,8 +99,6 @@ class EvalConfig:
         return asdict(self)
 
     def save(self, path: str | Path) -> Path:
-        import yaml
-
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True))
@@ -118,8 +118,6 @@ def read_config_file(path: str | Path) -> dict:
     path = Path(path)
     if not path.exists():
         raise ValueError(f"config file {path} does not exist")
-    import yaml
-
     try:
         text = path.read_text()
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)

@@ -17,6 +17,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..zoo import vlm_data as vd
+from ..zoo.code_data import completion_prompts, load_corpus
+
 
 @dataclass
 class Item:
@@ -66,8 +69,6 @@ def _limit(items: list[Item], n: int) -> list[Item]:
 def code_items(num_prompts: int, path: str | None = None) -> list[Item]:
     """Held-out stdlib functions (category: their package), or a HumanEval-format file."""
     if path is None:
-        from ..zoo.code_data import completion_prompts, load_corpus
-
         prompts = completion_prompts(load_corpus(), "test", limit=num_prompts or None)
         return [Item(f"{p.module}:{p.name}", p.module.split("/")[0].removesuffix(".py"), text=p.prompt)
                 for p in prompts]
@@ -101,8 +102,6 @@ def vlm_items(num_prompts: int, path: str | None = None) -> list[Item]:
     """Held-out zoo scenes (captions and questions alternating: category = caption or the question type), or a
     user file of image + question."""
     if path is None:
-        from ..zoo import vlm_data as vd
-
         items = []
         for i, sc in enumerate(vd.scenes("test", num_prompts)):  # the choice of vlm_suite.vlm_prompts("mixed")
             q = sc.items()[-1] if i % 2 == 0 else sc.questions[i % len(sc.questions)]

@@ -18,17 +18,17 @@ from pathlib import Path
 
 import torch
 
+from ..drafters import AutoregressiveDrafter
+from ..generator import SpeculativeGenerator
+from ..zoo import load
+from .code_suite import code_prompts
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def measure(dtype: str = "bfloat16", num_prompts: int = 30, max_new_tokens: int = 64, num_tokens: int = 4,
             home: str | Path | None = None) -> dict:
     """Rows (prompts) on which each method's greedy output equals plain ``target.generate`` in ``dtype``."""
-    from ..drafters import AutoregressiveDrafter
-    from ..generator import SpeculativeGenerator
-    from ..zoo import load
-    from .code_suite import code_prompts
-
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose from {sorted(DTYPES)}")
     target, draft = load("code-target", home), load("code-drafter", home)

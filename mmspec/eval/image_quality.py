@@ -25,7 +25,7 @@ def features(classifier, images: torch.Tensor, batch: int = 256) -> torch.Tensor
 def frechet_distance(a: torch.Tensor, b: torch.Tensor, eps: float = 1e-6) -> float:
     """FD with both covariances regularised by ``eps`` × their mean variance on the diagonal: the classifier's
     ReLU features have dead units, and a singular Σ₁Σ₂ makes the matrix square root (and FD) unstable."""
-    from scipy import linalg
+    from scipy import linalg  # scipy is a dev extra (pyproject): only the image-quality figures need it
 
     mu1, mu2 = a.mean(0).numpy(), b.mean(0).numpy()
     s1, s2 = np.cov(a.numpy(), rowvar=False), np.cov(b.numpy(), rowvar=False)

@@ -16,6 +16,7 @@ import torch
 
 from ..kernels import sweep
 from ..kernels.acceptance import greedy_tree_accept_reference, residual_sample_reference
+from ..kernels.dispatch import triton_module
 from ..kernels.kv_compaction import compact_kv_reference
 from ..kernels.tree_attention import tree_attention_reference
 from ..tree import ancestor_mask
@@ -77,8 +78,9 @@ def time_kernels(device: str, dtype: torch.dtype = torch.float16, attention=ATTE
                  compaction=COMPACTION_SHAPES, greedy=GREEDY_SHAPES, residual=RESIDUAL_SHAPES,
                  warmup: int = 3, iters: int = 20) -> list[dict]:
     """Reference vs Triton per kernel and shape (Triton must be runnable on ``device``)."""
-    from ..kernels import triton_acceptance, triton_kv_compaction, triton_tree_attention
-
+    triton_acceptance = triton_module("triton_acceptance")
+    triton_kv_compaction = triton_module("triton_kv_compaction")
+    triton_tree_attention = triton_module("triton_tree_attention")
     rows = []
     for name, B, H, Hkv, D, T, P in attention:
         args, nbytes = _attention_inputs(B, H, Hkv, D, T, P, dtype, device)
@@ -122,7 +124,7 @@ def time_kernels(device: str, dtype: torch.dtype = torch.float16, attention=ATTE
 
 def run_kernel_suite(out_dir: str | Path | None = None, full: bool = True) -> dict:
     """The suite's report (also written as ``kernels_bench.json`` / ``.md`` under ``out_dir``)."""
-    import triton
+    import triton  # optional (Linux only in pyproject): the suite reports its version where it runs
 
     cuda = torch.cuda.is_available()
     report: dict = {"suite": "kernels", "cuda": cuda, "triton": triton.__version__, "torch": torch.__version__}

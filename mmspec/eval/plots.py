@@ -6,6 +6,8 @@ from pathlib import Path
 
 
 def _plt():
+    """pyplot on the file-only Agg backend; matplotlib (~1 s to import, the backend chosen before pyplot loads)
+    is imported only when a report draws its plots."""
     import matplotlib
 
     matplotlib.use("Agg")

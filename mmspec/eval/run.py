@@ -5,24 +5,28 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import sys
 import time
 from pathlib import Path
 
 import torch
+import transformers
 
+from ..cli_errors import EXPECTED_ERRORS, error_line
 from .aggregate import merge_shards, summarise_suite
 from .config import EvalConfig, add_eval_arguments, config_from_args
+from .datasets import sample_questions
 from .distributed import Processes
+from .image_suite import run_image_suite
+from .load import load_average, load_check
+from .plots import plot_accept_hist, plot_speed_quality, plot_speedup
+from .report import headline, write_outputs
 from .run_dir import RunDirectory
 from .suites import build_suite
 
 
 def environment(procs: Processes) -> dict:
-    import platform
-
-    import transformers
-
     return {"torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
             "threads": torch.get_num_threads(), "processes": procs.world,
             "device": "cuda" if torch.cuda.is_available() else "cpu"}
@@ -30,8 +34,6 @@ def environment(procs: Processes) -> dict:
 
 def run_eval(cfg: EvalConfig) -> dict | None:
     """Run ``cfg``; returns the results on the main process (None on the others)."""
-    import transformers
-
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     procs = Processes()
@@ -39,25 +41,24 @@ def run_eval(cfg: EvalConfig) -> dict | None:
     if procs.is_main:
         run_dir.check()  # before minutes of loading
     t_start = time.perf_counter()
-    torch.manual_seed(cfg.seed)
-    if "chat" in cfg.suites and cfg.chat_data is None:
-        from .datasets import sample_questions
-
-        cfg.chat_data = str(sample_questions())
-    # load and validate everything before timing; on a multi-GPU launch each process takes its own GPU
-    suites = [build_suite(cfg, name, procs.device) for name in cfg.suites]
-    cfg.check_methods_known({s.name: s.available for s in suites})
-    cfg.methods = {s.name: s.methods for s in suites}  # resolved: the re-run does exactly this
-    for s in suites:
-        if s.name == "image":
-            cfg.image_classes = [it.class_id for it in s.items]
-    out = run_dir.open() if procs.is_main else run_dir.staging  # everything is written here, renamed at the end
-    try:
-        results = _run_suites(cfg, suites, procs, out, t_start)
-    except BaseException:
-        if procs.is_main:
-            run_dir.discard()  # an earlier run in cfg.out stays as it was
-        raise
+    with torch.random.fork_rng():  # cfg.seed for every draw of the run; the caller's global RNG is restored after
+        torch.manual_seed(cfg.seed)
+        if "chat" in cfg.suites and cfg.chat_data is None:
+            cfg.chat_data = str(sample_questions())
+        # load and validate everything before timing; on a multi-GPU launch each process takes its own GPU
+        suites = [build_suite(cfg, name, procs.device) for name in cfg.suites]
+        cfg.check_methods_known({s.name: s.available for s in suites})
+        cfg.methods = {s.name: s.methods for s in suites}  # resolved: the re-run does exactly this
+        for s in suites:
+            if s.name == "image":
+                cfg.image_classes = [it.class_id for it in s.items]
+        out = run_dir.open() if procs.is_main else run_dir.staging  # everything is written here, renamed at the end
+        try:
+            results = _run_suites(cfg, suites, procs, out, t_start)
+        except BaseException:
+            if procs.is_main:
+                run_dir.discard()  # an earlier run in cfg.out stays as it was
+            raise
     if results is not None:
         moved = run_dir.commit()
         if moved is not None:
@@ -70,8 +71,6 @@ def _run_suites(cfg: EvalConfig, suites: list, procs: Processes, out: Path, t_st
         cfg.save(out / "config.yaml")
     procs.start(out)
     results = {"config": cfg.to_dict(), "environment": environment(procs), "suites": {}}
-    from .load import load_average, load_check
-
     load_start = load_average()
     for suite in suites:
         t0 = time.perf_counter()
@@ -99,8 +98,6 @@ def _run_suites(cfg: EvalConfig, suites: list, procs: Processes, out: Path, t_st
     results["load"] = load_check(load_start)  # timings taken on a busy machine say so
     if cfg.plots:
         draw_plots(results, out)
-    from .report import write_outputs
-
     write_outputs(results, out)
     return results
 
@@ -108,8 +105,6 @@ def _run_suites(cfg: EvalConfig, suites: list, procs: Processes, out: Path, t_st
 def image_quality(cfg: EvalConfig, suite, out: Path) -> dict:
     """The image suite's quality run (main process): FD / precision / recall / class fidelity per method, its
     own files under ``image/``, joined to this run's method names."""
-    from .image_suite import run_image_suite
-
     report = run_image_suite(per_class=cfg.image_per_class, cfg_scale=cfg.image_cfg_scale, sweep=cfg.image_sweep,
                              latency_images=cfg.image_latency, home=cfg.home, out_dir=out / "image",
                              progress=cfg.progress,
@@ -122,8 +117,6 @@ def image_quality(cfg: EvalConfig, suite, out: Path) -> dict:
 
 
 def draw_plots(results: dict, out: Path) -> None:
-    from .plots import plot_accept_hist, plot_speed_quality, plot_speedup
-
     for name, s in results["suites"].items():
         plots = {"speedup": plot_speedup(s["summary"], out / f"{name}_speedup.png", f"{name}: {s['target']}")}
         hist = plot_accept_hist(s["summary"], out / f"{name}_accept.png", name)
@@ -149,8 +142,6 @@ def cli_eval(args: argparse.Namespace) -> int:
     results = run_eval(cfg)
     if results is None:
         return 0
-    from .report import headline
-
     print("\n".join(headline(results)))  # a Markdown table: not re-wrapped to the terminal's width
     if results["load"]["warning"]:
         print(f"warning: {results['load']['warning']}")
@@ -161,8 +152,6 @@ def cli_eval(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args = build_parser("python -m mmspec.eval").parse_args(argv)
-    from ..cli import EXPECTED_ERRORS, error_line
-
     try:
         return cli_eval(args)
     except EXPECTED_ERRORS as err:

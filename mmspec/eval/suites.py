@@ -15,16 +15,22 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
+from PIL import Image
 
 from ..pipeline import pipeline
 from ..loading import load_drafter, load_target
 from ..registry import drafter_kind
 from ..routes.text import text_drafter
 from ..routes.vlm import vlm_drafter
+from ..tree import DEFAULT_TREE
 from ..verifiers.tree_forward import text_config
+from ..zoo import vlm_data as vd
 from .bench import ALL_METHODS, compare, prompt_record, time_methods
+from .code_suite import CODE_METHODS, diffusion_factories
 from .config import EvalConfig
 from .datasets import Item, chat_items, code_items, image_items, sample_questions, vlm_items
+from .image_suite import FEATURE_METHODS, MAIN_METHODS, sweep_methods
+from .vlm_suite import VLM_METHODS, feature_factories, vlm_prompts
 
 NEEDS_DRAFT = ("hf-assisted", "chain", "tree", "dynamic")
 
@@ -127,8 +133,6 @@ def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:
         raise ValueError(f"the {suite} suite needs the target's tokenizer next to its weights ({spec})")
     zoo = target.zoo == "code-target"
     if zoo:
-        from .code_suite import CODE_METHODS, diffusion_factories
-
         draft = load_drafter(cfg.drafter or "zoo:code-drafter", target, cfg.home)
         extra = diffusion_factories(cfg.home, cfg.block_tokens, cfg.block_tokens)
         extra.update(_dlm_methods(cfg, target, drafter_device))  # --dlm replaces the zoo's deer / diffuspec
@@ -220,8 +224,6 @@ BASE_VLM = ["plain", "hf-prompt-lookup", "prompt-lookup"]
 
 def vlm_suite(cfg: EvalConfig, device: str | None = None) -> Suite:
     """Zoo scenes (captions and questions) or a user file of image + question, every answer stopping at EOS."""
-    from ..tree import DEFAULT_TREE
-
     spec = cfg.vlm_model or "zoo:vlm-target"
     device_map, drafter_device = placement(cfg, spec, device)
     target = load_target(spec, device_map=device_map, home=cfg.home)
@@ -232,8 +234,6 @@ def vlm_suite(cfg: EvalConfig, device: str | None = None) -> Suite:
     zoo = target.zoo == "vlm-target"
     k = cfg.num_tokens
     if zoo:
-        from .vlm_suite import VLM_METHODS, feature_factories
-
         extra = feature_factories(cfg.home, k)
         mine = _vlm_drafter_methods(cfg, target, proc, drafter_device)  # --vlm-drafter replaces the zoo's own
         extra.update(mine)
@@ -249,11 +249,7 @@ def vlm_suite(cfg: EvalConfig, device: str | None = None) -> Suite:
 
     def encode_all() -> list[dict]:
         if cfg.vlm_data is None:
-            from .vlm_suite import vlm_prompts
-
             return vlm_prompts(proc, len(items), "mixed")
-        from PIL import Image
-
         out = []
         for it in items:
             p = proc(images=[Image.open(it.image).convert("RGB")], text=[vlm_text(proc, it.question, zoo)],
@@ -284,8 +280,6 @@ def vlm_text(processor, question: str, zoo: bool) -> str:
     if placeholder in question:
         return question
     if zoo:
-        from ..zoo import vlm_data as vd
-
         return vd.with_image(vd.QUESTION_PROMPT.format(question=question))
     if getattr(processor, "chat_template", None):
         conv = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
@@ -313,8 +307,6 @@ def image_slug(method: str, kw: dict) -> str:
 def image_table(sweep: bool, have: list[str]) -> dict[str, tuple[str, str, dict]]:
     """slug -> (the image suite's name, method, settings): the image suite's own method list, with its feature
     drafter entries when those drafters are built (``have``)."""
-    from .image_suite import FEATURE_METHODS, MAIN_METHODS, sweep_methods
-
     rows = MAIN_METHODS + [m for m in FEATURE_METHODS if m[2]["drafter"] in have]
     if sweep:
         rows += sweep_methods() + (sweep_methods("sar") if "sar" in have else [])

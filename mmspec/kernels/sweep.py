@@ -26,7 +26,7 @@ import torch
 from ..cache import SpecKVCache
 from ..tree import ancestor_mask
 from .acceptance import greedy_tree_accept_reference, residual_sample_reference
-from .dispatch import interpreting, triton_available
+from .dispatch import interpreting, triton_available, triton_module
 from .kv_compaction import compact_kv_reference
 from .tree_attention import tree_attention_reference
 
@@ -268,9 +268,10 @@ def check_residual(case: dict, triton_fn, device: str) -> dict:
 
 
 def check_case(case: dict, device: str) -> dict:
-    """Run one case's Triton kernel (imported here, so only callers that can run Triton pay for it)."""
-    from . import triton_acceptance, triton_kv_compaction, triton_tree_attention
-
+    """Run one case's Triton kernel (loaded here, so only callers that can run Triton pay for it)."""
+    triton_acceptance = triton_module("triton_acceptance")
+    triton_kv_compaction = triton_module("triton_kv_compaction")
+    triton_tree_attention = triton_module("triton_tree_attention")
     kernel = case["kernel"]
     if kernel == "tree_attention":
         return check_attention(case, triton_tree_attention.tree_attention, device)

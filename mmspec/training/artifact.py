@@ -6,7 +6,7 @@
 * It is written atomically: everything goes to a hidden sibling directory that is renamed into place at the
   end, so ``--out`` holds either the previous drafter or the new one, never half of one.
 * While training, ``<out>.ckpt/`` holds the run's settings, its expensive data (target generations) and one
-  :func:`~mmspec.zoo.common.train_loop` checkpoint per stage; ``--resume`` continues from them and they are
+  :func:`~mmspec.training.loop.train_loop` checkpoint per stage; ``--resume`` continues from them and they are
   removed once the output is in place.
 """
 
@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Callable
 
 from ..loading import RECORD
+from ..verifiers.tree_forward import text_config
+from ..zoo import zoo_home
+from .loop import load_checkpoint, save_checkpoint
 
 FORMAT = 1
 
@@ -59,8 +62,6 @@ def prepare_run(out: str | Path, resume: bool, settings: dict) -> Path:
 
 def cached(path: Path | None, make: Callable[[], object]):
     """``make()``, kept in ``path`` (torch.save, atomic) so a resumed run does not redo it."""
-    from ..zoo.common import load_checkpoint, save_checkpoint
-
     if path is None:
         return make()
     saved = load_checkpoint(path)
@@ -94,15 +95,11 @@ def write_artifact(out: str | Path, save: Callable[[Path], None], record: dict) 
 
 def target_identity(spec: str, model) -> dict:
     """Enough to tell later which target a drafter was trained against."""
-    from ..verifiers.tree_forward import text_config
-
     cfg = text_config(model)
     ident = {"spec": str(spec), "class": type(model).__name__, "vocab_size": int(cfg.vocab_size),
              "hidden_size": int(getattr(cfg, "hidden_size", 0) or 0),
              "num_hidden_layers": int(getattr(cfg, "num_hidden_layers", 0) or 0)}
     if str(spec).startswith("zoo:"):
-        from ..zoo import zoo_home
-
         zoo_json = zoo_home() / str(spec).split(":", 1)[1] / "zoo.json"
         if zoo_json.exists():
             ident["zoo_checksum"] = json.loads(zoo_json.read_text()).get("checksum", {}).get("sum")

@@ -16,16 +16,19 @@ prefix causal, the block seeing everything), so the KV-cached drafter is exactly
 
 from __future__ import annotations
 
-import json
-import contextlib
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
+from transformers import AutoModel, AutoTokenizer
 
-from ..zoo.common import TrainResult, train_loop
+from ..drafters.remote_code import explain_remote_failure, modeling_files, needs_trust, require_trust
+from ..loading import load_target
+from .artifact import cached, stage_checkpoint
 from .dlm import block_agreement, block_loss, teacher_slot_logp
+from .loop import TrainResult, train_loop
 
 
 @dataclass
@@ -173,8 +176,6 @@ def align(dlm_model, target, train_stream: torch.Tensor, val_stream: torch.Tenso
     greedy block agreement at k = 8 and 16 on held-out target generations before and after each stage).
     ``on_stage(stage, model)`` is called after each stage (e.g. to save a Stage-I-only checkpoint).
     ``checkpoint``: a directory for the generations and per-stage checkpoints (a killed run resumes there)."""
-    from .artifact import cached, stage_checkpoint
-
     cfg = cfg or DEERConfig()
     t0 = time.perf_counter()
     data = cached(None if checkpoint is None else checkpoint / "generations.pt", lambda: (
@@ -198,17 +199,10 @@ def load_dlm(spec: str, trust_remote_code: bool = False):
     """(model, tokenizer) of the diffusion LM to align: as ``load_target``, except that a checkpoint shipping its
     own modeling code (LLaDA, Dream) loads through ``AutoModel`` when the user trusts it (``--trust-remote-code``),
     with errors of that code naming its file."""
-    from pathlib import Path
-
-    from ..drafters.remote_code import explain_remote_failure, modeling_files, needs_trust, require_trust
-    from ..loading import load_target
-
     if not (Path(spec).is_dir() and needs_trust(spec)):
         dlm = load_target(spec)
         return dlm.model, dlm.tokenizer
     require_trust(spec, trust_remote_code, "--trust-remote-code")
-    from transformers import AutoModel, AutoTokenizer
-
     with explain_remote_failure(spec):
         model = AutoModel.from_pretrained(spec, trust_remote_code=True, local_files_only=True).eval()
     model._mmspec_remote = (str(spec), modeling_files(spec))
@@ -219,111 +213,5 @@ def load_dlm(spec: str, trust_remote_code: bool = False):
     return model, tok
 
 
-def read_text_files(pattern: str) -> list[str]:
-    """The texts of the files ``pattern`` matches, each checked before training starts."""
-    import glob
-    from pathlib import Path
-
-    files = sorted(f for f in glob.glob(pattern, recursive=True))
-    dirs = [f for f in files if not Path(f).is_file()]
-    files = [f for f in files if Path(f).is_file()]
-    if len(files) < 2:
-        also = f" (and directories {dirs[:3]})" if dirs else ""
-        raise ValueError(f"--data {pattern!r} matches {len(files)} files{also}; need at least 2 text files "
-                         "(train + val)")
-    texts, bad = [], []
-    for f in files:
-        try:
-            text = Path(f).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            bad.append(f"{f}: {err}")
-            continue
-        if not text.strip():
-            bad.append(f"{f}: empty")
-        texts.append(text)
-    if bad:
-        raise ValueError(f"--data: {len(bad)} unusable file(s): " + "; ".join(bad[:5])
-                         + (" ..." if len(bad) > 5 else ""))
-    return texts
-
-
-def cli_train_deer(args) -> int:
-    """``mmspec train deer``: align a diffusion LM (stock causal-LM class run bidirectionally) to a target.
-    Checkpoints go to ``<out>.ckpt`` (``--resume`` continues a killed run); the output is written atomically
-    with its ``mmspec.json`` record, so ``mmspec.pipeline(target, drafter=OUT)`` runs it as a DEER drafter."""
-    from ..drafters.diffusion import check_vocabularies, model_vocab_size
-    from ..loading import load_target
-    from .artifact import prepare_run, target_identity, write_artifact
-
-    stages = tuple(int(x) for x in args.stages.split(",") if x.strip().isdigit())
-    if stages not in ((1,), (1, 2)):
-        raise ValueError(f"--stages must be '1' or '1,2', got {args.stages!r}")
-    for name in ("stage1_steps", "stage2_steps", "samples", "val_samples"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.data:
-        train_texts = read_text_files(args.data)  # checked before anything is loaded or trained
-        cut = max(1, len(train_texts) // 20)
-        train_texts, val_texts = train_texts[cut:], train_texts[:cut]
-    settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "checkpoint_every")}
-    ckpt = prepare_run(args.out, args.resume, settings)
-    loaded = load_target(args.target)
-    target, tok = loaded.model, loaded.tokenizer
-    dlm, dlm_tok = load_dlm(args.dlm, getattr(args, "trust_remote_code", False))
-    if tok is None or dlm_tok is None:
-        raise ValueError("mmspec train deer needs a tokenizer next to both models (or zoo:<name> models)")
-    check_vocabularies(model_vocab_size(dlm), model_vocab_size(target), dlm_tok, tok)
-    mask_id = args.mask_token_id if args.mask_token_id is not None else tok.mask_token_id
-    if mask_id is None:
-        mask_id = tok.convert_tokens_to_ids("<mask>") if "<mask>" in tok.get_vocab() else None
-    if mask_id is None:
-        raise ValueError("the tokenizer has no mask token: pass --mask-token-id")
-    if not 0 <= mask_id < model_vocab_size(dlm):
-        raise ValueError(f"--mask-token-id {mask_id} is outside the diffusion LM's vocabulary "
-                         f"({model_vocab_size(dlm)} ids)")
-    if not args.data:
-        from ..zoo.code_data import load_corpus
-
-        corpus = load_corpus()
-        train_texts, val_texts = corpus.texts("train"), corpus.texts("val")
-    eos = tok.eos_token_id
-
-    def stream(texts):
-        ids = tok(texts, add_special_tokens=False).input_ids
-        return torch.tensor([t for doc in ids for t in doc + ([eos] if eos is not None else [])], dtype=torch.long)
-
-    cfg = DEERConfig(stage1_steps=args.stage1_steps, stage2_steps=args.stage2_steps, n_train=args.samples,
-                     n_val=args.val_samples, convention=args.convention)
-    train_stream, val_stream = stream(train_texts), stream(val_texts)
-    for name, s in (("training", train_stream), ("validation", val_stream)):
-        if s.numel() < cfg.prefix_max + 2:
-            raise ValueError(f"the {name} text holds {s.numel()} tokens; DEER cuts prefixes of up to "
-                             f"{cfg.prefix_max} tokens: give more text")
-    remote = getattr(dlm, "_mmspec_remote", None)
-    from ..drafters.remote_code import explain_remote_failure
-
-    # a remote-code model runs its own modeling file during alignment (4-D masks, position ids): its errors
-    # name that file, like errors while loading it
-    with explain_remote_failure(*remote) if remote else contextlib.nullcontext():
-        report = align(dlm, target, train_stream, val_stream, mask_id, cfg, stages, checkpoint=ckpt,
-                       checkpoint_every_s=args.checkpoint_every)
-
-    def save(d):
-        dlm.save_pretrained(d)
-        dlm_tok.save_pretrained(d)
-        (d / "deer.json").write_text(json.dumps({"from": args.dlm, **report}, indent=2))
-
-    record = {"kind": "diffusion-lm", "method": "deer", "route": "text", "convention": args.convention,
-              "mask_token_id": int(mask_id), "attention_pattern": cfg.pattern, "block_tokens": 8,
-              "target": target_identity(args.target, target), "from": args.dlm, "trained_by": "mmspec train deer",
-              "settings": settings, "stages": list(stages)}
-    out = write_artifact(args.out, save, record)
-    a = report["agreement"]
-    last = f"after_stage{stages[-1]}"
-    print(f"greedy block agreement (k=8): before {a['before'][8]['accepted']:.2f}, after {a[last][8]['accepted']:.2f}"
-          f" tokens; saved to {out}")
-    return 0
-
-
 __all__ = ["DEERConfig", "Generations", "target_generations", "stage1_batch", "stage2_batch", "train_stage",
-           "agreement", "align"]
+           "agreement", "align", "load_dlm"]

@@ -13,16 +13,20 @@ probability rising linearly from 0 to 1 (over the first ``mix_ramp`` of the stag
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from PIL import Image
 
 from ..drafters.feature_model import FeatureDraftModel, drafter_sequence, scatter_image_embeds
 from ..vision import capture_image_embeds, forward_inputs, image_token_id
-from ..zoo.common import train_loop
+from .artifact import stage_checkpoint
+from .loop import train_loop
 
 
 @dataclass
@@ -134,8 +138,6 @@ def train_feature_drafter(net: FeatureDraftModel, target, batches, val_batches: 
     """Two-stage training. ``batches(step, multimodal_prob)`` returns a right-padded batch dict
     (``input_ids``, ``attention_mask``, optional ``pixel_values`` for the rows holding image tokens).
     ``checkpoint``: a directory for per-stage checkpoints; a killed run called again with it resumes."""
-    from .artifact import stage_checkpoint
-
     cfg = cfg or FeatureTrainConfig()
     target.eval()
     for p in target.parameters():
@@ -182,16 +184,10 @@ def train_feature_drafter(net: FeatureDraftModel, target, batches, val_batches: 
     return report
 
 
-__all__ = ["FeatureTrainConfig", "target_features", "feature_loss", "slot_accuracy", "train_feature_drafter"]
-
-
 def read_training_rows(path: str, placeholder: str) -> list[dict]:
     """Every row of a training ``.jsonl`` checked before training starts: JSON, ``image`` / ``prompt`` /
     ``response`` strings, the picture present (a relative path is relative to the data file, as in
     ``mmspec eval``) and the prompt holding the image placeholder. All faults are reported with file:line."""
-    import json
-    from pathlib import Path
-
     file = Path(path)
     if not file.is_file():
         raise ValueError(f"--data {path} is not a file")
@@ -228,13 +224,10 @@ def read_training_rows(path: str, placeholder: str) -> list[dict]:
 def jsonl_batches(path: str, processor, batch_size: int, seed: int):
     """``batches(step, multimodal_prob)`` over a user ``.jsonl`` of ``{"image": path, "prompt": ..., "response":
     ...}`` rows (the prompt holds the processor's image placeholder; a relative image path is relative to the
-    data file). Text-only rows drop the image and its placeholder."""
-    from PIL import Image
-
+    data file). Text-only rows drop the image and its placeholder. Rows are right-padded whatever the
+    processor's tokenizer is set to (the caller's processor is left as it is)."""
     placeholder = getattr(processor, "image_token", "<image>")
     rows = read_training_rows(path, placeholder)
-    tok = processor.tokenizer
-    tok.padding_side = "right"
 
     def batches(step: int, multimodal_prob: float) -> dict:
         rng = random.Random(seed * 1_000_003 + step)
@@ -243,7 +236,7 @@ def jsonl_batches(path: str, processor, batch_size: int, seed: int):
         texts = [r["prompt"] + r["response"] if img else (r["prompt"] + r["response"]).replace(placeholder, "")
                  for r, img in zip(picked, with_image)]
         images = [Image.open(r["image"]).convert("RGB") for r, img in zip(picked, with_image) if img]
-        out = processor(images=images or None, text=texts, return_tensors="pt", padding=True)
+        out = processor(images=images or None, text=texts, return_tensors="pt", padding=True, padding_side="right")
         batch = dict(out)  # every processor output (pixel_values, image_grid_thw, mm_token_type_ids, image_sizes, ...)
         batch.setdefault("pixel_values", None)
         return batch
@@ -251,73 +244,5 @@ def jsonl_batches(path: str, processor, batch_size: int, seed: int):
     return batches
 
 
-def cli_train_feature(args) -> int:
-    """``mmspec train eagle|msd|flash``: train a feature drafter against a frozen VLM target.
-    Checkpoints go to ``<out>.ckpt`` (``--resume`` continues a killed run); the output is written atomically
-    with its ``mmspec.json`` record."""
-    import json
-    from pathlib import Path
-
-    from ..drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
-    from .artifact import prepare_run, target_identity, write_artifact
-
-    method = args.train_command
-    zoo_target = args.target.startswith("zoo:")
-    if zoo_target and args.data:
-        raise ValueError("--data is for checkpoint targets; the zoo target trains on its own scenes (--scenes)")
-    if not zoo_target and args.scenes is not None:
-        raise ValueError("--scenes applies to the zoo target only; a checkpoint target trains on --data")
-    if not zoo_target and not args.data:
-        raise ValueError("training against a checkpoint needs --data (a .jsonl of image / prompt / response)")
-    for name in ("stage1_steps", "stage2_steps"):
-        if getattr(args, name) < 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 0")
-    if args.stage1_steps + args.stage2_steps < 1 or args.batch_size < 1 or args.budget_s <= 0 or args.lr <= 0:
-        raise ValueError("need some steps, --batch-size >= 1, --budget-s > 0 and --lr > 0")
-    overrides = {}
-    if method == "flash":
-        if args.compress_tokens < 1 or args.sar_tokens < 1:
-            raise ValueError("--compress-tokens and --sar-tokens must be >= 1")
-        overrides = dict(compress_tokens=args.compress_tokens, sar_tokens=args.sar_tokens)
-    cfg = FeatureTrainConfig(stage1_steps=args.stage1_steps, stage2_steps=args.stage2_steps,
-                             stage1_budget_s=args.budget_s * 0.2, stage2_budget_s=args.budget_s * 0.8,
-                             batch_size=args.batch_size, lr=args.lr)
-    if zoo_target:
-        from ..zoo import load, zoo_home
-        from ..zoo.code_data import ensure_tokenizer
-        from ..zoo.vlm import Encoder, ScenePool
-        from ..zoo.vlm_drafters import zoo_batches
-
-        settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "checkpoint_every")}
-        ckpt = prepare_run(args.out, args.resume, settings)
-        target = load(args.target.split(":", 1)[1]).model
-        enc = Encoder(ensure_tokenizer(zoo_home(), False), target.config.image_seq_length)
-        batches = zoo_batches(enc, ScenePool("train", args.scenes or 4096), cfg.batch_size, cfg.seed)
-        val_fn = zoo_batches(enc, ScenePool("val", 64, start=5000), 32, cfg.seed + 99)
-        val = [val_fn(i, 1.0) for i in range(2)]
-    else:
-        from transformers import AutoModelForImageTextToText, AutoProcessor
-
-        processor = AutoProcessor.from_pretrained(args.target, local_files_only=True)
-        batches = jsonl_batches(args.data, processor, cfg.batch_size, cfg.seed)  # every row checked here
-        settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "checkpoint_every")}
-        ckpt = prepare_run(args.out, args.resume, settings)
-        target = AutoModelForImageTextToText.from_pretrained(args.target, local_files_only=True).eval()
-        val = [batches(-1 - i, 1.0) for i in range(2)]
-    torch.manual_seed(cfg.seed)  # the same command trains the same drafter (and a resumed run matches it)
-    net = FeatureDraftModel(FeatureDrafterConfig.for_target(target, method, **overrides))
-    report = train_feature_drafter(net, target, batches, val, cfg, checkpoint=ckpt,
-                                   checkpoint_every_s=args.checkpoint_every)
-
-    def save(d):
-        net.save_pretrained(d)
-        (d / "train_report.json").write_text(json.dumps(report, indent=2))
-
-    record = {"kind": "feature-drafter", "method": method, "route": "vlm",
-              "target": target_identity(args.target, target),
-              "compress_tokens": net.config.compress_tokens, "sar_tokens": net.config.sar_tokens,
-              "trained_by": f"mmspec train {method}", "settings": settings}
-    out = write_artifact(args.out, save, record)
-    acc = {k: [round(a, 3) for a in v] for k, v in report["slot_accuracy"].items()}
-    print(f"{method} drafter saved to {out}; teacher-forced slot agreement with the target: {acc}")
-    return 0
+__all__ = ["FeatureTrainConfig", "target_features", "feature_loss", "slot_accuracy", "train_feature_drafter",
+           "read_training_rows", "jsonl_batches"]

@@ -13,14 +13,16 @@ drafter's (SmoothL1 on features + 0.1 soft cross-entropy, :func:`~mmspec.trainin
 
 from __future__ import annotations
 
-import json
 import random
 import time
-from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
+from ..drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
 from ..guidance import CFGModel
+from ..image_codes import generate_codes
+from .artifact import cached
 from .feature import FeatureTrainConfig, train_feature_drafter
 
 
@@ -28,10 +30,6 @@ from .feature import FeatureTrainConfig, train_feature_drafter
 def target_samples(target, layout, n: int, cfg_scale: float, seed: int, batch_size: int = 256,
                    temperature: float = 1.0, progress: bool = True) -> torch.LongTensor:
     """``n`` sequences ``[class token] + codes`` sampled from the guided target, classes cycled evenly."""
-    from tqdm.auto import tqdm
-
-    from ..image_codes import generate_codes
-
     g = torch.Generator().manual_seed(seed)
     classes = [i % layout.num_classes for i in range(n)]
     rows = []
@@ -60,11 +58,9 @@ def train_image_drafter(target, layout, cfg_scale: float = 3.0, sar_tokens: int 
                         checkpoint_every_s: float = 300.0):
     """Returns (drafter network, report). ``target``: the raw visual AR model (it gets wrapped here).
     ``seqs``: ``samples + val_samples`` guided target samples already drawn (else drawn here).
-    ``checkpoint``: a directory for the samples and the training checkpoints (a killed run resumes there)."""
-    from .artifact import cached
-
-    from ..drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
-
+    ``checkpoint``: a directory for the samples and the training checkpoints (a killed run resumes there).
+    The drafter's initial weights and the run's draws come from ``seed``; the caller's global RNG is left as it
+    was."""
     if cfg_scale != 1.0 and layout.null_id is None:
         raise ValueError("classifier-free guidance needs a null class token in the layout")
     codes = torch.arange(layout.code_offset, layout.code_offset + layout.codebook_size)
@@ -80,63 +76,16 @@ def train_image_drafter(target, layout, cfg_scale: float = 3.0, sar_tokens: int 
     train, val = seqs[:samples], seqs[samples:]
     val_fn = sequence_batches(val, min(64, len(val)), seed + 99)
     val_batches = [val_fn(i) for i in range(max(1, len(val) // 64))]
-    torch.manual_seed(seed)
-    net = FeatureDraftModel(FeatureDrafterConfig.for_target(guided, "eagle", sar_tokens=sar_tokens,
-                                                            guidance_scale=cfg_scale))
-    report = train_feature_drafter(net, guided, sequence_batches(train, cfg.batch_size, seed), val_batches, cfg,
-                                   progress=progress, checkpoint=checkpoint, checkpoint_every_s=checkpoint_every_s)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        net = FeatureDraftModel(FeatureDrafterConfig.for_target(guided, "eagle", sar_tokens=sar_tokens,
+                                                                guidance_scale=cfg_scale))
+        report = train_feature_drafter(net, guided, sequence_batches(train, cfg.batch_size, seed), val_batches,
+                                       cfg, progress=progress, checkpoint=checkpoint,
+                                       checkpoint_every_s=checkpoint_every_s)
     report.update(samples=samples, val_samples=val_samples, cfg_scale=cfg_scale, sample_seconds=sample_seconds,
                   params=sum(p.numel() for p in net.parameters()))
     return net, report
 
 
-def cli_train_image_drafter(args) -> int:
-    """``mmspec train image-drafter``: a feature drafter for the zoo's (or a local) visual AR target.
-    Checkpoints go to ``<out>.ckpt`` (``--resume`` continues a killed run); the output is written atomically
-    with its ``mmspec.json`` record, so ``mmspec.pipeline(target, drafter=OUT)`` / ``mmspec image --drafter OUT``
-    use it."""
-    from ..zoo import load
-    from ..image_codes import TokenLayout, layout_of
-    from .artifact import prepare_run, target_identity, write_artifact
-
-    zoo_target = args.target.startswith("zoo:")
-    if zoo_target and args.layout is not None:
-        raise ValueError("--layout is for checkpoint targets; the zoo target carries its own token layout")
-    if args.sar_tokens < 1 or args.samples < 1 or args.val_samples < 1 or args.steps < 1 or args.batch_size < 1:
-        raise ValueError("--sar-tokens, --samples, --val-samples, --steps and --batch-size must be >= 1")
-    if args.cfg_scale < 0 or args.budget_s <= 0 or args.lr <= 0:
-        raise ValueError("--cfg-scale must be >= 0, --budget-s and --lr > 0")
-    settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "checkpoint_every")}
-    ckpt = prepare_run(args.out, args.resume, settings)
-    if zoo_target:
-        entry = load(args.target.split(":", 1)[1])
-        target, layout = entry.model, entry.extras.get("layout")
-        if layout is None:
-            raise ValueError(f"{args.target} is not a visual AR target (no token layout)")
-    else:
-        from transformers import AutoModelForCausalLM
-
-        target = AutoModelForCausalLM.from_pretrained(args.target, local_files_only=True).eval()
-        layout = layout_of(target) if args.layout is None else TokenLayout.from_dict(json.loads(Path(args.layout).read_text()))
-    cfg = FeatureTrainConfig(stage1_steps=args.steps, stage1_budget_s=args.budget_s, stage2_steps=0,
-                             batch_size=args.batch_size, lr=args.lr)
-    net, report = train_image_drafter(target, layout, args.cfg_scale, args.sar_tokens, args.samples,
-                                      val_samples=args.val_samples, train_cfg=cfg, seed=args.seed, checkpoint=ckpt,
-                                      checkpoint_every_s=args.checkpoint_every)
-
-    def save(d):
-        net.save_pretrained(d)
-        (d / "train_report.json").write_text(json.dumps(report, indent=2, default=str))
-
-    record = {"kind": "feature-drafter", "method": "image", "route": "image",
-              "drafter": "sar" if args.sar_tokens > 1 else "feature", "cfg_scale": args.cfg_scale,
-              "sar_tokens": args.sar_tokens, "target": target_identity(args.target, target),
-              "trained_by": "mmspec train image-drafter", "settings": settings}
-    out = write_artifact(args.out, save, record)
-    acc = [round(a, 3) for a in next(iter(report["slot_accuracy"].values()))]
-    print(f"image feature drafter saved to {out}; teacher-forced agreement of its slots with the guided target "
-          f"(cfg {args.cfg_scale}): {acc}")
-    return 0
-
-
-__all__ = ["target_samples", "sequence_batches", "train_image_drafter", "cli_train_image_drafter"]
+__all__ = ["target_samples", "sequence_batches", "train_image_drafter"]

@@ -4,22 +4,23 @@ the standard library's training modules; quality measured on held-out modules.""
 from __future__ import annotations
 
 import ast
-import platform
 import time
 from pathlib import Path
 
 import torch
-import transformers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaConfig, LlamaForCausalLM
 
-from . import ZooEntry, code_diffusion
-from .code_data import (CodeCorpus, completion_prompts, ensure_tokenizer, extra_training_files, load_corpus,
-                        read_texts)
-from .common import (batches, load_checkpoint, logits_checksum, read_json, save_checkpoint, seed_everything,
-                     train_loop, write_json)
+from ..drafters import AutoregressiveDrafter
+from ..training.loop import load_checkpoint, save_checkpoint, train_loop
+from . import code_diffusion, code_distill
+from .code_data import CodeCorpus, completion_prompts, ensure_tokenizer, extra_training_files, load_corpus, read_texts
+from .code_loader import BASE_NAMES, NAMES, load
+from .common import build_dir, logits_checksum, seed_everything, versions
+from .entry import ZooEntry
+from .growth import grow_depth, layer_ablation
+from .home import write_json
+from .streams import batches, fixed_windows, mean_loss, next_token_loss, token_stream
 
-BASE_NAMES = ["code-target", "code-drafter"]
-NAMES = BASE_NAMES + code_diffusion.NAMES  # diffusion drafters: see code_diffusion.py
 SEED = 1234
 CHECKSUM_TEXT = "def add(a, b):\n    return"
 
@@ -51,98 +52,11 @@ MICRO_BUDGET_S = 6.0
 SEQ_LEN, BATCH = 256, 16
 
 
-def build_dir(home: Path, name: str) -> Path:
-    """Where a model's training checkpoints live while it is being built (never shipped)."""
-    return Path(home) / ".build" / name
-
-
-@torch.no_grad()
-def grow_depth(base: LlamaForCausalLM, config: LlamaConfig, mode: str = "zero") -> LlamaForCausalLM:
-    """Depth growth: layer j of the deep model starts as a copy of base layer j // r (r = depth ratio).
-
-    ``mode="zero"``: copies other than the first of each group get zero output projections (``o_proj``,
-    ``down_proj``), so the grown model computes exactly the base model's function; the copies only start to
-    contribute once training moves them (with little data they may never do: the first grown code target's
-    copies stayed unused, per :func:`layer_ablation`).
-    ``mode="split"``: every copy keeps the base layer's weights with its output projections divided by r, so
-    the group adds about the base layer's update (the function is kept to first order) and every layer is
-    in use from the first step; training then differentiates the copies."""
-    if mode not in ("zero", "split"):
-        raise ValueError(f"grow_depth mode must be 'zero' or 'split', not {mode!r}")
-    deep = LlamaForCausalLM(config)
-    n_base, n_deep = base.config.num_hidden_layers, config.num_hidden_layers
-    if n_deep % n_base:
-        raise ValueError(f"cannot grow {n_base} layers to {n_deep}: not a multiple")
-    ratio = n_deep // n_base
-    outputs = ("self_attn.o_proj.weight", "mlp.down_proj.weight")
-    state = {k: v for k, v in base.state_dict().items() if not k.startswith("model.layers.")}
-    for j in range(n_deep):
-        src = f"model.layers.{j // ratio}."
-        for key, value in base.state_dict().items():
-            if key.startswith(src):
-                name = key[len(src):]
-                if name in outputs and mode == "split":
-                    value = value / ratio
-                elif name in outputs and j % ratio:
-                    value = torch.zeros_like(value)
-                state[f"model.layers.{j}.{name}"] = value.clone()
-    deep.load_state_dict(state)
-    return deep
-
-
-@torch.no_grad()
-def layer_ablation(model: LlamaForCausalLM, windows: torch.Tensor) -> list[float]:
-    """Held-out loss increase when each decoder layer is skipped in turn: a layer that does nothing
-    shows ~0 here, so this is the evidence that every layer of a deep target is trained."""
-    base = mean_loss(model, windows)
-    layers = model.model.layers
-    out = []
-    for i in range(len(layers)):
-        model.model.layers = torch.nn.ModuleList([m for j, m in enumerate(layers) if j != i])
-        for k, m in enumerate(model.model.layers):
-            m.self_attn.layer_idx = k
-        try:
-            out.append(mean_loss(model, windows) - base)
-        finally:
-            model.model.layers = layers
-            for k, m in enumerate(layers):
-                m.self_attn.layer_idx = k
-    return out
-
-
 def model_config(name: str, vocab_size: int, micro: bool) -> LlamaConfig:
     hidden, layers, heads, kv, inter = (MICRO_SIZES if micro else SIZES)[name]
     return LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
                        num_attention_heads=heads, num_key_value_heads=kv, max_position_embeddings=2048,
                        pad_token_id=0, eos_token_id=1, bos_token_id=None, tie_word_embeddings=False)
-
-
-def token_stream(tok: PreTrainedTokenizerFast, texts: list[str]) -> torch.Tensor:
-    """All files concatenated, each followed by <eos>."""
-    ids = tok(texts, add_special_tokens=False).input_ids
-    flat = [t for doc in ids for t in doc + [tok.eos_token_id]]
-    return torch.tensor(flat, dtype=torch.long)
-
-
-def _next_token_loss(model, batch: torch.Tensor) -> torch.Tensor:
-    logits = model(input_ids=batch[:, :-1]).logits
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch[:, 1:].reshape(-1))
-
-
-def fixed_windows(stream: torch.Tensor, n: int, seq_len: int) -> torch.Tensor:
-    """Non-overlapping evaluation windows from the start of a stream (deterministic)."""
-    n = max(1, min(n, (stream.numel() - 1) // seq_len))
-    return torch.stack([stream[i * seq_len: i * seq_len + seq_len + 1] for i in range(n)])
-
-
-@torch.no_grad()
-def mean_loss(model, windows: torch.Tensor, batch: int = 16) -> float:
-    total, count = 0.0, 0
-    for i in range(0, windows.shape[0], batch):
-        chunk = windows[i: i + batch]
-        total += float(_next_token_loss(model, chunk)) * chunk.shape[0]
-        count += chunk.shape[0]
-    return total / count
 
 
 def function_body(completion: str) -> str:
@@ -182,10 +96,6 @@ def completion_quality(model, tok, corpus: CodeCorpus, limit: int, max_new_token
             pass
     return {"completion_prompts": len(prompts), "parse_rate": parses / max(1, len(prompts)),
             "distinct_2": distinct_2(generated), "completion_max_new_tokens": max_new_tokens}
-
-
-def _versions() -> dict:
-    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
 
 
 def checksum_input(tok) -> torch.Tensor:
@@ -239,7 +149,7 @@ def _build_base(home: Path, micro: bool, progress: bool, names: list[str]) -> di
             teacher = teacher if teacher is not None else load("code-target", home / "code-target").model
             model, res, stages = _train_drafter(home, tok, teacher, {"train": train, "val": val}, micro, progress)
         info = {"family": "code", "name": name, "micro": micro, "seed": SEED + NAMES.index(name),
-                "seq_len": seq_len, **_versions()}
+                "seq_len": seq_len, **versions()}
         if name == "code-drafter":
             info["distilled_from"] = "code-target"
         save(model, tok, home / name, info)
@@ -292,9 +202,7 @@ def generation_loss(model, batch: dict) -> torch.Tensor:
 
 
 def _generation_batches(data, batch: int, gen: torch.Generator):
-    from .code_distill import continuation_mask, row_mask
-
-    cont, rows = continuation_mask(data), row_mask(data)
+    cont, rows = code_distill.continuation_mask(data), code_distill.row_mask(data)
     width = int(rows.sum(1).max())
 
     def take(idx: torch.Tensor) -> dict:
@@ -306,16 +214,12 @@ def _generation_batches(data, batch: int, gen: torch.Generator):
 def _train_drafter(home: Path, tok, target: LlamaForCausalLM, streams: dict, micro: bool, progress: bool):
     """code-drafter: a 1-layer AR model trained on the target's own greedy continuations (sequence-level
     distillation); its τ on held-out validation prompts is recorded before training (random weights) and after."""
-    from . import code_distill
-
     train, val = code_distill.target_data(home, target, streams, micro, progress)
     prompts = code_distill.tau_prompts(tok, micro)
     gen = seed_everything(SEED + NAMES.index("code-drafter"))
     model = LlamaForCausalLM(model_config("code-drafter", len(tok), micro))
 
     def tau() -> float:
-        from ..drafters import AutoregressiveDrafter
-
         model.eval()
         return code_distill.decode_tau(target, lambda: AutoregressiveDrafter(model, num_tokens=4), prompts, micro)
 
@@ -380,21 +284,13 @@ def _train_deep_target(home: Path, tok, train: torch.Tensor, val_windows: torch.
             model = grow_depth(model, model_config(key, len(tok), micro), mode="split")
             stream = mixed_batches(train, extra, batch, 2 if micro else STDLIB_ROWS, seq_len, gen)
         stages[stage] = train_loop(
-            model, lambda step: next(stream), lambda: mean_loss(model, val_windows), _next_token_loss,
+            model, lambda step: next(stream), lambda: mean_loss(model, val_windows), next_token_loss,
             max_steps=30 if micro else MAX_STEPS[key], budget_s=MICRO_BUDGET_S if micro else BUDGET_S[key],
             lr=3e-3 if micro else LR[key], warmup=5 if micro else 100, eval_every=10 if micro else EVAL_EVERY[key],
             weight_decay=WEIGHT_DECAY[key], patience=4 if stage == "grow" else 3,
             desc=f"train code-target ({stage}, {model.config.num_hidden_layers} layers)",
             progress=progress, checkpoint=build_dir(home, "code-target") / f"{stage}.pt", generators=(gen,))
     return model, stages, extra_info
-
-
-def load(name: str, path: Path) -> ZooEntry:
-    if name in code_diffusion.NAMES:
-        return code_diffusion.load(name, path)
-    model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    tok = PreTrainedTokenizerFast.from_pretrained(path)
-    return ZooEntry(name=name, model=model, tokenizer=tok, config=read_json(path / "zoo.json"), path=path)
 
 
 @torch.no_grad()

@@ -19,6 +19,9 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
 from .common import stable_bucket
 
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<mask>", "<image>"]
@@ -73,9 +76,6 @@ def load_corpus(micro: bool = False, root: Path | None = None) -> CodeCorpus:
 
 def train_tokenizer(texts: list[str], vocab_size: int):
     """Byte-level BPE with the zoo's special tokens at ids 0..3, wrapped as a HF fast tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -171,8 +171,6 @@ TOKENIZER_DIR = "code-tokenizer"
 def ensure_tokenizer(home: Path, micro: bool = False):
     """The zoo's shared tokenizer (code LM, VLM language model): loaded from ``<home>/code-tokenizer``,
     trained and saved there first if missing (vocab 4096; 512 for micro builds)."""
-    from transformers import PreTrainedTokenizerFast
-
     path = Path(home) / TOKENIZER_DIR
     if (path / "tokenizer.json").exists():
         return PreTrainedTokenizerFast.from_pretrained(path)

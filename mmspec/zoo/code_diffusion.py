@@ -22,13 +22,23 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaConfig, LlamaForCausalLM
 
-from . import ZooEntry
+from ..drafters import DEERDrafter, DiffusionLM
+from ..drafters.ngram import NGramLM
+from ..training import deer
+from ..training.dlm import mdlm_loss
+from ..training.loop import train_loop
+from . import code_distill
 from .code_data import ensure_tokenizer, load_corpus
-from .common import logits_checksum, read_json, seed_everything, train_loop, write_json
+from .code_loader import DIFFUSION_NAMES as NAMES
+from .code_loader import load
+from .common import build_dir, logits_checksum, seed_everything, versions
+from .entry import ZooEntry
+from .growth import grow_depth
+from .home import write_json
+from .streams import batches, fixed_windows, token_stream
 
-NAMES = ["code-dlm", "code-deer-s1", "code-deer", "code-ngram"]
 SEED = 777
 MASK_ID = 2
 CONVENTION = "dream"
@@ -67,26 +77,20 @@ def _save(model, tok, path: Path, info: dict) -> None:
 
 
 def _streams(tok, micro: bool):
-    from .code import token_stream
-
     corpus = load_corpus(micro=micro)
     return corpus, {s: token_stream(tok, corpus.texts(s)) for s in ("train", "val", "test")}
 
 
 def build(home: Path, micro: bool = False, progress: bool = True, names: list[str] | None = None) -> dict:
-    from . import code as code_family
-
     home = Path(home)
     names = names or NAMES
     tok = ensure_tokenizer(home, micro)
     corpus, streams = _streams(tok, micro)
     results = {}
     common = {"family": "code", "micro": micro, "mask_token_id": MASK_ID, "convention": CONVENTION,
-              "attention": "bidirectional (4-D mask)", **code_family._versions()}
+              "attention": "bidirectional (4-D mask)", **versions()}
 
     if "code-ngram" in names:
-        from ..drafters.ngram import NGramLM
-
         t0 = time.perf_counter()
         ids = tok(corpus.texts("train"), add_special_tokens=False).input_ids
         lm = NGramLM.fit(ids, vocab_size=len(tok), order=NGRAM_ORDER, min_count=1 if micro else NGRAM_MIN_COUNT)
@@ -102,7 +106,7 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
         write_json(path / "metrics.json", metrics)
         results["code-ngram"] = metrics
 
-    target = code_family.load("code-target", home / "code-target").model
+    target = load("code-target", home / "code-target").model
     wanted = [n for n in ("code-dlm", "code-deer-s1", "code-deer") if n in names]
     if wanted:
         results.update(_build_dlms(home, tok, target, streams, micro, progress, common, wanted))
@@ -110,12 +114,9 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
 
 
 def _dlm_tau(target, dlm_model, prompts, micro: bool, block: int) -> float:
-    from ..drafters import DEERDrafter, DiffusionLM
-    from .code_distill import decode_tau
-
     dlm_model.eval()
     vocab = target.config.vocab_size
-    return decode_tau(target, lambda: DEERDrafter(DiffusionLM(dlm_model, MASK_ID, convention=CONVENTION,
+    return code_distill.decode_tau(target, lambda: DEERDrafter(DiffusionLM(dlm_model, MASK_ID, convention=CONVENTION,
                                                               target_vocab_size=vocab), num_tokens=block),
                       prompts, micro)
 
@@ -135,8 +136,6 @@ def _row_windows(data, batch: int, gen: torch.Generator):
 
 def _mdlm_stage(model, next_batch, val_windows: list[torch.Tensor], g: torch.Generator, *, steps: int, lr: float,
                 desc: str, checkpoint: Path, micro: bool, progress: bool):
-    from ..training.dlm import mdlm_loss
-
     vg = torch.Generator()
 
     @torch.no_grad()
@@ -160,17 +159,11 @@ def _build_dlms(home: Path, tok, target, streams: dict, micro: bool, progress: b
       generations with the paper's hard labels (the target's tokens).
 
     τ of DEER drafting on held-out validation prompts is recorded at the starting point and after each stage."""
-    from ..training import deer
-    from . import code as code_family
-    from . import code_distill
-    from .code import build_dir, fixed_windows, grow_depth
-    from .common import batches
-
     t0 = time.perf_counter()
     train, val = code_distill.target_data(home, target, streams, micro, progress)
     prompts = code_distill.tau_prompts(tok, micro)
     seq_len = 64 if micro else DLM_SEQ_LEN
-    drafter = code_family.load("code-drafter", home / "code-drafter").model
+    drafter = load("code-drafter", home / "code-drafter").model
     dlm_cfg = LlamaConfig(**{**drafter.config.to_dict(), "num_hidden_layers": DLM_LAYERS})
     g = seed_everything(SEED)
     model = grow_depth(drafter, dlm_cfg)
@@ -236,15 +229,4 @@ def _build_dlms(home: Path, tok, target, streams: dict, micro: bool, progress: b
     return out
 
 
-def load(name: str, path: Path) -> ZooEntry:
-    cfg = read_json(path / "zoo.json")
-    tok = PreTrainedTokenizerFast.from_pretrained(path)
-    if name == "code-ngram":
-        from ..drafters.ngram import NGramLM
-
-        return ZooEntry(name, NGramLM.from_pretrained(path), tok, cfg, path)
-    model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    return ZooEntry(name, model, tok, cfg, path)
-
-
-__all__ = ["NAMES", "build", "load", "checksum", "MASK_ID", "CONVENTION"]
+__all__ = ["NAMES", "build", "checksum", "MASK_ID", "CONVENTION"]

@@ -17,8 +17,10 @@ from typing import Callable
 
 import torch
 
+from ..generator import SpeculativeGenerator
 from ..training.artifact import cached
 from ..training.deer import DEERConfig, Generations, target_generations
+from .code_data import completion_prompts, load_corpus
 
 GEN_LEN = 64  # target tokens per prefix
 FULL = dict(n_train=12288, n_val=256, gen_len=GEN_LEN, prefix_min=16, prefix_max=160, gen_batch=64)
@@ -55,8 +57,6 @@ def continuation_mask(data: Generations) -> torch.BoolTensor:
 
 
 def tau_prompts(tokenizer, micro: bool) -> list[torch.Tensor]:
-    from .code_data import completion_prompts, load_corpus
-
     limit = MICRO_TAU_PROMPTS if micro else TAU_PROMPTS
     prompts = completion_prompts(load_corpus(micro=micro), "val", limit=limit)
     if not prompts:  # a micro corpus may hold no validation function: fall back to training ones
@@ -67,8 +67,6 @@ def tau_prompts(tokenizer, micro: bool) -> list[torch.Tensor]:
 @torch.no_grad()
 def decode_tau(target, make_drafter: Callable[[], object], prompts: list[torch.Tensor], micro: bool) -> float:
     """Σ new tokens / Σ target forwards over the prompts (greedy, exactly ``TAU_TOKENS`` tokens each)."""
-    from ..generator import SpeculativeGenerator
-
     gen = SpeculativeGenerator(target, make_drafter())
     new = forwards = 0
     for ids in prompts:

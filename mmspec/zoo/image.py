@@ -17,24 +17,31 @@ used for the unconditional rows of CFG. A sequence is ``[class token] + codes in
 
 from __future__ import annotations
 
-import platform
+import copy
+import json
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from diffusers import VQModel
+from diffusers.utils import logging as dlog
+from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.utils import logging as tlog
 
 from ..image_codes import LAYOUT_KEY, TokenLayout, decode_codes, generate_codes, layout_of
-from . import ZooEntry, image_drafters
+from ..training.loop import TrainResult, train_loop
 from . import image_data as data
-from .common import TrainResult, logits_checksum, read_json, seed_everything, train_loop, write_json
-
-BASE_NAMES = ["image-vq", "image-target", "image-drafter", "image-classifier"]
-NAMES = BASE_NAMES + image_drafters.NAMES  # the feature drafter of the guided target: see image_drafters.py
-FAMILY = "image"
-SEED = 1234
+from . import image_drafters
+from .common import build_dir, feature_checksum_output, logits_checksum, seed_everything
+from .entry import ZooEntry
+from .growth import grow_depth, layer_ablation
+from .home import write_json
+from .image_classifier import ImageClassifier
+from .image_loader import BASE_NAMES, NAMES
+from .image_records import SEED, dir_mb, require_built, write_records
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -67,52 +74,6 @@ def generate_images(target, vq, class_ids, cfg_scale: float = 3.0, temperature: 
     codes = generate_codes(target, class_ids, cfg_scale, temperature, top_k, generator, layout)
     images = decode_codes(vq, codes, layout.grid)
     return (images, codes) if return_codes else images
-
-
-# ----------------------------------------------------------------------------------------------------------
-# classifier
-
-
-class ImageClassifier(nn.Module):
-    """A small CNN: three conv stages, global average pooling, a linear head. Input in [-1, 1]."""
-
-    def __init__(self, num_classes: int = data.NUM_CLASSES, width: int = 32, image_size: int = data.IMAGE_SIZE):
-        super().__init__()
-        # image_size: the pictures it was trained on (the conv net runs on any size; it judges that one well)
-        self.config = {"num_classes": num_classes, "width": width, "image_size": image_size}
-        w = width
-        self.features = nn.Sequential(
-            nn.Conv2d(3, w, 3, padding=1), nn.ReLU(),
-            nn.Conv2d(w, w, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(w, 2 * w, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(2 * w, 2 * w, 3, padding=1), nn.ReLU(),
-        )
-        self.head = nn.Linear(2 * w, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(x).mean(dim=(2, 3)))
-
-    @torch.no_grad()
-    def predict(self, x: torch.Tensor) -> torch.Tensor:
-        return self(x).argmax(-1)
-
-    def save(self, path: Path) -> None:
-        from safetensors.torch import save_file
-
-        path.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().half().contiguous() for k, v in self.state_dict().items()},
-                  str(path / "model.safetensors"))
-        write_json(path / "config.json", {"architecture": "ImageClassifier", **self.config})
-
-    @classmethod
-    def from_pretrained(cls, path: Path) -> "ImageClassifier":
-        from safetensors.torch import load_file
-
-        cfg = read_json(Path(path) / "config.json")
-        model = cls(num_classes=cfg["num_classes"], width=cfg["width"], image_size=cfg.get("image_size", data.IMAGE_SIZE))
-        state = {k: v.float() for k, v in load_file(str(Path(path) / "model.safetensors")).items()}
-        model.load_state_dict(state)
-        return model.eval()
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -187,30 +148,9 @@ MICRO = Plan(image_size=32, n_train=96, n_val=24, n_test=24,
              cls_width=8, cls_steps=8, cls_budget=0.5, n_cls_recon=96, per_class=1, eval_every=4)
 
 
-def _versions() -> dict:
-    import diffusers
-    import transformers
-
-    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-            "diffusers": diffusers.__version__}
-
-
 def _facts(res: TrainResult) -> dict:
     return {"train_steps": res.steps, "train_seconds": round(res.seconds, 2), "best_val_loss": res.best_val_loss,
             "stopped": res.stopped, "val_history": [[int(s), float(v)] for s, v in res.val_history]}
-
-
-def _dir_mb(path: Path) -> float:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2 ** 20
-
-
-def _write(home: Path, name: str, metrics: dict, facts: dict, micro: bool) -> dict:
-    path = home / name
-    metrics = dict(metrics, weights_mb=round(_dir_mb(path), 3))
-    write_json(path / "metrics.json", metrics)
-    write_json(path / "zoo.json", {"family": FAMILY, "name": name, "micro": micro, "seed": SEED, **_versions(),
-                                   **facts})
-    return metrics
 
 
 _T0 = [0.0]
@@ -247,8 +187,6 @@ def checksum_tokens(layout: TokenLayout) -> torch.Tensor:
 def checksum_output(name: str, model, layout: TokenLayout | None = None) -> torch.Tensor:
     """The output a zoo.json checksum fingerprints, for model ``name``."""
     if name in image_drafters.NAMES:
-        from .vlm_drafters import checksum_output as feature_checksum_output
-
         return feature_checksum_output(model)
     if name == "image-vq":
         return model(checksum_images(size=image_size_of(model))).sample
@@ -269,8 +207,6 @@ def checksum(entry: ZooEntry) -> dict:
 def _fit_steps(model, batch, loss_fn, budget: float, cap: int, floor: int = 8) -> int:
     """How many optimiser steps fit in ``budget`` seconds, timed on a throwaway copy of ``model`` (so the
     cosine schedule of ``train_loop`` decays within the budget instead of being cut off mid-way)."""
-    import copy
-
     probe = copy.deepcopy(model)
     probe.train()
     opt = torch.optim.AdamW(probe.parameters(), lr=1e-8)
@@ -289,8 +225,6 @@ def _fit_steps(model, batch, loss_fn, budget: float, cap: int, floor: int = 8) -
 
 
 def _make_vq(plan: Plan):
-    from diffusers import VQModel
-
     n = len(plan.vq_channels)
     return VQModel(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * n,
                    up_block_types=("UpDecoderBlock2D",) * n, block_out_channels=plan.vq_channels, layers_per_block=1,
@@ -354,8 +288,6 @@ def _train_vq(plan: Plan, train_x: torch.Tensor, val_x: torch.Tensor, progress: 
 
 
 def _llama_config(layout: TokenLayout, hidden: int, layers: int, heads: int, inter: int):
-    from transformers import LlamaConfig
-
     cfg = LlamaConfig(vocab_size=layout.vocab_size, hidden_size=hidden, intermediate_size=inter,
                       num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
                       max_position_embeddings=layout.seq_len + 16, rope_theta=10000.0, tie_word_embeddings=False,
@@ -365,8 +297,6 @@ def _llama_config(layout: TokenLayout, hidden: int, layers: int, heads: int, int
 
 
 def _make_llama(plan: Plan, layout: TokenLayout, hidden: int, layers: int, heads: int, inter: int):
-    from transformers import LlamaForCausalLM
-
     torch.manual_seed(SEED)
     return LlamaForCausalLM(_llama_config(layout, hidden, layers, heads, inter))
 
@@ -410,11 +340,9 @@ def _train_ar(plan: Plan, model, layout: TokenLayout, train_seqs: torch.Tensor, 
 
 def _train_target(plan: Plan, home: Path, layout: TokenLayout, train_seqs, val_seqs, progress: bool):
     """image-target in two checkpointed stages (``<home>/.build/image-target/{base,grow}.pt``): a shallow
-    base trained from scratch, then grown to full depth (:func:`~mmspec.zoo.code.grow_depth`: the grown
+    base trained from scratch, then grown to full depth (:func:`~mmspec.zoo.growth.grow_depth`: the grown
     model starts as exactly the base's function) and trained on. The base's steps are ~3x cheaper than the
     deep model's, so most of the tokens are seen at the base's cost."""
-    from .code import grow_depth
-
     dims = (plan.ar_hidden, plan.ar_heads, plan.ar_inter)
     model = _make_llama(plan, layout, dims[0], plan.ar_base_layers, dims[1], dims[2])
     stages = {}
@@ -507,8 +435,6 @@ def _init_from(drafter, target) -> bool:
 
 
 def _save_llama_fp16(model, path: Path):
-    from transformers import LlamaForCausalLM
-
     model.half().save_pretrained(path, safe_serialization=True)
     model.float()
     return LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
@@ -539,17 +465,12 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
 
 def stage_dir(home: Path, name: str) -> Path:
     """Where ``name``'s training checkpoints live while it is being built (never shipped)."""
-    from .code import build_dir
-
     return build_dir(home, name)
 
 
 def _bind_checkpoints(home: Path, names: list[str], vq_checksum: dict, progress: bool) -> None:
     """Checkpoints of models trained on the VQ's codes are only valid for that VQ: each stage folder records
     the VQ checksum it was started with, and a folder from another VQ is cleared (a rebuilt VQ restarts them)."""
-    import json
-    import shutil
-
     for name in names:
         folder = stage_dir(home, name)
         stamp = folder / "inputs.json"
@@ -561,22 +482,7 @@ def _bind_checkpoints(home: Path, names: list[str], vq_checksum: dict, progress:
             write_json(stamp, want)
 
 
-def _require(home: Path, name: str, wanted: str) -> Path:
-    path = home / name
-    if not (path / "zoo.json").exists():
-        raise ValueError(f"building {wanted} needs {name} in {home}; build it first (`mmspec zoo build --only "
-                         f"{name}`) or build the image family as a whole")
-    from . import check_model_dir
-
-    check_model_dir(name, path)
-    return path
-
-
 def _build_base(home: Path, micro: bool, progress: bool, names: list[str]) -> dict[str, dict]:
-    from diffusers import VQModel
-    from diffusers.utils import logging as dlog
-    from transformers.utils import logging as tlog
-
     threads = torch.get_num_threads()
     bars = (tlog.is_progress_bar_enabled(), dlog.is_progress_bar_enabled())
     torch.set_num_threads(1)
@@ -584,7 +490,7 @@ def _build_base(home: Path, micro: bool, progress: bool, names: list[str]) -> di
         tlog.disable_progress_bar()
         dlog.disable_progress_bar()
     try:
-        return _build(Path(home), micro, progress, VQModel, names)
+        return _build(Path(home), micro, progress, names)
     finally:
         torch.set_num_threads(threads)
         if bars[0]:
@@ -593,7 +499,7 @@ def _build_base(home: Path, micro: bool, progress: bool, names: list[str]) -> di
             dlog.enable_progress_bar()
 
 
-def _build(home: Path, micro: bool, progress: bool, VQModel, names: list[str]) -> dict[str, dict]:
+def _build(home: Path, micro: bool, progress: bool, names: list[str]) -> dict[str, dict]:
     plan = MICRO if micro else FULL
     t0 = _T0[0] = time.perf_counter()
     out: dict[str, dict] = {}
@@ -601,7 +507,7 @@ def _build(home: Path, micro: bool, progress: bool, VQModel, names: list[str]) -
     last = max(BUILD_ORDER.index(n) for n in names)
     for dep in BUILD_ORDER[:last]:
         if dep not in names:
-            _require(home, dep, BUILD_ORDER[last])
+            require_built(home, dep, BUILD_ORDER[last])
 
     size = plan.image_size
     if "image-vq" not in names:  # pictures at the size the existing VQ was built for
@@ -631,8 +537,8 @@ def _build(home: Path, micro: bool, progress: bool, VQModel, names: list[str]) -
              "image_size": size, "grid": layout.grid, "params": sum(p.numel() for p in vq.parameters()),
              **_facts(res)}
         data.image_grid(torch.cat([test_x[:24], test_rec[:24]]), nrow=12).save(path / "reconstructions.png")
-        m = _write(home, "image-vq", m, {"checksum": vq_checksum, "layout": layout.to_dict(data.CLASSES), "image_size": size,
-                                         **plan_facts}, micro)
+        m = write_records(home, "image-vq", m, {"checksum": vq_checksum, "layout": layout.to_dict(data.CLASSES),
+                                                "image_size": size, **plan_facts}, micro)
         out["image-vq"] = m
         _log(progress, f"image-vq: PSNR {m['psnr_test_db']:.2f} dB, {m['codebook_used_test']} codes used, "
                        f"{layout.grid}x{layout.grid} grid")
@@ -656,9 +562,9 @@ def _build(home: Path, micro: bool, progress: bool, VQModel, names: list[str]) -
         m = {"accuracy_test": _accuracy(classifier, test_x, test_y),
              "accuracy_test_vq_reconstructions": _accuracy(classifier, test_rec, test_y), "image_size": size,
              "params": sum(p.numel() for p in classifier.parameters()), **_facts(res)}
-        m = _write(home, "image-classifier", m,
-                   {"checksum": logits_checksum(checksum_output("image-classifier", classifier)),
-                    "classes": list(data.CLASSES), "image_size": size, **plan_facts}, micro)
+        m = write_records(home, "image-classifier", m,
+                          {"checksum": logits_checksum(checksum_output("image-classifier", classifier)),
+                           "classes": list(data.CLASSES), "image_size": size, **plan_facts}, micro)
         out["image-classifier"] = m
         _log(progress, f"image-classifier: accuracy {m['accuracy_test']:.3f}")
     if last == 1:
@@ -689,13 +595,11 @@ def _build(home: Path, micro: bool, progress: bool, VQModel, names: list[str]) -
                  target, init, micro, out, progress)
 
     _log(progress, f"built in {time.perf_counter() - t0:.0f}s, "
-                   f"{sum(_dir_mb(home / n) for n in NAMES if (home / n).exists()):.1f} MB")
+                   f"{sum(dir_mb(home / n) for n in NAMES if (home / n).exists()):.1f} MB")
     return out
 
 
 def _load_ar(path: Path):
-    from transformers import LlamaForCausalLM
-
     return LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
 
 
@@ -703,8 +607,6 @@ def _save_ar(home: Path, name: str, model, layout: TokenLayout, plan: Plan, stag
              test_seqs, val_seqs, target, init: str, micro: bool, out: dict, progress: bool):
     """Save an AR model in fp16 and measure the shipped weights: losses, class fidelity with and without
     CFG, per-stage steps / tokens / seconds, and (deep target) each layer's ablation."""
-    from .code import layer_ablation
-
     path = home / name
     model = _save_llama_fp16(model, path)
     fid, per, images = _fidelity(model, vq, classifier, layout, plan.per_class, plan.cfg_scale, SEED + 7)
@@ -727,43 +629,12 @@ def _save_ar(home: Path, name: str, model, layout: TokenLayout, plan: Plan, stag
         m["layer_ablation_loss_increase"] = layer_ablation(model, test_seqs[: 8 if micro else 64])
     if target is not None:
         m["greedy_agreement_with_target_test"] = _agreement(model, target, test_seqs)
-    m = _write(home, name, m, {"checksum": logits_checksum(checksum_output(name, model, layout)),
-                               "layout": layout.to_dict(data.CLASSES), "vq": "image-vq", "init": init, "plan": asdict(plan)},
-               micro)
+    m = write_records(home, name, m, {"checksum": logits_checksum(checksum_output(name, model, layout)),
+                                      "layout": layout.to_dict(data.CLASSES), "vq": "image-vq", "init": init,
+                                      "plan": asdict(plan)}, micro)
     out[name] = m
     _log(progress, f"{name}: test loss {m['test_loss']:.3f}, class fidelity {fid:.3f} (no CFG {fid1:.3f})")
     return model
 
 
-def load(name: str, path: Path) -> ZooEntry:
-    """Load one image-family model from its folder (the AR models also load their VQ from ``../image-vq``)."""
-    from diffusers import VQModel
-    from transformers import LlamaForCausalLM
-
-    if name in image_drafters.NAMES:
-        return image_drafters.load(name, path)
-    if name not in NAMES:
-        raise ValueError(f"unknown image zoo model {name!r}; choose from {NAMES}")
-    path = Path(path)
-    cfg = read_json(path / "zoo.json")
-    if name == "image-vq":
-        vq = VQModel.from_pretrained(path, torch_dtype=torch.float32).eval()
-        return ZooEntry(name, vq, tokenizer=None, config=cfg, path=path,
-                        extras={"layout": TokenLayout.from_dict(cfg["layout"])})
-    if name == "image-classifier":
-        return ZooEntry(name, ImageClassifier.from_pretrained(path), config=cfg, path=path,
-                        extras={"classes": list(cfg["classes"])})
-    model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    vq_path = path.parent / cfg.get("vq", "image-vq")
-    if vq_path.exists():
-        from . import check_model_dir
-
-        check_model_dir(vq_path.name, vq_path)  # a damaged VQ must fail here, naming its file
-    vq = VQModel.from_pretrained(vq_path, torch_dtype=torch.float32).eval() if vq_path.exists() else None
-    layout = TokenLayout.from_dict(cfg["layout"])
-    return ZooEntry(name, model, tokenizer=vq, config=cfg, path=path,
-                    extras={"vq": vq, "layout": layout, "classes": list(data.CLASSES)})
-
-
-__all__ = ["NAMES", "encode_images", "generate_images", "ImageClassifier", "checksum", "checksum_output", "build", "load",
-           "BASE_NAMES"]
+__all__ = ["NAMES", "encode_images", "generate_images", "checksum", "checksum_output", "build", "BASE_NAMES"]

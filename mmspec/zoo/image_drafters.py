@@ -11,23 +11,29 @@ Both trained by :mod:`mmspec.training.image_feature` on the same guided target s
 
 from __future__ import annotations
 
+import json
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-from . import ZooEntry
-from .common import read_json, seed_everything
+from ..drafters.feature_model import FeatureDraftModel
+from ..training.artifact import cached
+from ..training.feature import FeatureTrainConfig
+from ..training.image_feature import target_samples, train_image_drafter
+from .common import build_dir, feature_checksum_output, logits_checksum, seed_everything
+from .entry import ZooEntry
+from .image_loader import FEATURE_NAMES as NAMES
+from .image_loader import load
+from .image_records import require_built, write_records
 
-NAMES = ["image-eagle", "image-sar"]
 SAR_TOKENS = {"image-eagle": 1, "image-sar": 4}
 SEED = 5151
 CFG_SCALE = 3.0  # the scale image-target's own fidelity is measured at, and the benchmarks' default
 
 
-def train_config(micro: bool):
-    from ..training.feature import FeatureTrainConfig
-
+def train_config(micro: bool) -> FeatureTrainConfig:
     if micro:
         return FeatureTrainConfig(stage1_steps=6, stage1_budget_s=30.0, stage2_steps=0, batch_size=4, warmup=2,
                                   eval_every=3, patience=2)
@@ -41,14 +47,9 @@ SAMPLES = {False: (3072, 256), True: (48, 16)}  # (train, val) guided target sam
 
 
 def build(home: Path, micro: bool = False, progress: bool = True, names: list[str] | None = None) -> dict:
-    from ..drafters.feature_model import FeatureDraftModel
-    from ..training.artifact import cached
-    from ..training.image_feature import target_samples, train_image_drafter
-    from .image import _require, _write, load as load_image, stage_dir
-
     names = names or NAMES
-    _require(Path(home), "image-target", names[0])
-    target_entry = load_image("image-target", home / "image-target")
+    require_built(Path(home), "image-target", names[0])
+    target_entry = load("image-target", home / "image-target")
     target, layout = target_entry.model, target_entry.extras["layout"]
     samples, val_samples = SAMPLES[micro]
     threads = torch.get_num_threads()
@@ -56,7 +57,7 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
     out = {}
     try:
         # the samples and the checkpoints belong to this target: a rebuilt target starts them over
-        work = _bound_dir(stage_dir(home, "image-feature-drafters"), target_entry.config["checksum"])
+        work = _bound_dir(build_dir(home, "image-feature-drafters"), target_entry.config["checksum"])
         seqs = cached(work / "samples.pt", lambda: target_samples(target, layout, samples + val_samples, CFG_SCALE,
                                                                   SEED, batch_size=128, progress=progress))
         for name in names:
@@ -73,7 +74,7 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
                      "cfg_scale": CFG_SCALE, "drafter_seed": SEED, "params": report["params"],
                      "drafter_config": asdict(net.config),
                      "checksum": checksum(ZooEntry(name, FeatureDraftModel.from_pretrained(path)))}
-            out[name] = _write(home, name, metrics, facts, micro)
+            out[name] = write_records(home, name, metrics, facts, micro)
     finally:
         torch.set_num_threads(threads)
     return out
@@ -81,9 +82,6 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
 
 def _bound_dir(folder: Path, target_checksum: dict) -> Path:
     """``folder``, emptied first if it was started against another target (its samples would be stale)."""
-    import json
-    import shutil
-
     stamp = folder / "target.json"
     want = json.loads(json.dumps({"image-target": target_checksum}))
     if stamp.exists() and json.loads(stamp.read_text()) != want:
@@ -95,18 +93,7 @@ def _bound_dir(folder: Path, target_checksum: dict) -> Path:
 
 
 def checksum(entry: ZooEntry) -> dict:
-    from .vlm_drafters import checksum as feature_checksum
-
-    return feature_checksum(entry)
+    return logits_checksum(feature_checksum_output(entry.model))
 
 
-def load(name: str, path: Path) -> ZooEntry:
-    from ..drafters.feature_model import FeatureDraftModel
-
-    if name not in NAMES:
-        raise ValueError(f"unknown image feature drafter {name!r}; choose from {NAMES}")
-    return ZooEntry(name=name, model=FeatureDraftModel.from_pretrained(path), tokenizer=None,
-                    config=read_json(path / "zoo.json"), path=Path(path))
-
-
-__all__ = ["NAMES", "SAR_TOKENS", "build", "load", "checksum", "train_config", "CFG_SCALE"]
+__all__ = ["NAMES", "SAR_TOKENS", "build", "checksum", "train_config", "CFG_SCALE"]

@@ -2,7 +2,8 @@
 
 A flipped bit in a weight file must not load and generate silently, and a truncated or missing file
 must fail with the file's name and the fix, not a raw ``SafetensorError`` from deep inside a loader.
-Hashes are memoised per (path, size, mtime) so loading the same model twice hashes it once.
+Hashes are memoised per (path, size, mtime) so loading the same model twice hashes it once (the most recent
+``HASH_MEMO_SIZE`` files: a long-lived process rebuilding models does not grow it without end).
 """
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+from functools import lru_cache
 from pathlib import Path
+
+from ..model_dirs import require_config
 
 FILES_KEY = "files"
 _UNHASHED_NAMES = {"zoo.json", "metrics.json"}  # zoo.json holds the hashes; metrics are a report, never loaded
 _UNHASHED_SUFFIXES = {".png", ".md", ".pt", ".tmp"}  # pictures, notes, training checkpoints, torn writes
-_memo: dict[tuple[str, int, int], str] = {}
+HASH_MEMO_SIZE = 1024  # more than the files of every zoo model together
 
 
 def rebuild_hint(name: str) -> str:
@@ -30,14 +34,17 @@ def hashed_files(path: Path) -> list[Path]:
 
 def sha256(path: Path) -> str:
     st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    if key not in _memo:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        _memo[key] = h.hexdigest()
-    return _memo[key]
+    return _sha256(str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+@lru_cache(maxsize=HASH_MEMO_SIZE)
+def _sha256(resolved: str, size: int, mtime_ns: int) -> str:
+    """The file's digest; size and mtime are part of the key, so a rewritten file is hashed again."""
+    h = hashlib.sha256()
+    with open(resolved, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def file_hashes(path: Path) -> dict[str, dict]:
@@ -95,6 +102,14 @@ def verify(name: str, path: Path) -> dict:
     return info
 
 
+def check_model_dir(name: str, path: Path) -> dict:
+    """Everything that can be checked before loading: zoo.json readable, recorded file hashes matching,
+    the model's config file present. Returns zoo.json."""
+    info = verify(name, path)
+    require_config(path, f"zoo model {name!r}", ("config.json", "feature_drafter.json", "ngram.json"))
+    return info
+
+
 def changed_since_commit(home: Path) -> set[str]:
     """Models of a zoo folder inside a git checkout whose files differ from the committed (shipped) ones, e.g.
     rebuilt in place; empty when ``home`` is not tracked by git or git is not there."""
@@ -138,5 +153,5 @@ def status(name: str, path: Path, changed: bool = False) -> str:
     return "ok" if FILES_KEY in info else "no file hashes recorded"
 
 
-__all__ = ["changed_since_commit", "FILES_KEY", "file_hashes", "record_file_hashes", "read_zoo_json", "verify", "problems", "status",
+__all__ = ["check_model_dir", "changed_since_commit", "FILES_KEY", "file_hashes", "record_file_hashes", "read_zoo_json", "verify", "problems", "status",
            "rebuild_hint", "hashed_files"]

@@ -23,11 +23,11 @@ Recipe (CPU), LLaVA-style:
 2. *instruction tuning*: the tower is frozen; projector (its first units seeded with the stage-1 head, see
    ``seed_projector``) and a shallow language model learn single-turn question answering and captioning,
    with the loss on the answer/caption tokens and their ``<eos>`` only;
-3. *depth growth*: the language model is grown to full depth (``code.grow_depth``: function-preserving
+3. *depth growth*: the language model is grown to full depth (``growth.grow_depth``: function-preserving
    copies of each trained layer) and trained on, so the target's decode step costs many drafter forwards
    (the ratio speculative decoding lives on) without training a deep model from scratch.
 
-Every stage runs ``common.train_loop`` for a fixed number of steps (the time budget is only a safety net),
+Every stage runs ``training.loop.train_loop`` for a fixed number of steps (the time budget is only a safety net),
 checkpointed under ``<home>/.build/<name>/``: an interrupted ``mmspec zoo build --only vlm-target`` resumes
 where it stopped. The drafter is trained like stage 2 on the same examples without the picture.
 """
@@ -35,23 +35,26 @@ where it stopped. The drafter is trained like stage 2 on the same examples witho
 from __future__ import annotations
 
 import math
-import platform
 import random
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
+from transformers import (CLIPImageProcessor, CLIPVisionConfig, LlamaConfig, LlamaForCausalLM, LlavaConfig,
+                          LlavaForConditionalGeneration, LlavaProcessor)
 
-from . import ZooEntry, vlm_drafters
+from ..training.loop import TrainResult, train_loop
 from . import vlm_data as vd
+from . import vlm_drafters
 from .code_data import EOS, IMAGE, ensure_tokenizer
-from .code import build_dir
-from .common import TrainResult, logits_checksum, read_json, seed_everything, train_loop, write_json
+from .common import build_dir, logits_checksum, seed_everything, versions
+from .entry import ZooEntry
+from .growth import grow_depth
+from .home import write_json
+from .vlm_examples import Encoder, ScenePool, collate, pixel_tensor, to_pixels
+from .vlm_loader import BASE_NAMES, NAMES, load, set_generation_config
 
-BASE_NAMES = ["vlm-target", "vlm-drafter"]
-NAMES = BASE_NAMES + vlm_drafters.NAMES  # feature drafters (EAGLE-style, MSD, FLASH): see vlm_drafters.py
 SEED = 20240611
 
 # Sizes: 5-pixel patches give 144 visual tokens per image (LLaVA-1.5 has 576; the old 20-pixel patches gave
@@ -119,16 +122,12 @@ MAX_CAPTION_TOKENS = 48
 
 def image_processor(image_size: int = vd.IMAGE_SIZE):
     """CLIP-style preprocessing without resizing or cropping: pixels / 255, normalised to [-1, 1]."""
-    from transformers import CLIPImageProcessor
-
     return CLIPImageProcessor(do_resize=False, do_center_crop=False, do_rescale=True, rescale_factor=1 / 255,
                               do_normalize=True, image_mean=[0.5] * 3, image_std=[0.5] * 3, do_convert_rgb=True,
                               size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size})
 
 
 def make_processor(tokenizer, patch_size: int = vd.CELL):
-    from transformers import LlavaProcessor
-
     return LlavaProcessor(image_processor=image_processor(), tokenizer=tokenizer, patch_size=patch_size,
                           vision_feature_select_strategy="default", image_token=IMAGE, num_additional_image_tokens=1)
 
@@ -138,8 +137,6 @@ def num_image_tokens(patch_size: int = vd.CELL) -> int:
 
 
 def _text_config(sizes: dict, tokenizer):
-    from transformers import LlamaConfig
-
     heads = sizes["num_attention_heads"]
     return LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=256, num_key_value_heads=heads,
                        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
@@ -147,8 +144,6 @@ def _text_config(sizes: dict, tokenizer):
 
 
 def target_config(cfg: dict, tokenizer):
-    from transformers import CLIPVisionConfig, LlavaConfig
-
     vision = CLIPVisionConfig(image_size=vd.IMAGE_SIZE, patch_size=cfg["patch_size"], num_channels=3,
                               projection_dim=cfg["vision"]["hidden_size"], **cfg["vision"])
     config = LlavaConfig(vision_config=vision, text_config=_text_config(cfg["text"], tokenizer),
@@ -160,84 +155,7 @@ def target_config(cfg: dict, tokenizer):
     return config
 
 
-def _set_generation_config(model, tokenizer) -> None:
-    gc = model.generation_config
-    gc.pad_token_id = tokenizer.pad_token_id
-    gc.eos_token_id = tokenizer.eos_token_id
-    gc.bos_token_id = None
-    gc.do_sample = False
-
-
 # --------------------------------------------------------------------------- data
-
-def pixel_tensor(images) -> torch.Tensor:
-    """The processor's ``pixel_values`` ((x / 255 - 0.5) / 0.5), computed directly from PIL images."""
-    return to_pixels(torch.from_numpy(np.stack([np.asarray(im.convert("RGB")) for im in images])).permute(0, 3, 1, 2))
-
-
-def to_pixels(uint8: torch.Tensor) -> torch.Tensor:
-    return uint8.float() / 127.5 - 1.0
-
-
-class ScenePool:
-    """Scenes ``start .. start + n - 1`` of a split with their pictures (uint8, NCHW) rendered once."""
-
-    def __init__(self, split: str, n: int, start: int = 0):
-        self.split = split
-        self.scenes = vd.scenes(split, n, start)
-        self.images = torch.from_numpy(np.stack([np.asarray(sc.image()) for sc in self.scenes])).permute(0, 3, 1, 2)
-        self.cells = torch.tensor([vd.cell_labels(sc) for sc in self.scenes], dtype=torch.long)  # (n, 9, 3)
-
-    def __len__(self) -> int:
-        return len(self.scenes)
-
-
-class Encoder:
-    """Token ids of prompts and answers (cached) and labelled sequences."""
-
-    def __init__(self, tokenizer, n_image_tokens: int):
-        self.tok = tokenizer
-        self.n_image = n_image_tokens
-        self.image_id = tokenizer.convert_tokens_to_ids(IMAGE)
-        self.eos_id = tokenizer.convert_tokens_to_ids(EOS)
-        self.pad_id = tokenizer.pad_token_id
-        self._cache: dict[str, list[int]] = {}
-
-    def ids(self, text: str) -> list[int]:
-        out = self._cache.get(text)
-        if out is None:
-            out = self._cache[text] = self.tok(text, add_special_tokens=False).input_ids
-        return out
-
-    def prompt_ids(self, q: vd.Question) -> list[int]:
-        """Identical to the processor's ids for ``with_image(q.prompt)``: the expanded placeholders, then the
-        text. Target and drafter read the same ids; only the target gets the picture."""
-        return self.prompt_text_ids(q.prompt)
-
-    def prompt_text_ids(self, prompt: str) -> list[int]:
-        return [self.image_id] * self.n_image + self.ids("\n" + prompt)
-
-    def answer_ids(self, answer: str) -> list[int]:
-        return self.ids(" " + answer) + [self.eos_id]
-
-    def sequence(self, q: vd.Question) -> tuple[list[int], list[int]]:
-        """``prompt answer <eos>`` with labels -100 except on the answer and its ``<eos>``."""
-        p, a = self.prompt_ids(q), self.answer_ids(q.answer)
-        return p + a, [-100] * len(p) + a
-
-
-def collate(seqs: list[tuple[list[int], list[int]]], pad_id: int) -> dict:
-    """Right padding (positions stay 0..n-1 for every row)."""
-    n = max(len(s[0]) for s in seqs)
-    ids = torch.full((len(seqs), n), pad_id, dtype=torch.long)
-    labels = torch.full((len(seqs), n), -100, dtype=torch.long)
-    mask = torch.zeros((len(seqs), n), dtype=torch.long)
-    for i, (s, lab) in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s)
-        labels[i, : len(s)] = torch.tensor(lab)
-        mask[i, : len(s)] = 1
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
-
 
 def sample_item(rng: random.Random, scene: vd.Scene) -> vd.Question:
     """A caption CAPTION_FRACTION of the time, else a question drawn by QUESTION_WEIGHTS (about a random
@@ -514,12 +432,8 @@ def train_language(model, enc: Encoder, pool: ScenePool, val_scenes: list[vd.Sce
 
 def grow_language_model(base, config):
     """``base`` (a trained LLaVA) with its language model grown to ``config.text_config``'s depth by
-    :func:`mmspec.zoo.code.grow_depth` (function-preserving: the grown model computes exactly what ``base``
+    :func:`mmspec.zoo.growth.grow_depth` (function-preserving: the grown model computes exactly what ``base``
     did); vision tower and projector are copied unchanged."""
-    from transformers import LlamaForCausalLM, LlavaForConditionalGeneration
-
-    from .code import grow_depth
-
     shallow = LlamaForCausalLM(base.config.text_config)
     shallow.model.load_state_dict(base.model.language_model.state_dict())
     shallow.lm_head.load_state_dict(base.lm_head.state_dict())
@@ -604,12 +518,6 @@ def checksum(entry: ZooEntry) -> dict:
     return logits_checksum(entry.model(**inputs).logits)
 
 
-def _versions() -> dict:
-    import transformers
-
-    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
-
-
 def build(home: Path, micro: bool = False, progress: bool = True, names: list[str] | None = None) -> dict[str, dict]:
     """Train ``vlm-target`` and ``vlm-drafter`` (single-threaded, restoring the thread count afterwards),
     then the feature drafters, and write them under ``home``; returns {name: metrics}."""
@@ -630,8 +538,6 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
 
 
 def _build(home: Path, micro: bool, progress: bool, names: list[str]) -> dict[str, dict]:
-    from transformers import LlamaForCausalLM
-
     t_start = time.perf_counter()
     cfg = MICRO if micro else FULL
     tokenizer = ensure_tokenizer(home, micro)
@@ -656,7 +562,7 @@ def _build(home: Path, micro: bool, progress: bool, names: list[str]) -> dict[st
             model, train, val_batches = _train_target(cfg, tokenizer, enc, pool, val_pool, ckpt, micro, progress)
         else:
             model = LlamaForCausalLM(_text_config(cfg["drafter"], tokenizer)).float()
-            _set_generation_config(model, tokenizer)
+            set_generation_config(model, tokenizer)
             tc = cfg["drafter_train"]
             train["language"], val_batches = train_language(model, enc, pool, val_pool.scenes[: tc["val_scenes"]],
                                                             tc, image, name, progress, ckpt / "train.pt")
@@ -668,7 +574,7 @@ def _build(home: Path, micro: bool, progress: bool, names: list[str]) -> dict[st
         (processor if image else tokenizer).save_pretrained(path)
         n_params = sum(p.numel() for p in model.parameters())
         prefix = vd.with_image("")
-        zoo = {"family": "vlm", "name": name, "micro": micro, "seed": SEED, **_versions(),
+        zoo = {"family": "vlm", "name": name, "micro": micro, "seed": SEED, **versions(),
                "architecture": type(model).__name__, "params": n_params, "weights_dtype": dtype,
                "load_dtype": "float32", "vocab_size": len(tokenizer), "image_size": vd.IMAGE_SIZE,
                "sees_image": image, "num_image_tokens": enc.n_image,
@@ -721,12 +627,10 @@ def _train_target(cfg: dict, tokenizer, enc: Encoder, pool: ScenePool, val_pool:
                   micro: bool, progress: bool):
     """``vlm-target`` in three checkpointed stages (vision pretraining, shallow instruction tuning, growth
     to full depth and training on); returns (model, {stage: train info}, validation batches)."""
-    from transformers import LlavaForConditionalGeneration
-
     full = target_config(cfg, tokenizer)
     base_cfg = target_config({**cfg, "text": {**cfg["text"], "num_hidden_layers": cfg["base_layers"]}}, tokenizer)
     model = LlavaForConditionalGeneration(base_cfg).float()
-    _set_generation_config(model, tokenizer)
+    set_generation_config(model, tokenizer)
     tower = model.model.vision_tower
     train = {"vision": pretrain_vision(tower, pool, val_pool, cfg["vision_train"], progress, ckpt / "vision.pt")}
     train["vision"]["projector_units_seeded"] = seed_projector(model.model.multi_modal_projector,
@@ -738,7 +642,7 @@ def _train_target(cfg: dict, tokenizer, enc: Encoder, pool: ScenePool, val_pool:
     train["language"]["layers"] = cfg["base_layers"]
     if full.text_config.num_hidden_layers != cfg["base_layers"]:
         model = grow_language_model(model, full)
-        _set_generation_config(model, tokenizer)
+        set_generation_config(model, tokenizer)
         model.model.vision_tower.requires_grad_(FULL_STAGE2_TUNES_TOWER and not micro)
         tc = cfg["grow_train"]
         train["grow"], val = train_language(model, enc, pool, val_pool.scenes[: tc["val_scenes"]], tc, True,
@@ -748,32 +652,6 @@ def _train_target(cfg: dict, tokenizer, enc: Encoder, pool: ScenePool, val_pool:
     return model, train, val
 
 
-def load(name: str, path: Path) -> ZooEntry:
-    """``vlm-target``: model + ``LlavaProcessor`` (``extras['tokenizer']`` is its tokenizer);
-    ``vlm-drafter``: model + tokenizer. Weights load as float32, the model in eval mode."""
-    from transformers import LlamaForCausalLM, LlavaForConditionalGeneration, LlavaProcessor, PreTrainedTokenizerFast
-
-    if name in vlm_drafters.NAMES:
-        return vlm_drafters.load(name, path)
-    if name not in NAMES:
-        raise ValueError(f"unknown vlm zoo model {name!r}; choose from {NAMES}")
-    path = Path(path)
-    config = read_json(path / "zoo.json")
-    if name == "vlm-target":
-        model = LlavaForConditionalGeneration.from_pretrained(path, dtype=torch.float32)
-        processor = LlavaProcessor.from_pretrained(path)
-        tokenizer = processor.tokenizer
-    else:
-        model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32)
-        processor = tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
-    model.eval()
-    _set_generation_config(model, tokenizer)
-    extras = {"tokenizer": tokenizer, "image_token_id": config.get("image_token_id"),
-              "num_image_tokens": config.get("num_image_tokens"), "prompt_format": config.get("prompt_format")}
-    return ZooEntry(name=name, model=model, tokenizer=processor, config=config, path=path, extras=extras)
-
-
-
-__all__ = ["NAMES", "build", "load", "make_processor", "image_processor", "target_config", "num_image_tokens",
-           "generate_answers", "answer_metrics", "checksum", "checksum_inputs", "Encoder",
-           "ScenePool", "pretrain_vision", "train_language", "FULL", "MICRO"]
+__all__ = ["NAMES", "build", "make_processor", "image_processor", "target_config", "num_image_tokens",
+           "generate_answers", "answer_metrics", "checksum", "checksum_inputs", "pretrain_vision", "train_language",
+           "FULL", "MICRO"]

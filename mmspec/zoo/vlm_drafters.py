@@ -22,19 +22,24 @@ from pathlib import Path
 
 import torch
 
-from . import ZooEntry
-from .common import read_json, seed_everything, write_json
+from ..drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
+from ..training.feature import FeatureTrainConfig, train_feature_drafter
+from . import vlm_data as vd
+from .code_data import ensure_tokenizer
+from .common import build_dir, feature_checksum_output, logits_checksum, seed_everything
+from .entry import ZooEntry
+from .home import write_json
+from .vlm_examples import Encoder, ScenePool, collate, to_pixels
+from .vlm_loader import FEATURE_NAMES as NAMES
+from .vlm_loader import load
 
-NAMES = ["vlm-eagle", "vlm-msd", "vlm-flash"]
 METHODS = {"vlm-eagle": "eagle", "vlm-msd": "msd", "vlm-flash": "flash"}
 SEED = 4242
 CAPTION_FRACTION = 0.5
 FLASH_QUERIES, FLASH_SAR = 16, 4
 
 
-def train_config(micro: bool):
-    from ..training.feature import FeatureTrainConfig
-
+def train_config(micro: bool) -> FeatureTrainConfig:
     if micro:
         return FeatureTrainConfig(stage1_steps=4, stage1_budget_s=3.0, stage2_steps=6, stage2_budget_s=4.0,
                                   batch_size=4, warmup=2, eval_every=3, patience=2, compress_choices=(1, 2, 16))
@@ -48,9 +53,6 @@ def train_config(micro: bool):
 def zoo_batches(enc, pool, batch_size: int, seed: int):
     """``batches(step, multimodal_prob)``: random (scene, item) rows; each row keeps its picture with
     probability ``multimodal_prob``, else it is the same text without the image placeholders."""
-    from .vlm import collate, to_pixels
-    from . import vlm_data as vd
-
     def sample(rng, scene):
         if rng.random() < CAPTION_FRACTION:
             return vd.Question("caption", "", scene.caption)
@@ -76,14 +78,8 @@ def zoo_batches(enc, pool, batch_size: int, seed: int):
 
 
 def build(home: Path, micro: bool = False, progress: bool = True, names: list[str] | None = None) -> dict:
-    from ..drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
-    from ..training.feature import train_feature_drafter
-    from .code_data import ensure_tokenizer
-    from .code import build_dir
-    from .vlm import Encoder, ScenePool, load as load_vlm
-
     names = names or NAMES
-    target_entry = load_vlm("vlm-target", home / "vlm-target")
+    target_entry = load("vlm-target", home / "vlm-target")
     target = target_entry.model
     tok = ensure_tokenizer(home, micro)
     enc = Encoder(tok, target.config.image_seq_length)
@@ -127,30 +123,8 @@ def target_fingerprint(target_zoo_json: dict) -> str:
 @torch.no_grad()
 def checksum(entry: ZooEntry) -> dict:
     """``logits_checksum`` of the drafter's feature heads on a fixed synthetic input (sequence of 6)."""
-    from .common import logits_checksum
-
-    return logits_checksum(checksum_output(entry.model))
+    return logits_checksum(feature_checksum_output(entry.model))
 
 
-@torch.no_grad()
-def checksum_output(net) -> torch.Tensor:
-    """A feature drafter's fingerprint output: its feature heads on a fixed synthetic input (sequence of 6)."""
-    net = net.eval()
-    H = net.config.hidden_size
-    g = torch.Generator().manual_seed(0)
-    tokens, feats = torch.randn(1, 6, H, generator=g), torch.randn(1, 6, H, generator=g)
-    h = net.body(inputs_embeds=net.fuse(tokens, feats)).last_hidden_state
-    return net.heads(h)
-
-
-def load(name: str, path: Path) -> ZooEntry:
-    from ..drafters.feature_model import FeatureDraftModel
-
-    if name not in NAMES:
-        raise ValueError(f"unknown vlm feature drafter {name!r}; choose from {NAMES}")
-    return ZooEntry(name=name, model=FeatureDraftModel.from_pretrained(path), tokenizer=None,
-                    config=read_json(path / "zoo.json"), path=Path(path))
-
-
-__all__ = ["NAMES", "METHODS", "build", "load", "checksum", "checksum_output", "zoo_batches", "train_config",
+__all__ = ["NAMES", "METHODS", "build", "checksum", "zoo_batches", "train_config",
            "target_fingerprint"]

@@ -1,0 +1,242 @@
+"""``mmspec train deer | eagle | msd | flash | image-drafter``: check the arguments, gather the data (a user's
+files, or the zoo's own corpus and scenes for a zoo target), run a trainer of :mod:`mmspec.training` and write
+its output atomically with its ``mmspec.json`` record. Checkpoints go to ``<out>.ckpt``; ``--resume`` continues
+a killed run.
+
+The commands sit above both the trainers and the zoo's builders (whose data a zoo target trains on), so
+neither of those imports the other's way."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
+
+from . import zoo
+from .drafters.diffusion import check_vocabularies, model_vocab_size
+from .drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
+from .drafters.remote_code import explain_remote_failure
+from .image_codes import TokenLayout, layout_of
+from .loading import load_target
+from .training.artifact import prepare_run, target_identity, write_artifact
+from .training.deer import DEERConfig, align, load_dlm
+from .training.feature import FeatureTrainConfig, jsonl_batches, train_feature_drafter
+from .training.image_feature import train_image_drafter
+from .zoo import vlm_drafters  # zoo_batches looked up per call (the resume tests replace it)
+from .zoo.code_data import ensure_tokenizer, load_corpus
+from .zoo.vlm_examples import Encoder, ScenePool
+
+
+def cmd_train(args) -> int:
+    if args.train_command == "deer":
+        return cli_train_deer(args)
+    if args.train_command == "image-drafter":
+        return cli_train_image_drafter(args)
+    return cli_train_feature(args)
+
+
+def read_text_files(pattern: str) -> list[str]:
+    """The texts of the files ``pattern`` matches, each checked before training starts."""
+    files = sorted(f for f in glob.glob(pattern, recursive=True))
+    dirs = [f for f in files if not Path(f).is_file()]
+    files = [f for f in files if Path(f).is_file()]
+    if len(files) < 2:
+        also = f" (and directories {dirs[:3]})" if dirs else ""
+        raise ValueError(f"--data {pattern!r} matches {len(files)} files{also}; need at least 2 text files "
+                         "(train + val)")
+    texts, bad = [], []
+    for f in files:
+        try:
+            text = Path(f).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            bad.append(f"{f}: {err}")
+            continue
+        if not text.strip():
+            bad.append(f"{f}: empty")
+        texts.append(text)
+    if bad:
+        raise ValueError(f"--data: {len(bad)} unusable file(s): " + "; ".join(bad[:5])
+                         + (" ..." if len(bad) > 5 else ""))
+    return texts
+
+
+def cli_train_deer(args) -> int:
+    """``mmspec train deer``: align a diffusion LM (stock causal-LM class run bidirectionally) to a target.
+    Checkpoints go to ``<out>.ckpt`` (``--resume`` continues a killed run); the output is written atomically
+    with its ``mmspec.json`` record, so ``mmspec.pipeline(target, drafter=OUT)`` runs it as a DEER drafter."""
+    stages = tuple(int(x) for x in args.stages.split(",") if x.strip().isdigit())
+    if stages not in ((1,), (1, 2)):
+        raise ValueError(f"--stages must be '1' or '1,2', got {args.stages!r}")
+    for name in ("stage1_steps", "stage2_steps", "samples", "val_samples"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.data:
+        train_texts = read_text_files(args.data)  # checked before anything is loaded or trained
+        cut = max(1, len(train_texts) // 20)
+        train_texts, val_texts = train_texts[cut:], train_texts[:cut]
+    settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "checkpoint_every")}
+    ckpt = prepare_run(args.out, args.resume, settings)
+    loaded = load_target(args.target)
+    target, tok = loaded.model, loaded.tokenizer
+    dlm, dlm_tok = load_dlm(args.dlm, getattr(args, "trust_remote_code", False))
+    if tok is None or dlm_tok is None:
+        raise ValueError("mmspec train deer needs a tokenizer next to both models (or zoo:<name> models)")
+    check_vocabularies(model_vocab_size(dlm), model_vocab_size(target), dlm_tok, tok)
+    mask_id = args.mask_token_id if args.mask_token_id is not None else tok.mask_token_id
+    if mask_id is None:
+        mask_id = tok.convert_tokens_to_ids("<mask>") if "<mask>" in tok.get_vocab() else None
+    if mask_id is None:
+        raise ValueError("the tokenizer has no mask token: pass --mask-token-id")
+    if not 0 <= mask_id < model_vocab_size(dlm):
+        raise ValueError(f"--mask-token-id {mask_id} is outside the diffusion LM's vocabulary "
+                         f"({model_vocab_size(dlm)} ids)")
+    if not args.data:
+        corpus = load_corpus()
+        train_texts, val_texts = corpus.texts("train"), corpus.texts("val")
+    eos = tok.eos_token_id
+
+    def stream(texts):
+        ids = tok(texts, add_special_tokens=False).input_ids
+        return torch.tensor([t for doc in ids for t in doc + ([eos] if eos is not None else [])], dtype=torch.long)
+
+    cfg = DEERConfig(stage1_steps=args.stage1_steps, stage2_steps=args.stage2_steps, n_train=args.samples,
+                     n_val=args.val_samples, convention=args.convention)
+    train_stream, val_stream = stream(train_texts), stream(val_texts)
+    for name, s in (("training", train_stream), ("validation", val_stream)):
+        if s.numel() < cfg.prefix_max + 2:
+            raise ValueError(f"the {name} text holds {s.numel()} tokens; DEER cuts prefixes of up to "
+                             f"{cfg.prefix_max} tokens: give more text")
+    remote = getattr(dlm, "_mmspec_remote", None)
+    # a remote-code model runs its own modeling file during alignment (4-D masks, position ids): its errors
+    # name that file, like errors while loading it
+    with explain_remote_failure(*remote) if remote else contextlib.nullcontext():
+        report = align(dlm, target, train_stream, val_stream, mask_id, cfg, stages, checkpoint=ckpt,
+                       checkpoint_every_s=args.checkpoint_every)
+
+    def save(d):
+        dlm.save_pretrained(d)
+        dlm_tok.save_pretrained(d)
+        (d / "deer.json").write_text(json.dumps({"from": args.dlm, **report}, indent=2))
+
+    record = {"kind": "diffusion-lm", "method": "deer", "route": "text", "convention": args.convention,
+              "mask_token_id": int(mask_id), "attention_pattern": cfg.pattern, "block_tokens": 8,
+              "target": target_identity(args.target, target), "from": args.dlm, "trained_by": "mmspec train deer",
+              "settings": settings, "stages": list(stages)}
+    out = write_artifact(args.out, save, record)
+    a = report["agreement"]
+    last = f"after_stage{stages[-1]}"
+    print(f"greedy block agreement (k=8): before {a['before'][8]['accepted']:.2f}, after {a[last][8]['accepted']:.2f}"
+          f" tokens; saved to {out}")
+    return 0
+
+
+def cli_train_feature(args) -> int:
+    """``mmspec train eagle|msd|flash``: train a feature drafter against a frozen VLM target.
+    Checkpoints go to ``<out>.ckpt`` (``--resume`` continues a killed run); the output is written atomically
+    with its ``mmspec.json`` record."""
+    method = args.train_command
+    zoo_target = args.target.startswith("zoo:")
+    if zoo_target and args.data:
+        raise ValueError("--data is for checkpoint targets; the zoo target trains on its own scenes (--scenes)")
+    if not zoo_target and args.scenes is not None:
+        raise ValueError("--scenes applies to the zoo target only; a checkpoint target trains on --data")
+    if not zoo_target and not args.data:
+        raise ValueError("training against a checkpoint needs --data (a .jsonl of image / prompt / response)")
+    for name in ("stage1_steps", "stage2_steps"):
+        if getattr(args, name) < 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 0")
+    if args.stage1_steps + args.stage2_steps < 1 or args.batch_size < 1 or args.budget_s <= 0 or args.lr <= 0:
+        raise ValueError("need some steps, --batch-size >= 1, --budget-s > 0 and --lr > 0")
+    overrides = {}
+    if method == "flash":
+        if args.compress_tokens < 1 or args.sar_tokens < 1:
+            raise ValueError("--compress-tokens and --sar-tokens must be >= 1")
+        overrides = dict(compress_tokens=args.compress_tokens, sar_tokens=args.sar_tokens)
+    cfg = FeatureTrainConfig(stage1_steps=args.stage1_steps, stage2_steps=args.stage2_steps,
+                             stage1_budget_s=args.budget_s * 0.2, stage2_budget_s=args.budget_s * 0.8,
+                             batch_size=args.batch_size, lr=args.lr)
+    if zoo_target:
+        settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "checkpoint_every")}
+        ckpt = prepare_run(args.out, args.resume, settings)
+        target = zoo.load(args.target.split(":", 1)[1]).model
+        enc = Encoder(ensure_tokenizer(zoo.zoo_home(), False), target.config.image_seq_length)
+        batches = vlm_drafters.zoo_batches(enc, ScenePool("train", args.scenes or 4096), cfg.batch_size, cfg.seed)
+        val_fn = vlm_drafters.zoo_batches(enc, ScenePool("val", 64, start=5000), 32, cfg.seed + 99)
+        val = [val_fn(i, 1.0) for i in range(2)]
+    else:
+        processor = AutoProcessor.from_pretrained(args.target, local_files_only=True)
+        batches = jsonl_batches(args.data, processor, cfg.batch_size, cfg.seed)  # every row checked here
+        settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "checkpoint_every")}
+        ckpt = prepare_run(args.out, args.resume, settings)
+        target = AutoModelForImageTextToText.from_pretrained(args.target, local_files_only=True).eval()
+        val = [batches(-1 - i, 1.0) for i in range(2)]
+    # the same command trains the same drafter (and a resumed run matches it): initial weights and every draw
+    # of the run come from cfg.seed, on a fork of the global RNG that is restored afterwards
+    with torch.random.fork_rng():
+        torch.manual_seed(cfg.seed)
+        net = FeatureDraftModel(FeatureDrafterConfig.for_target(target, method, **overrides))
+        report = train_feature_drafter(net, target, batches, val, cfg, checkpoint=ckpt,
+                                       checkpoint_every_s=args.checkpoint_every)
+
+    def save(d):
+        net.save_pretrained(d)
+        (d / "train_report.json").write_text(json.dumps(report, indent=2))
+
+    record = {"kind": "feature-drafter", "method": method, "route": "vlm",
+              "target": target_identity(args.target, target),
+              "compress_tokens": net.config.compress_tokens, "sar_tokens": net.config.sar_tokens,
+              "trained_by": f"mmspec train {method}", "settings": settings}
+    out = write_artifact(args.out, save, record)
+    acc = {k: [round(a, 3) for a in v] for k, v in report["slot_accuracy"].items()}
+    print(f"{method} drafter saved to {out}; teacher-forced slot agreement with the target: {acc}")
+    return 0
+
+
+def cli_train_image_drafter(args) -> int:
+    """``mmspec train image-drafter``: a feature drafter for the zoo's (or a local) visual AR target.
+    Checkpoints go to ``<out>.ckpt`` (``--resume`` continues a killed run); the output is written atomically
+    with its ``mmspec.json`` record, so ``mmspec.pipeline(target, drafter=OUT)`` / ``mmspec image --drafter OUT``
+    use it."""
+    zoo_target = args.target.startswith("zoo:")
+    if zoo_target and args.layout is not None:
+        raise ValueError("--layout is for checkpoint targets; the zoo target carries its own token layout")
+    if args.sar_tokens < 1 or args.samples < 1 or args.val_samples < 1 or args.steps < 1 or args.batch_size < 1:
+        raise ValueError("--sar-tokens, --samples, --val-samples, --steps and --batch-size must be >= 1")
+    if args.cfg_scale < 0 or args.budget_s <= 0 or args.lr <= 0:
+        raise ValueError("--cfg-scale must be >= 0, --budget-s and --lr > 0")
+    settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "checkpoint_every")}
+    ckpt = prepare_run(args.out, args.resume, settings)
+    if zoo_target:
+        entry = zoo.load(args.target.split(":", 1)[1])
+        target, layout = entry.model, entry.extras.get("layout")
+        if layout is None:
+            raise ValueError(f"{args.target} is not a visual AR target (no token layout)")
+    else:
+        target = AutoModelForCausalLM.from_pretrained(args.target, local_files_only=True).eval()
+        layout = layout_of(target) if args.layout is None else TokenLayout.from_dict(json.loads(Path(args.layout).read_text()))
+    cfg = FeatureTrainConfig(stage1_steps=args.steps, stage1_budget_s=args.budget_s, stage2_steps=0,
+                             batch_size=args.batch_size, lr=args.lr)
+    net, report = train_image_drafter(target, layout, args.cfg_scale, args.sar_tokens, args.samples,
+                                      val_samples=args.val_samples, train_cfg=cfg, seed=args.seed, checkpoint=ckpt,
+                                      checkpoint_every_s=args.checkpoint_every)
+
+    def save(d):
+        net.save_pretrained(d)
+        (d / "train_report.json").write_text(json.dumps(report, indent=2, default=str))
+
+    record = {"kind": "feature-drafter", "method": "image", "route": "image",
+              "drafter": "sar" if args.sar_tokens > 1 else "feature", "cfg_scale": args.cfg_scale,
+              "sar_tokens": args.sar_tokens, "target": target_identity(args.target, target),
+              "trained_by": "mmspec train image-drafter", "settings": settings}
+    out = write_artifact(args.out, save, record)
+    acc = [round(a, 3) for a in next(iter(report["slot_accuracy"].values()))]
+    print(f"image feature drafter saved to {out}; teacher-forced agreement of its slots with the guided target "
+          f"(cfg {args.cfg_scale}): {acc}")
+    return 0
+
+
+__all__ = ["cmd_train", "cli_train_deer", "cli_train_feature", "cli_train_image_drafter", "read_text_files"]

@@ -1,0 +1,38 @@
+"""Loading the code family's shipped models: the Llama code LMs (target and AR drafter), the diffusion
+drafters (stock Llama weights run bidirectionally) and the token n-gram model. Building them is
+:mod:`mmspec.zoo.code` / :mod:`mmspec.zoo.code_diffusion`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+
+from ..drafters.ngram import NGramLM
+from .entry import ZooEntry
+from .home import read_json
+
+BASE_NAMES = ["code-target", "code-drafter"]
+DIFFUSION_NAMES = ["code-dlm", "code-deer-s1", "code-deer", "code-ngram"]
+NAMES = BASE_NAMES + DIFFUSION_NAMES
+
+
+def load(name: str, path: Path) -> ZooEntry:
+    if name in DIFFUSION_NAMES:
+        return _load_diffusion(name, path)
+    model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    tok = PreTrainedTokenizerFast.from_pretrained(path)
+    return ZooEntry(name=name, model=model, tokenizer=tok, config=read_json(path / "zoo.json"), path=path)
+
+
+def _load_diffusion(name: str, path: Path) -> ZooEntry:
+    cfg = read_json(path / "zoo.json")
+    tok = PreTrainedTokenizerFast.from_pretrained(path)
+    if name == "code-ngram":
+        return ZooEntry(name, NGramLM.from_pretrained(path), tok, cfg, path)
+    model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    return ZooEntry(name, model, tok, cfg, path)
+
+
+__all__ = ["BASE_NAMES", "DIFFUSION_NAMES", "NAMES", "load"]

@@ -1,0 +1,66 @@
+"""Depth growth, shared by the zoo's deep targets (code, VLM language model, image): a deep Llama started from
+a trained shallow one, and the layer ablation that shows every grown layer ends up in use."""
+
+from __future__ import annotations
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from .streams import mean_loss
+
+
+@torch.no_grad()
+def grow_depth(base: LlamaForCausalLM, config: LlamaConfig, mode: str = "zero") -> LlamaForCausalLM:
+    """Depth growth: layer j of the deep model starts as a copy of base layer j // r (r = depth ratio).
+
+    ``mode="zero"``: copies other than the first of each group get zero output projections (``o_proj``,
+    ``down_proj``), so the grown model computes exactly the base model's function; the copies only start to
+    contribute once training moves them (with little data they may never do: the first grown code target's
+    copies stayed unused, per :func:`layer_ablation`).
+    ``mode="split"``: every copy keeps the base layer's weights with its output projections divided by r, so
+    the group adds about the base layer's update (the function is kept to first order) and every layer is
+    in use from the first step; training then differentiates the copies."""
+    if mode not in ("zero", "split"):
+        raise ValueError(f"grow_depth mode must be 'zero' or 'split', not {mode!r}")
+    deep = LlamaForCausalLM(config)
+    n_base, n_deep = base.config.num_hidden_layers, config.num_hidden_layers
+    if n_deep % n_base:
+        raise ValueError(f"cannot grow {n_base} layers to {n_deep}: not a multiple")
+    ratio = n_deep // n_base
+    outputs = ("self_attn.o_proj.weight", "mlp.down_proj.weight")
+    state = {k: v for k, v in base.state_dict().items() if not k.startswith("model.layers.")}
+    for j in range(n_deep):
+        src = f"model.layers.{j // ratio}."
+        for key, value in base.state_dict().items():
+            if key.startswith(src):
+                name = key[len(src):]
+                if name in outputs and mode == "split":
+                    value = value / ratio
+                elif name in outputs and j % ratio:
+                    value = torch.zeros_like(value)
+                state[f"model.layers.{j}.{name}"] = value.clone()
+    deep.load_state_dict(state)
+    return deep
+
+
+@torch.no_grad()
+def layer_ablation(model: LlamaForCausalLM, windows: torch.Tensor) -> list[float]:
+    """Held-out loss increase when each decoder layer is skipped in turn: a layer that does nothing
+    shows ~0 here, so this is the evidence that every layer of a deep target is trained."""
+    base = mean_loss(model, windows)
+    layers = model.model.layers
+    out = []
+    for i in range(len(layers)):
+        model.model.layers = torch.nn.ModuleList([m for j, m in enumerate(layers) if j != i])
+        for k, m in enumerate(model.model.layers):
+            m.self_attn.layer_idx = k
+        try:
+            out.append(mean_loss(model, windows) - base)
+        finally:
+            model.model.layers = layers
+            for k, m in enumerate(layers):
+                m.self_attn.layer_idx = k
+    return out
+
+
+__all__ = ["grow_depth", "layer_ablation"]
