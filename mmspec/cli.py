@@ -26,6 +26,7 @@ from .eval.kernel_suite import run_kernel_suite
 from .eval.kernel_suite import to_markdown as kernel_markdown
 from .eval.run import cli_eval
 from .eval.vlm_suite import run_vlm_suite
+from .guidance import DEFAULT_CFG_SCALE
 from .pipeline import pipeline
 from .zoo.image_data import image_grid
 from .zoo.integrity import changed_since_commit, record_file_hashes, status
@@ -252,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "lantern++")
     img.add_argument("--method", choices=["ar", "spec", "lantern", "lantern++"], default="lantern++")
     img.add_argument("--classes", default=None, help="comma list of class ids (-1: unconditional); default all")
-    img.add_argument("--cfg-scale", type=float, default=3.0)
+    img.add_argument("--cfg-scale", type=float, default=DEFAULT_CFG_SCALE)
     img.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0: greedy)")
     img.add_argument("--lantern-k", type=int, default=8, help="--method lantern / lantern++: latent neighbours per "
                      "code that mass may move onto")
@@ -316,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "(a causal LM over [class token] + VQ codes)")
     ti.add_argument("--layout", default=None, help="checkpoint targets: JSON file of the token layout (default: "
                     "the config's mmspec_image_layout)")
-    ti.add_argument("--cfg-scale", type=float, default=3.0, help="the guidance scale the drafter will serve")
+    ti.add_argument("--cfg-scale", type=float, default=DEFAULT_CFG_SCALE, help="the guidance scale the drafter will serve")
     ti.add_argument("--sar-tokens", type=int, default=1, help="draft tokens per drafter forward (FLASH-style head)")
     ti.add_argument("--samples", type=int, default=4096, help="guided target samples to train on")
     ti.add_argument("--val-samples", type=int, default=256, help="held-out guided target samples (validation)")

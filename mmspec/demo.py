@@ -13,6 +13,7 @@ from rich.table import Table
 
 from .eval.bench import compare, to_markdown
 from .eval.code_suite import diffusion_factories
+from .guidance import DEFAULT_CFG_SCALE
 from .eval.datasets import vlm_items
 from .eval.load import load_average, load_check
 from .eval.vlm_suite import feature_factories, vlm_prompts
@@ -116,13 +117,13 @@ def image_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: in
     pipe = pipeline(entry.model, method="ar", vq=entry.extras["vq"])  # plain AR sampling with CFG (no drafter)
     layout = pipe.layout
     classes = list(range(image_data.NUM_CLASSES))
-    res = pipe.generate(classes, cfg_scale=3.0, temperature=1.0, seed=0)
+    res = pipe.generate(classes, cfg_scale=DEFAULT_CFG_SCALE, temperature=1.0, seed=0)
     pictures, seconds = res.images, res.seconds
     with torch.no_grad():
         fidelity = float((clf.model.predict(pictures) == torch.tensor(classes)).float().mean())
     grid = out / "image_samples.png"
     image_data.image_grid(pictures, nrow=len(classes) // 2 or 1, scale=3).save(grid)
-    report = {"classes": [image_data.CLASSES[c] for c in classes], "cfg_scale": 3.0, "seconds": seconds,
+    report = {"classes": [image_data.CLASSES[c] for c in classes], "cfg_scale": DEFAULT_CFG_SCALE, "seconds": seconds,
               "tokens_per_image": layout.num_codes, "class_fidelity": fidelity, "grid": str(grid),
               "zoo_metrics": {k: v for k, v in zoo_metrics("image-target").items() if k.startswith("class_fidelity")}}
     console.print(f"image: {len(classes)} class-conditional samples (CFG 3.0, {layout.num_codes} codes each) in "

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import yaml
 
+from ..guidance import DEFAULT_CFG_SCALE
+
 SUITES = ("code", "chat", "vlm", "image")
 ALL_SUITES = ("code", "vlm", "image")  # "all": one suite per zoo family (chat needs a question file)
 
@@ -42,7 +44,7 @@ class EvalConfig:
     vlm_data: str | None = None  # .jsonl of {"image": path, "question": text}
     image_drafter: str | None = None  # feature drafter dir (mmspec train image-drafter) for the zoo image target
     image_classes: list[int] | None = None  # default: the first num_prompts classes
-    image_cfg_scale: float = 3.0
+    image_cfg_scale: float = DEFAULT_CFG_SCALE
     image_temperature: float = 1.0  # 0: greedy (then exactness against plain AR is checked)
     image_quality: bool = True  # run the image suite's FD / precision / recall measurement
     image_per_class: int = 2
