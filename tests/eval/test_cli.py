@@ -16,7 +16,7 @@ from mmspec.eval.aggregate import merge_shards, summarise, summarise_suite
 from mmspec.eval.config import EvalConfig, read_config_file
 from mmspec.eval.distributed import Processes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QUESTIONS = [
     {"question_id": 1, "category": "coding", "turns": ["Write a function that adds two numbers.", "Add a docstring."]},
     {"question_id": 2, "category": "qa", "turns": ["What does the yield keyword do?"]},

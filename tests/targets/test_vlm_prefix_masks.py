@@ -9,7 +9,7 @@ from mmspec import SpeculativeGenerator
 from mmspec.drafters import AutoregressiveDrafter, PromptLookupDrafter
 from mmspec.tiny import tiny_model
 from mmspec.tree import TreeTemplate
-from vlm_families import gemma_batch, tiny_gemma3, tiny_paligemma, greedy_reference, speculative
+from tests.vlm_families import gemma_batch, tiny_gemma3, tiny_paligemma, greedy_reference, speculative
 
 N = 10
 FAMILIES = {"paligemma": (tiny_paligemma, 16), "gemma3": (tiny_gemma3, 4),
@@ -51,7 +51,7 @@ def test_the_blocks_matter(family, monkeypatch):
 
 
 def test_token_type_ids_of_other_families_refused():
-    from test_vlm_core import image_prompt, tiny_llava
+    from tests.targets.test_vlm_core import image_prompt, tiny_llava
 
     ids, pixels = image_prompt(1)
     with pytest.raises(ValueError, match="token_type_ids"):  # the model takes none: an unknown input

@@ -1,5 +1,5 @@
 """Kernels: torch references, dispatch, the ``mmspec_tree`` attention in stock models, and the Triton
-kernels in the interpreter (``tests/test_kernels_interpret.py``, run here in a child process because the
+kernels in the interpreter (``tests/kernels/test_kernels_interpret.py``, run here in a child process because the
 interpreter must be on before triton is first imported)."""
 
 import importlib.util
@@ -31,7 +31,7 @@ from mmspec.kernels import (
 from mmspec.tiny import tiny_model
 from mmspec.verifiers.acceptance import greedy_accept
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 
 
@@ -40,7 +40,7 @@ def _run_interpreted(marker: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, TRITON_INTERPRET="1")
     env.pop("MMSPEC_KERNELS", None)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", marker,
-           str(ROOT / "tests" / "test_kernels_interpret.py")]
+           str(ROOT / "tests" / "kernels" / "test_kernels_interpret.py")]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
 
 

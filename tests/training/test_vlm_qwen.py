@@ -8,7 +8,7 @@ import torch
 
 import mmspec
 from mmspec import VLMGenerator
-from vlm_families import pictures, qwen_processor, tiny_qwen_vl
+from tests.vlm_families import pictures, qwen_processor, tiny_qwen_vl
 
 PROMPT = "Look: <|vision_start|><|image_pad|><|vision_end|> what is it?"
 

@@ -9,7 +9,7 @@ from mmspec import SpeculativeGenerator
 from mmspec.drafters import AutoregressiveDrafter, PromptLookupDrafter
 from mmspec.tiny import tiny_model
 from mmspec.vision import expected_image_tokens
-from vlm_families import IMAGE, qwen_batch, tiny_gemma3, tiny_idefics3, tiny_llava_next, tiny_qwen_vl
+from tests.vlm_families import IMAGE, qwen_batch, tiny_gemma3, tiny_idefics3, tiny_llava_next, tiny_qwen_vl
 
 
 def feature_count(model, **inputs):

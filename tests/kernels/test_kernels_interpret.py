@@ -1,8 +1,8 @@
 """The Triton kernels against their torch references: in the interpreter on CPU, natively on CUDA.
 
 The interpreter must be on before triton is first imported, so this file needs ``TRITON_INTERPRET=1`` in
-the environment of the Python process (``tests/test_kernels.py`` runs it that way in a child process in
-the default test run; by hand: ``TRITON_INTERPRET=1 python -m pytest tests/test_kernels_interpret.py``).
+the environment of the Python process (``tests/kernels/test_kernels.py`` runs it that way in a child process in
+the default test run; by hand: ``TRITON_INTERPRET=1 python -m pytest tests/kernels/test_kernels_interpret.py``).
 Without it and without CUDA the whole file is skipped.
 """
 
@@ -13,8 +13,8 @@ from mmspec.kernels.dispatch import interpreting
 
 DEVICE = "cuda" if torch.cuda.is_available() and not interpreting() else "cpu"
 if DEVICE == "cpu" and not interpreting():
-    pytest.skip("Triton needs CUDA or TRITON_INTERPRET=1 set before Python starts (tests/test_kernels.py runs this "
-                "file in the interpreter)", allow_module_level=True)
+    pytest.skip("Triton needs CUDA or TRITON_INTERPRET=1 set before Python starts (tests/kernels/test_kernels.py runs "
+                "this file in the interpreter)", allow_module_level=True)
 pytest.importorskip("triton")
 
 from mmspec import DEFAULT_TREE, SpeculativeGenerator

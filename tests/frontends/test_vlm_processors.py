@@ -8,7 +8,7 @@ import torch
 import mmspec
 from mmspec import VLMGenerator
 from mmspec.drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
-from vlm_families import (llava_next_processor, paligemma_processor, pictures, qwen_processor, tiny_llava_next,
+from tests.vlm_families import (llava_next_processor, paligemma_processor, pictures, qwen_processor, tiny_llava_next,
                           tiny_paligemma, tiny_qwen_vl)
 
 N = 10

@@ -10,7 +10,7 @@ from mmspec.drafters.feature import FeatureDrafter
 from mmspec.drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
 from mmspec.tiny import tiny_model
 from mmspec.tree import TreeTemplate
-from vlm_families import qwen_batch, tiny_qwen_vl, greedy_reference, speculative
+from tests.vlm_families import qwen_batch, tiny_qwen_vl, greedy_reference, speculative
 
 N = 12
 
