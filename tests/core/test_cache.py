@@ -112,8 +112,8 @@ def test_tree_logits_equal_sequential_logits():
         torch.testing.assert_close(out.logits[0, node], ref, rtol=1e-9, atol=1e-9)
 
 
-def test_cache_overflow_is_a_value_error():
-    model = tiny_model("llama", seed=0, vocab_size=64)
+def test_cache_overflow_is_a_value_error(tiny_pair):
+    model, _ = tiny_pair
     cache = SpecKVCache.for_model(model, 1, 4)
     ones = torch.ones(1, 6, dtype=torch.long)
     with pytest.raises(ValueError, match="longer than the cache"):

@@ -7,36 +7,24 @@ import torch
 
 from mmspec import SpeculativeGenerator
 from mmspec.drafters import AutoregressiveDrafter, FeatureDrafter, PromptLookupDrafter
-from mmspec.tiny import tiny_model
-
-
-@pytest.fixture(scope="module")
-def models():
-    target = tiny_model("llama", seed=0, vocab_size=96, max_positions=256)
-    draft = tiny_model("llama", seed=1, vocab_size=96, num_layers=1, max_positions=256)
-    for m in (target, draft):  # peaked logits: a wrong position or mask cannot look exact by accident
-        with torch.no_grad():
-            for p in m.parameters():
-                p.normal_(0, 0.2)
-    return target, draft
 
 
 @pytest.mark.parametrize("bad", [{"foo": 1}, {"num_beams": 2}, {"past_key_values": None}])
-def test_unknown_keyword_named(models, bad):
-    gen = SpeculativeGenerator(models[0], PromptLookupDrafter(num_tokens=3))
+def test_unknown_keyword_named(tiny_pair, bad):
+    gen = SpeculativeGenerator(tiny_pair[0], PromptLookupDrafter(num_tokens=3))
     with pytest.raises(ValueError, match=f"unknown keyword argument.*{next(iter(bad))}"):
         gen.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=4, **bad)
 
 
 @pytest.mark.parametrize("n", [2.5, "8", True])
-def test_max_new_tokens_must_be_an_int(models, n):
-    gen = SpeculativeGenerator(models[0], PromptLookupDrafter(num_tokens=3))
+def test_max_new_tokens_must_be_an_int(tiny_pair, n):
+    gen = SpeculativeGenerator(tiny_pair[0], PromptLookupDrafter(num_tokens=3))
     with pytest.raises(ValueError, match="max_new_tokens"):
         gen.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=n)
 
 
-def test_input_ids_as_list(models):
-    gen = SpeculativeGenerator(models[0], PromptLookupDrafter(num_tokens=3))
+def test_input_ids_as_list(tiny_pair):
+    gen = SpeculativeGenerator(tiny_pair[0], PromptLookupDrafter(num_tokens=3))
     with pytest.raises(ValueError, match="input_ids must be a LongTensor"):
         gen.generate([[5, 6, 7]], max_new_tokens=4)
 
@@ -56,12 +44,11 @@ def test_pixel_values_as_list_and_compress_to_zero():
             FeatureDrafter(flash.model, target.model, compress_to=bad)
 
 
-def test_one_generator_two_threads_exact(models):
-    target, draft = models
+def test_one_generator_two_threads_exact(tiny_pair, greedy_reference):
+    target, draft = tiny_pair
     gen = SpeculativeGenerator(target, AutoregressiveDrafter(draft, num_tokens=3))
     prompts = [torch.randint(0, 96, (1, 6), generator=torch.Generator().manual_seed(s)) for s in range(6)]
-    want = [target.generate(p, attention_mask=torch.ones_like(p), max_new_tokens=24, do_sample=False,
-                            eos_token_id=None, pad_token_id=0) for p in prompts]
+    want = [greedy_reference(target, p, 24, attention_mask=torch.ones_like(p)) for p in prompts]
     got, errors = {}, []
 
     def work(rows):

@@ -8,30 +8,7 @@ from mmspec.drafters import AutoregressiveDrafter, PromptLookupDrafter
 from mmspec.tiny import tiny_model
 
 ARCHS = ["llama", "qwen2", "mistral"]
-
-
-@pytest.fixture(scope="module", params=ARCHS)
-def models(request):
-    arch = request.param
-    target = tiny_model(arch, seed=0, vocab_size=96)
-    weak = tiny_model(arch, seed=1, vocab_size=96, num_layers=1)
-    return arch, target, weak
-
-
-def ragged_batch(batch: int, length: int, seed: int, vocab: int = 96):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, vocab, (batch, length), generator=g)
-    mask = torch.ones_like(ids)
-    for b in range(batch):
-        pad = (b * 5) % max(length - 2, 1)
-        mask[b, :pad] = 0
-    ids[mask == 0] = 0
-    return ids, mask
-
-
-def reference(target, ids, mask, max_new_tokens, eos):
-    return target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
-                           eos_token_id=eos, pad_token_id=0)
+each_arch = pytest.mark.parametrize("tiny_pair", ARCHS, indirect=True)
 
 
 def drafters(target, weak):
@@ -50,11 +27,13 @@ def drafters(target, weak):
 
 
 @pytest.mark.parametrize("batch", [1, 3])
-def test_exact_without_eos(models, batch):
-    arch, target, weak = models
+@each_arch
+def test_exact_without_eos(tiny_pair, ragged_batch, greedy_reference, batch):
+    target, weak = tiny_pair
+    arch = target.config.model_type
     ids, mask = ragged_batch(batch, 11, seed=batch)
     max_new = 23  # not a multiple of any draft length: the budget ends mid-draft
-    ref = reference(target, ids, mask, max_new, eos=None)
+    ref = greedy_reference(target, ids, max_new, attention_mask=mask)
     for name, drafter in drafters(target, weak).items():
         out = SpeculativeGenerator(target, drafter).generate(ids, attention_mask=mask, max_new_tokens=max_new,
                                                              eos_token_id=[], pad_token_id=0)
@@ -63,14 +42,16 @@ def test_exact_without_eos(models, batch):
         assert out.stats.new_tokens == batch * max_new
 
 
-def test_eos_inside_draft(models):
+@each_arch
+def test_eos_inside_draft(tiny_pair, ragged_batch, greedy_reference):
     """Pick EOS = a token the target emits mid-way, so it lands inside accepted drafts; rows stop
     at different steps and are padded like HF does."""
-    arch, target, weak = models
+    target, weak = tiny_pair
+    arch = target.config.model_type
     ids, mask = ragged_batch(3, 9, seed=11)
-    free = reference(target, ids, mask, 20, eos=None)
+    free = greedy_reference(target, ids, 20, attention_mask=mask)
     eos = int(free[0, 9 + 6])  # row 0 produces it at its 7th new token
-    ref = reference(target, ids, mask, 20, eos=eos)
+    ref = greedy_reference(target, ids, 20, eos_token_id=eos, attention_mask=mask)
     assert ref.shape[1] < free.shape[1] or (ref == 0).any()
     for name, drafter in drafters(target, weak).items():
         out = SpeculativeGenerator(target, drafter).generate(ids, attention_mask=mask, max_new_tokens=20,
@@ -78,8 +59,9 @@ def test_eos_inside_draft(models):
         assert torch.equal(out.sequences, ref), (arch, name)
 
 
-def test_self_drafting_accepts_everything(models):
-    arch, target, _ = models
+@each_arch
+def test_self_drafting_accepts_everything(tiny_pair, ragged_batch):
+    target, _ = tiny_pair
     ids, mask = ragged_batch(1, 8, seed=5)
     out = SpeculativeGenerator(target, AutoregressiveDrafter(target, num_tokens=4)).generate(
         ids, attention_mask=mask, max_new_tokens=21, eos_token_id=[])
@@ -89,22 +71,22 @@ def test_self_drafting_accepts_everything(models):
     assert out.stats.mean_accepted_tokens == pytest.approx(21 / 5)
 
 
-def test_float64_batch_of_repeats():
+def test_float64_batch_of_repeats(greedy_reference):
     """Prompt lookup on repetitive text accepts long runs; float64 target rules out near-tie flips."""
     target = tiny_model("llama", seed=3, vocab_size=64, dtype=torch.float64)
     ids = torch.tensor([[5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6, 7]])
-    ref = target.generate(ids, do_sample=False, max_new_tokens=30, eos_token_id=None, pad_token_id=0)
+    ref = greedy_reference(target, ids, 30)
     out = SpeculativeGenerator(target, PromptLookupDrafter(num_tokens=6)).generate(
         ids, max_new_tokens=30, eos_token_id=[])
     assert torch.equal(out.sequences, ref)
 
 
-def test_mistral_sliding_window():
+def test_mistral_sliding_window(ragged_batch, greedy_reference):
     """A window shorter than the sequence: the cache manager's mask applies it by position."""
     target = tiny_model("mistral", seed=0, vocab_size=96, sliding_window=6)
     weak = tiny_model("mistral", seed=1, vocab_size=96, num_layers=1, sliding_window=6)
     ids, mask = ragged_batch(3, 11, seed=2)
-    ref = reference(target, ids, mask, 23, eos=None)
+    ref = greedy_reference(target, ids, 23, attention_mask=mask)
     for name, drafter in drafters(target, weak).items():
         out = SpeculativeGenerator(target, drafter).generate(ids, attention_mask=mask, max_new_tokens=23,
                                                              eos_token_id=[], pad_token_id=0)

@@ -11,35 +11,29 @@ from mmspec.tiny import tiny_model
 MASK = 2
 
 
-def models(vocab=96):
-    return (tiny_model("llama", seed=0, vocab_size=vocab, num_layers=2),
-            tiny_model("llama", seed=1, vocab_size=vocab, num_layers=1))
-
-
 def prompts(batch=2, length=10, seed=0):
     return torch.randint(4, 96, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
 @pytest.mark.parametrize("context", ["cache", "window", "full"])
 @pytest.mark.parametrize("convention", ["dream", "llada"])
-def test_deer_is_exact_under_greedy(context, convention):
-    target, dm = models()
+def test_deer_is_exact_under_greedy(tiny_pair, greedy_reference, context, convention):
+    target, dm = tiny_pair
     ids = prompts()
     mask = torch.ones_like(ids)
     ids[1, :3] = 0
     mask[1, :3] = 0  # a left-padded row
-    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=18, eos_token_id=None,
-                          pad_token_id=0)
+    ref = greedy_reference(target, ids, 18, attention_mask=mask)
     dlm = DiffusionLM(dm, MASK, convention=convention, context=context, window=6)
     out = SpeculativeGenerator(target, DEERDrafter(dlm, num_tokens=5)).generate(
         ids, attention_mask=mask, max_new_tokens=18, eos_token_id=[])
     assert torch.equal(out.sequences, ref)
 
 
-def test_cached_self_draft_predicts_the_target_exactly():
+def test_cached_self_draft_predicts_the_target_exactly(tiny_pair):
     """Dream convention + cache: slot 0 comes from the last clean token, which never sees the slots, so a
     target drafting for itself is always right about the first slot."""
-    target, _ = models()
+    target, _ = tiny_pair
     ids = prompts(batch=1)
     dlm = DiffusionLM(target, MASK, convention="dream", context="cache")
     out = SpeculativeGenerator(target, DEERDrafter(dlm, num_tokens=1)).generate(ids, max_new_tokens=16,
@@ -53,12 +47,12 @@ def _bidirectional_reference(model, ids: torch.Tensor, vis: torch.Tensor) -> tor
     return model(input_ids=ids, attention_mask=vis[None, None], position_ids=torch.arange(T)[None]).logits[0]
 
 
-def test_slot_logits_match_an_explicit_forward():
+def test_slot_logits_match_an_explicit_forward(tiny_pair):
     """Cache mode: the prefix causal, the k slots seeing everything. Full mode: all bidirectional."""
     from mmspec.state import DecodeState
     from mmspec.verifiers.logits import SamplingConfig
 
-    _, dm = models()
+    _, dm = tiny_pair
     seq = prompts(batch=1, length=10)[0]  # a 9-token prompt, then one generated token (the root)
     k, n = 4, 10
     state = DecodeState(tokens=torch.cat([seq, torch.zeros(40, dtype=torch.long)])[None].clone(),
@@ -80,11 +74,11 @@ def test_slot_logits_match_an_explicit_forward():
                 torch.testing.assert_close(got, torch.log_softmax(ref.float(), -1), atol=1e-5, rtol=1e-5)
 
 
-def test_vocabulary_rules():
+def test_vocabulary_rules(tiny_pair):
     assert check_vocabularies(100, 96) == 96
     with pytest.raises(ValueError, match="smaller than the target"):
         check_vocabularies(90, 96)
-    target, _ = models()
+    target, _ = tiny_pair
     big = tiny_model("llama", seed=3, vocab_size=128, num_layers=1)
     with torch.no_grad():
         big.lm_head.bias = None
@@ -99,8 +93,8 @@ def test_vocabulary_rules():
         SpeculativeGenerator(target, DEERDrafter(DiffusionLM(big, MASK), num_tokens=3))
 
 
-def test_bad_configuration_is_an_error():
-    _, dm = models()
+def test_bad_configuration_is_an_error(tiny_pair):
+    _, dm = tiny_pair
     with pytest.raises(ValueError, match="convention"):
         DiffusionLM(dm, MASK, convention="bert")
     with pytest.raises(ValueError, match="context"):
@@ -113,8 +107,8 @@ def test_bad_configuration_is_an_error():
         DEERDrafter(DiffusionLM(dm, MASK), num_tokens=0)
 
 
-def test_from_pretrained_reads_conventions(tmp_path):
-    _, dm = models()
+def test_from_pretrained_reads_conventions(tmp_path, tiny_pair):
+    _, dm = tiny_pair
     dm.save_pretrained(tmp_path / "plain")
     with pytest.raises(ValueError, match="cannot tell the logits convention"):
         DiffusionLM.from_pretrained(tmp_path / "plain", mask_token_id=MASK)

@@ -9,7 +9,6 @@ from mmspec import SpeculativeGenerator
 from mmspec.drafters import DiffusionLM
 from mmspec.drafters.diffuspec import (ADLConfig, CausalPathSearch, CPSConfig, DiffuSpecDrafter, DiffuSpecRun,
                                        candidate_sets, prefix_tree)
-from mmspec.tiny import tiny_model
 
 
 def lattice(rows):
@@ -67,9 +66,9 @@ def test_prefix_tree_merges_shared_prefixes():
     assert parents == [-1, 0, 0, 1, 1]
 
 
-def test_adl_rule():
-    target = tiny_model("llama", seed=0, vocab_size=96, num_layers=1)
-    d = DiffuSpecDrafter(DiffusionLM(target, 2), num_tokens=6, cps=False, adl=True,
+def test_adl_rule(tiny_pair):
+    _, dm = tiny_pair
+    d = DiffuSpecDrafter(DiffusionLM(dm, 2), num_tokens=6, cps=False, adl=True,
                          adl_config=ADLConfig(k_min=2, k_max=12, delta=4, rho=0.5))
     run = DiffuSpecRun(cache=None, k=d.k0)
 
@@ -92,16 +91,15 @@ def test_adl_rule():
     with pytest.raises(ValueError):
         ADLConfig(k_min=5, k_max=4)
     with pytest.raises(ValueError, match="lattice"):
-        DiffuSpecDrafter(DiffusionLM(target, 2), cps=False, lattice=True)
+        DiffuSpecDrafter(DiffusionLM(dm, 2), cps=False, lattice=True)
 
 
 @pytest.mark.parametrize("cps,adl,lattice", [(False, False, False), (True, True, False), (True, False, True)])
-def test_diffuspec_is_exact_under_greedy(cps, adl, lattice):
-    target = tiny_model("llama", seed=0, vocab_size=96, num_layers=2)
-    dm = tiny_model("llama", seed=1, vocab_size=96, num_layers=1)
+def test_diffuspec_is_exact_under_greedy(tiny_pair, greedy_reference, cps, adl, lattice):
+    target, dm = tiny_pair
     causal = TableCausal({}, vocab=96)
     ids = torch.randint(4, 96, (2, 9), generator=torch.Generator().manual_seed(1))
-    ref = target.generate(ids, do_sample=False, max_new_tokens=16, eos_token_id=None, pad_token_id=0)
+    ref = greedy_reference(target, ids, 16)
     d = DiffuSpecDrafter(DiffusionLM(dm, 2), causal=causal, eos_token_id=1, num_tokens=5, cps=cps, adl=adl,
                          lattice=lattice)
     out = SpeculativeGenerator(target, d).generate(ids, max_new_tokens=16, eos_token_id=[])

@@ -51,15 +51,10 @@ def target():
     return llava_hf_like()
 
 
-def reference(target, ids, mask, pixels, n=12):
-    return target.generate(input_ids=ids, attention_mask=mask, pixel_values=pixels, do_sample=False,
-                           max_new_tokens=n, eos_token_id=None, pad_token_id=0)
-
-
 @pytest.mark.parametrize("method,tree,compress", [
     ("msd", None, None), ("msd", DEFAULT_TREE, None), ("msd", "dynamic", None), ("eagle", None, None),
     ("flash", None, 1), ("flash", None, 3), ("flash", TreeTemplate.full((2, 2, 1)), 2)])
-def test_llava_hf_layout_exact(target, method, tree, compress):
+def test_llava_hf_layout_exact(target, greedy_reference, method, tree, compress):
     ids, mask, pixels = batch_inputs()
     extra = dict(compress_tokens=3, sar_tokens=3) if method == "flash" else {}
     torch.manual_seed(3)
@@ -67,7 +62,7 @@ def test_llava_hf_layout_exact(target, method, tree, compress):
     drafter = FeatureDrafter(net, target, tree=tree, compress_to=compress)
     out = SpeculativeGenerator(target, drafter).generate(ids, attention_mask=mask, pixel_values=pixels,
                                                          max_new_tokens=12, eos_token_id=[], pad_token_id=0)
-    assert torch.equal(out.sequences, reference(target, ids, mask, pixels))
+    assert torch.equal(out.sequences, greedy_reference(target, ids, 12, attention_mask=mask, pixel_values=pixels))
 
 
 def test_image_embeddings_reach_the_msd_drafter(target):
@@ -148,7 +143,7 @@ def test_bad_vlm_inputs(target):
         gen.generate(torch.tensor([[5, 6, 7]]), pixel_values=pixels[:1], max_new_tokens=4)
 
 
-def test_training_lowers_the_loss_and_keeps_exactness(target):
+def test_training_lowers_the_loss_and_keeps_exactness(target, greedy_reference):
     """A few steps of the two-stage recipe on random rows: validation loss falls, the trained drafter
     stays exact."""
     def batches(step, mix):
@@ -168,4 +163,4 @@ def test_training_lowers_the_loss_and_keeps_exactness(target):
     ids, mask, pixels = batch_inputs()
     out = SpeculativeGenerator(target, FeatureDrafter(net, target, tree="dynamic", num_tokens=3)).generate(
         ids, attention_mask=mask, pixel_values=pixels, max_new_tokens=12, eos_token_id=[], pad_token_id=0)
-    assert torch.equal(out.sequences, reference(target, ids, mask, pixels))
+    assert torch.equal(out.sequences, greedy_reference(target, ids, 12, attention_mask=mask, pixel_values=pixels))

@@ -11,7 +11,6 @@ from mmspec import DEFAULT_TREE, SpeculativeGenerator, TreeTemplate
 from mmspec.drafters import (AutoregressiveDrafter, DEERDrafter, DiffusionLM, Drafter, FeatureDrafter,
                              FeatureDrafterConfig, FeatureDraftModel, PromptLookupDrafter)
 from mmspec.drafters.diffuspec import DiffuSpecDrafter
-from mmspec.tiny import tiny_model
 from mmspec.verifiers.relaxed import MEMORY_ENTRIES, _MEMORY, cached_neighbours
 
 VOCAB, IMAGE_ID, PER_IMAGE = 96, 90, 4
@@ -89,15 +88,9 @@ def text_calls(do_sample=False):
     return calls
 
 
-@pytest.fixture(scope="module")
-def text_models():
-    return (tiny_model("llama", seed=0, vocab_size=VOCAB, max_positions=256),
-            tiny_model("llama", seed=1, vocab_size=VOCAB, num_layers=1, max_positions=256))
-
-
 @pytest.mark.parametrize("tree,do_sample", [(None, False), (None, True), (DEFAULT_TREE, True), ("dynamic", False)])
-def test_autoregressive_drafter_shared_by_concurrent_calls(text_models, tree, do_sample):
-    target, draft = text_models
+def test_autoregressive_drafter_shared_by_concurrent_calls(tiny_pair, tree, do_sample):
+    target, draft = tiny_pair
     drafter = AutoregressiveDrafter(draft, num_tokens=4, tree=tree)  # chains adapt their length per call
     assert_same_as_alone(target, drafter, lambda: text_calls(do_sample))
 
@@ -106,8 +99,8 @@ def test_autoregressive_drafter_shared_by_concurrent_calls(text_models, tree, do
     lambda dlm: DEERDrafter(dlm, num_tokens=4),
     lambda dlm: DiffuSpecDrafter(dlm, causal=None, num_tokens=6, cps=True, adl=True, lattice=True),
     lambda dlm: PromptLookupDrafter(num_tokens=4)])
-def test_diffusion_and_lookup_drafters_shared_by_concurrent_calls(text_models, make):
-    target, draft = text_models
+def test_diffusion_and_lookup_drafters_shared_by_concurrent_calls(tiny_pair, make):
+    target, draft = tiny_pair
     dlm = DiffusionLM(draft, 2, convention="dream", context="cache")  # the prefix cache is per call
     assert_same_as_alone(target, make(dlm), text_calls)
 

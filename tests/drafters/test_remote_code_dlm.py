@@ -250,7 +250,7 @@ def test_native_input_is_checked_against_max_positions(checkpoint):
 
 # ---------------------------------------------------------------------------------------------------- engine
 @pytest.mark.parametrize("bias,acceptance", [(None, None), ((20.0, 1.0), "all"), ((20.0, 0.1), "mixed")])
-def test_deer_with_a_remote_code_drafter_is_greedy_exact(checkpoint, bias, acceptance):
+def test_deer_with_a_remote_code_drafter_is_greedy_exact(checkpoint, greedy_reference, bias, acceptance):
     """DEER drafting from the remote-code model reproduces the target's own greedy generate exactly, and the
     drafter really ran (native calls: context + 3 mask slots, input_ids only). The random pair never agrees,
     so two biased variants make drafts get accepted: the drafter always proposes token 7 and the target
@@ -266,8 +266,7 @@ def test_deer_with_a_remote_code_drafter_is_greedy_exact(checkpoint, bias, accep
     mask = torch.ones_like(ids)
     ids[1, :3] = 0
     mask[1, :3] = 0  # a left-padded row
-    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=12, eos_token_id=None,
-                          pad_token_id=0)
+    ref = greedy_reference(target, ids, 12, attention_mask=mask)
     calls, handle = record_calls(dlm.model)
     try:
         out = SpeculativeGenerator(target, DEERDrafter(dlm, num_tokens=3)).generate(
@@ -294,12 +293,12 @@ def test_deer_with_a_remote_code_drafter_is_greedy_exact(checkpoint, bias, accep
         assert 1 in later and max(later) > 1  # rejections and acceptances both happened
 
 
-def test_deer_single_row_greedy_exact(checkpoint):
+def test_deer_single_row_greedy_exact(checkpoint, greedy_reference):
     """The brief's plain case: one unpadded row, target.generate(ids) == SpeculativeGenerator(...).generate(ids)."""
     folder, _ = checkpoint
     target = tiny_model("llama", seed=0, vocab_size=V, hidden_size=32)
     ids = prompts(batch=1, seed=3)
-    ref = target.generate(ids, do_sample=False, max_new_tokens=12, eos_token_id=None, pad_token_id=0)
+    ref = greedy_reference(target, ids, 12)
     out = SpeculativeGenerator(target, DEERDrafter(DiffusionLM.from_pretrained(folder, trust_remote_code=True), num_tokens=3)).generate(
         ids, max_new_tokens=12, eos_token_id=[])
     assert torch.equal(out.sequences, ref)
@@ -318,7 +317,7 @@ def test_target_vocabulary_bigger_than_the_drafters_is_an_error(checkpoint):
         DiffusionLM.from_pretrained(folder, trust_remote_code=True, target_vocab_size=V + 16)
 
 
-def test_drafter_vocabulary_superset_is_cut_to_the_targets(checkpoint):
+def test_drafter_vocabulary_superset_is_cut_to_the_targets(checkpoint, greedy_reference):
     """A drafter with extra ids (the mask among them, as Dream over Qwen) proposes only the target's ids and
     stays greedy-exact."""
     folder, _ = checkpoint
@@ -329,7 +328,7 @@ def test_drafter_vocabulary_superset_is_cut_to_the_targets(checkpoint):
     ids = prompts(batch=1, seed=4) % small
     state = _state([ids[0]])
     assert dlm.slot_logprobs(state, 3).shape == (1, 3, small)
-    ref = target.generate(ids, do_sample=False, max_new_tokens=12, eos_token_id=None, pad_token_id=0)
+    ref = greedy_reference(target, ids, 12)
     out = SpeculativeGenerator(target, DEERDrafter(dlm, num_tokens=3)).generate(ids, max_new_tokens=12,
                                                                                 eos_token_id=[])
     assert torch.equal(out.sequences, ref)
@@ -343,7 +342,7 @@ def test_remote_code_needs_explicit_trust(checkpoint):
 
 
 # ---------------------------------------------------------------------------------------------------- every face
-def test_pipeline_takes_a_remote_code_drafter_directory(checkpoint):
+def test_pipeline_takes_a_remote_code_drafter_directory(checkpoint, greedy_reference):
     """mmspec.pipeline(target, drafter=DIR) refuses a remote-code directory without trust_remote_code (naming the
     modeling file and the flag) and with it drafts DEER-style, greedy-exact."""
     import mmspec
@@ -357,7 +356,7 @@ def test_pipeline_takes_a_remote_code_drafter_directory(checkpoint):
     pipe = mmspec.pipeline(target, drafter=str(folder), trust_remote_code=True, num_tokens=3)
     assert pipe.method == "deer" and type(pipe.drafter.dlm.model).__name__ == "TinyDreamModel"
     ids = prompts(batch=1, seed=5)
-    ref = target.generate(ids, do_sample=False, max_new_tokens=10, eos_token_id=None, pad_token_id=0)
+    ref = greedy_reference(target, ids, 10)
     out = pipe.engine.generate(ids, max_new_tokens=10, eos_token_id=[])
     assert torch.equal(out.sequences, ref)
     # the eval route's loader (mmspec eval --dlm DIR --trust-remote-code) goes through the same door

@@ -2,7 +2,6 @@ import json
 
 from mmspec.cli import main
 from mmspec.eval import run_bench, to_markdown
-from mmspec.tiny import tiny_model
 
 
 def test_bench_tiny_config_writes_json_and_markdown(tmp_path):
@@ -24,9 +23,8 @@ def test_bench_tiny_config_writes_json_and_markdown(tmp_path):
     assert "Cost model" in md and "| chain |" in md.split("Cost model")[1]
 
 
-def test_bench_local_checkpoint_directory(tmp_path):
-    target = tiny_model("llama", seed=0, vocab_size=128)
-    draft = tiny_model("llama", seed=1, vocab_size=128, num_layers=1)
+def test_bench_local_checkpoint_directory(tmp_path, tiny_pair):
+    target, draft = tiny_pair
     target.save_pretrained(tmp_path / "target")
     draft.save_pretrained(tmp_path / "draft")
     report = run_bench(model=str(tmp_path / "target"), draft=str(tmp_path / "draft"),

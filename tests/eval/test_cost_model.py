@@ -6,7 +6,6 @@ import torch
 from mmspec import SpeculativeGenerator
 from mmspec.drafters import NoDrafter
 from mmspec.eval.cost_model import cost_model, cost_table
-from mmspec.tiny import tiny_model
 
 
 def _rec(method, item, seconds, new, forwards=None, verify=None, prefill=None, draft=None):
@@ -42,15 +41,11 @@ def test_no_baseline_no_cost_model():
     assert cost_table([]) == []
 
 
-def test_own_engine_plain_is_exact_and_one_token_per_forward():
-    target = tiny_model("llama", seed=3, vocab_size=96, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1)
-    with torch.no_grad():
-        for p in target.parameters():
-            p.normal_(0, 0.2)
+def test_own_engine_plain_is_exact_and_one_token_per_forward(tiny_pair, greedy_reference):
+    target, _ = tiny_pair
     ids = torch.randint(3, 96, (2, 7), generator=torch.Generator().manual_seed(0))
     out = SpeculativeGenerator(target, NoDrafter()).generate(ids, max_new_tokens=9, eos_token_id=[])
-    ref = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=9,
-                          eos_token_id=None, pad_token_id=0)
+    ref = greedy_reference(target, ids, 9, attention_mask=torch.ones_like(ids))
     assert torch.equal(out.sequences, ref)
     assert out.stats.target_forwards == 9 and out.stats.mean_accepted_tokens == 1.0
     assert 0 < out.stats.prefill_time <= out.stats.verify_time

@@ -8,7 +8,6 @@ import pytest
 from mmspec.drafters import DiffusionLM
 from mmspec.loading import load_drafter, load_target, read_record
 from mmspec.targets import Target
-from mmspec.tiny import tiny_model
 
 
 def test_zoo_name():
@@ -21,8 +20,8 @@ def test_zoo_name():
         load_drafter("zoo:code-ngram", t)
 
 
-def test_checkpoint_directory_and_objects(tmp_path):
-    model = tiny_model("llama", seed=0, vocab_size=128)
+def test_checkpoint_directory_and_objects(tmp_path, tiny_pair):
+    model, _ = tiny_pair
     model.save_pretrained(tmp_path / "target")
     t = load_target(str(tmp_path / "target"))
     assert type(t.model).__name__ == "LlamaForCausalLM" and t.tokenizer is None and t.zoo is None
@@ -35,24 +34,24 @@ def test_checkpoint_directory_and_objects(tmp_path):
 
 
 @pytest.mark.parametrize("loader", ["target", "drafter"])
-def test_bad_spec_is_one_value_error_naming_it(tmp_path, loader):
+def test_bad_spec_is_one_value_error_naming_it(tmp_path, tiny_pair, loader):
     bad = str(tmp_path / "no" / "such" / "dir")
     with pytest.raises(ValueError, match=f"{loader} '{bad}' is neither 'zoo:<name>' nor a local checkpoint"):
         if loader == "target":
             load_target(bad)
         else:
-            load_drafter(bad, Target(tiny_model("llama", seed=0)))
+            load_drafter(bad, Target(tiny_pair[0]))
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(ValueError, match="has no config.json"):
         load_target(str(empty))
 
 
-def test_training_record_is_read_and_checked(tmp_path):
+def test_training_record_is_read_and_checked(tmp_path, tiny_pair):
     assert read_record(tmp_path) is None
     (tmp_path / "mmspec.json").write_text(json.dumps({"kind": "diffusion-lm", "route": "vlm"}))
     assert read_record(tmp_path)["kind"] == "diffusion-lm"
-    t = Target(tiny_model("llama", seed=0), name="t")
+    t = Target(tiny_pair[0], name="t")
     with pytest.raises(ValueError, match="trained for vlm targets"):
         load_drafter(str(tmp_path), t)
     (tmp_path / "mmspec.json").write_text("{not json")

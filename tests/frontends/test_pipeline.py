@@ -22,11 +22,12 @@ def code():
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory):
-    """A tiny stock target and drafter saved as local checkpoint directories."""
+def checkpoints(tmp_path_factory, tiny_pair):
+    """A tiny stock target and drafter saved as local checkpoint directories, and a drafter of a wider vocabulary."""
     root = tmp_path_factory.mktemp("ckpt")
-    tiny_model("llama", seed=0, vocab_size=128).save_pretrained(root / "target")
-    tiny_model("llama", seed=1, vocab_size=128, num_layers=1).save_pretrained(root / "draft")
+    target, draft = tiny_pair
+    target.save_pretrained(root / "target")
+    draft.save_pretrained(root / "draft")
     tiny_model("llama", seed=2, vocab_size=256, num_layers=1).save_pretrained(root / "wide")
     return root
 
@@ -40,12 +41,12 @@ def test_routes_by_inspection(code):
         detect_route(torch.nn.Linear(2, 2))
 
 
-def test_zoo_text_default_is_deer_and_exact(code):
+def test_zoo_text_default_is_deer_and_exact(code, greedy_reference):
     pipe = mmspec.pipeline("zoo:code-target")
     assert isinstance(pipe, TextPipeline) and pipe.method == "deer" and isinstance(pipe.drafter, DEERDrafter)
     out = pipe(PROMPT, max_new_tokens=24, stop_at_eos=False)
     ids = code.tokenizer(PROMPT, return_tensors="pt", add_special_tokens=False).input_ids
-    ref = code.model.generate(ids, do_sample=False, max_new_tokens=24, eos_token_id=None, pad_token_id=0)
+    ref = greedy_reference(code.model, ids, 24)
     assert torch.equal(out.sequences, ref)
     assert out.stats.new_tokens == 24 and out.stats.mean_accepted_tokens > 1.0
     assert out.texts[0] == code.tokenizer.decode(ref[0, ids.shape[1]:], skip_special_tokens=True)
@@ -63,13 +64,13 @@ def test_text_methods_agree_with_plain(method, drafter_type):
     assert pipe(ids, max_new_tokens=12).texts == plain.texts[:1]  # token ids may be given positionally too
 
 
-def test_checkpoint_dirs_with_device_map(checkpoints):
+def test_checkpoint_dirs_with_device_map(checkpoints, greedy_reference):
     pipe = mmspec.pipeline(str(checkpoints / "target"), drafter=str(checkpoints / "draft"), device_map="auto",
                            drafter_device="cpu")
     assert pipe.method == "chain" and pipe.target.name.endswith("target")
-    ids = torch.randint(3, 128, (2, 10), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(3, 96, (2, 10), generator=torch.Generator().manual_seed(0))
     out = pipe.generate(input_ids=ids, max_new_tokens=12, stop_at_eos=False)
-    ref = pipe.model.generate(ids, do_sample=False, max_new_tokens=12, eos_token_id=None, pad_token_id=0)
+    ref = greedy_reference(pipe.model, ids, 12)
     assert torch.equal(out.sequences, ref)
     # no tokenizer next to these weights: text prompts are refused with the way out
     with pytest.raises(ValueError, match="no tokenizer"):

@@ -11,12 +11,6 @@ from mmspec.drafters import (AutoregressiveDrafter, DEERDrafter, DiffusionLM, Fe
 from mmspec.drafters.diffuspec import DiffuSpecDrafter
 from mmspec.drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
 from mmspec.guidance import DEFAULT_CFG_SCALE, CFGModel
-from mmspec.tiny import tiny_model
-
-
-@pytest.fixture(scope="module")
-def models():
-    return tiny_model("llama", seed=0), tiny_model("llama", seed=1, num_layers=1)
 
 
 def _feature_net(target, method):
@@ -32,8 +26,8 @@ def _feature_net(target, method):
     ("prompt-lookup", PromptLookupDrafter, dict(num_tokens=reg.DRAFT_TOKENS["prompt-lookup"])),
     ("mmspec-plain", NoDrafter, {}),
 ])
-def test_causal_and_model_free_methods(models, method, cls, shape):
-    target, draft = models
+def test_causal_and_model_free_methods(tiny_pair, method, cls, shape):
+    target, draft = tiny_pair
     for route in ("text", "vlm"):
         assert method in reg.METHODS[route]
     drafter = reg.build_drafter(method, draft if method in reg.CAUSAL_METHODS else None)
@@ -44,8 +38,8 @@ def test_causal_and_model_free_methods(models, method, cls, shape):
     assert reg.build_drafter("plain") is None and reg.engine(target, None) is None
 
 
-def test_diffusion_methods(models):
-    _, draft = models
+def test_diffusion_methods(tiny_pair):
+    _, draft = tiny_pair
     dlm = DiffusionLM(draft, 2)
     deer = reg.build_drafter("deer", dlm)
     assert type(deer) is DEERDrafter and deer.num_tokens == reg.DRAFT_TOKENS["deer"]
@@ -55,8 +49,8 @@ def test_diffusion_methods(models):
 
 
 @pytest.mark.parametrize("method", reg.FEATURE_METHODS)
-def test_feature_methods(models, method):
-    target, _ = models
+def test_feature_methods(tiny_pair, method):
+    target, _ = tiny_pair
     net = _feature_net(target, method)
     drafter = reg.build_drafter(method, net, target=target, num_nodes=None)
     assert type(drafter) is FeatureDrafter and method in reg.VLM_METHODS and method not in reg.TEXT_METHODS
@@ -65,8 +59,8 @@ def test_feature_methods(models, method):
         reg.build_drafter(other, net, target=target)
 
 
-def test_a_method_refuses_the_wrong_drafter(models):
-    target, draft = models
+def test_a_method_refuses_the_wrong_drafter(tiny_pair):
+    target, draft = tiny_pair
     with pytest.raises(ValueError, match="needs a small causal LM drafter"):
         reg.build_drafter("chain", None)
     with pytest.raises(ValueError, match="needs a diffusion LM drafter"):
@@ -80,8 +74,8 @@ def test_a_method_refuses_the_wrong_drafter(models):
     assert [reg.causal_method(t) for t in (None, "dynamic", DEFAULT_TREE)] == ["chain", "dynamic", "tree"]
 
 
-def test_image_drafters_and_bounds(models):
-    target, draft = models
+def test_image_drafters_and_bounds(tiny_pair):
+    target, draft = tiny_pair
     guided = CFGModel(draft, 3.0, 5)
     chain = reg.image_drafter(guided, tree="chain", num_tokens=3)
     assert type(chain) is AutoregressiveDrafter and chain.tree is None and chain.num_tokens == 3 and not chain.adaptive

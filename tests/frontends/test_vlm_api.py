@@ -19,7 +19,7 @@ def zoo_target():
     return entry.model, entry.tokenizer
 
 
-def test_vlm_generator_matches_hf_generate(zoo_target):
+def test_vlm_generator_matches_hf_generate(zoo_target, greedy_reference):
     model, processor = zoo_target
     torch.manual_seed(0)
     net = FeatureDraftModel(FeatureDrafterConfig.for_target(model, "msd"))
@@ -29,8 +29,8 @@ def test_vlm_generator_matches_hf_generate(zoo_target):
     images = [scenes[0].image(), [scenes[1].image(), scenes[2].image()]]  # row 1: two pictures
     out = gen.generate(images=images, prompts=prompts, max_new_tokens=16)
     inputs = gen.prepare(images, prompts)
-    ref = model.generate(**inputs, do_sample=False, max_new_tokens=16, pad_token_id=processor.tokenizer.pad_token_id,
-                         eos_token_id=processor.tokenizer.eos_token_id)
+    ref = greedy_reference(model, max_new_tokens=16, eos_token_id=processor.tokenizer.eos_token_id,
+                           pad_token_id=processor.tokenizer.pad_token_id, **inputs)
     width = inputs["input_ids"].shape[1]
     tok = processor.tokenizer
     for row in range(2):
@@ -58,7 +58,7 @@ def test_vlm_generator_errors(zoo_target):
         VLMGenerator(model, processor, net, method="medusa")
 
 
-def test_train_cli_writes_a_loadable_drafter(tmp_path, zoo_target):
+def test_train_cli_writes_a_loadable_drafter(tmp_path, zoo_target, greedy_reference):
     from mmspec.cli import main
     from mmspec.drafters.feature_model import FeatureDraftModel
 
@@ -73,8 +73,8 @@ def test_train_cli_writes_a_loadable_drafter(tmp_path, zoo_target):
     scene = vd.scenes("test", 1)[0]
     res = gen.generate(images=[scene.image()], prompts=[vd.with_image(vd.CAPTION_PROMPT)], max_new_tokens=12)
     inputs = gen.prepare([scene.image()], [vd.with_image(vd.CAPTION_PROMPT)])
-    ref = model.generate(**inputs, do_sample=False, max_new_tokens=12, pad_token_id=processor.tokenizer.pad_token_id,
-                         eos_token_id=processor.tokenizer.eos_token_id)
+    ref = greedy_reference(model, max_new_tokens=12, eos_token_id=processor.tokenizer.eos_token_id,
+                           pad_token_id=processor.tokenizer.pad_token_id, **inputs)
     want = processor.tokenizer.decode(ref[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True).strip()
     assert res.texts == [want]
 

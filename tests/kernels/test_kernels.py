@@ -28,8 +28,8 @@ from mmspec.kernels import (
     tree_attention_reference,
     use_tree_attention,
 )
-from mmspec.tiny import tiny_model
 from mmspec.verifiers.acceptance import greedy_accept
+from tests.tiny_models import text_pair
 
 ROOT = Path(__file__).resolve().parents[2]
 HAS_TRITON = importlib.util.find_spec("triton") is not None
@@ -77,8 +77,8 @@ def test_dispatch_env_var_errors(monkeypatch):
         backend_for_device("cpu")
 
 
-def test_stats_report_backend():
-    target = tiny_model("llama", seed=0, vocab_size=96)
+def test_stats_report_backend(tiny_pair):
+    target, _ = tiny_pair
     out = SpeculativeGenerator(target, PromptLookupDrafter(num_tokens=3)).generate(
         torch.randint(3, 96, (1, 8)), max_new_tokens=4)
     assert out.stats.kernel_backend == "torch"
@@ -171,8 +171,8 @@ def test_residual_reference_draws_the_residual_distribution():
 
 
 # ---------------------------------------------------------------------- the attention in stock models
-def test_attention_function_falls_back_for_masks_it_does_not_handle():
-    target = tiny_model("llama", seed=0, vocab_size=96)
+def test_attention_function_falls_back_for_masks_it_does_not_handle(tiny_pair):
+    target, _ = tiny_pair
     module = target.model.layers[0].self_attn
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 4 if i == 0 else 2, 5, 16, generator=gen) for i in range(3))
@@ -184,31 +184,17 @@ def test_attention_function_falls_back_for_masks_it_does_not_handle():
         assert torch.equal(ours, stock)
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2", "mistral"])
-def tree_attention_models(request):
-    arch = request.param
-    target = tiny_model(arch, seed=0, vocab_size=96)
-    weak = tiny_model(arch, seed=1, vocab_size=96, num_layers=1)
-    return arch, target, weak
-
-
-def test_engine_greedy_exact_with_tree_attention(tree_attention_models):
-    """Reference: the stock model with SDPA; mmspec: target and drafter switched to "mmspec_tree"."""
-    arch, target, _ = tree_attention_models
-    gen = torch.Generator().manual_seed(3)
-    ids = torch.randint(3, 96, (3, 11), generator=gen)
-    mask = torch.ones_like(ids)
-    mask[1, :4] = 0
-    mask[2, :7] = 0
-    ids[mask == 0] = 0
-    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=17, eos_token_id=2,
-                          pad_token_id=0)
-    target_t = use_tree_attention(tiny_model(arch, seed=0, vocab_size=96))
-    weak_t = use_tree_attention(tiny_model(arch, seed=1, vocab_size=96, num_layers=1))
+@pytest.mark.parametrize("tiny_pair", ["llama", "qwen2", "mistral"], indirect=True)
+def test_engine_greedy_exact_with_tree_attention(tiny_pair, ragged_batch, greedy_reference):
+    """Reference: the stock model with SDPA; mmspec: the same target and drafter switched to "mmspec_tree"."""
+    target, _ = tiny_pair
+    arch = target.config.model_type
+    ids, mask = ragged_batch(3, 11, seed=3, pads=(0, 4, 7))
+    ref = greedy_reference(target, ids, 17, eos_token_id=2, attention_mask=mask)
+    target_t, weak_t = (use_tree_attention(m) for m in text_pair(arch))  # a fresh pair: the switch is in place
     assert target_t.config._attn_implementation == ATTENTION_NAME
     # stock generate through the registered function (2-D padding mask -> SDPA's bool mask) is unchanged
-    assert torch.equal(target_t.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=17,
-                                         eos_token_id=2, pad_token_id=0), ref)
+    assert torch.equal(greedy_reference(target_t, ids, 17, eos_token_id=2, attention_mask=mask), ref)
     drafters = {
         "chain-weak": AutoregressiveDrafter(weak_t, num_tokens=3),
         "static-tree-self": AutoregressiveDrafter(target_t, tree=DEFAULT_TREE),

@@ -20,7 +20,7 @@ pytest.importorskip("triton")
 from mmspec import DEFAULT_TREE, SpeculativeGenerator
 from mmspec.drafters import AutoregressiveDrafter
 from mmspec.kernels import sweep, use_tree_attention
-from mmspec.tiny import tiny_model
+from tests.tiny_models import text_pair
 
 NO_BF16 = "bf16 is GPU-only: the Triton interpreter computes with numpy, which has no bfloat16"
 
@@ -49,19 +49,12 @@ def test_bf16(kernel):
         assert sweep.check_case(case, DEVICE)["ok"], case["id"]
 
 
-def test_engine_greedy_exact_with_triton_kernels(monkeypatch):
+def test_engine_greedy_exact_with_triton_kernels(monkeypatch, ragged_batch, greedy_reference):
     """The whole loop with every Triton kernel (tree attention in the target and drafter, compaction in
     their caches, fused greedy acceptance) returns the target's own greedy tokens."""
-    ids = torch.randint(3, 96, (3, 9), generator=torch.Generator().manual_seed(5))
-    mask = torch.ones_like(ids)
-    mask[1, :3] = 0
-    mask[2, :6] = 0
-    ids[mask == 0] = 0
-    target = tiny_model("qwen2", seed=0, vocab_size=96).to(DEVICE)
-    weak = tiny_model("qwen2", seed=1, vocab_size=96, num_layers=1).to(DEVICE)
-    ids, mask = ids.to(DEVICE), mask.to(DEVICE)
-    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=10, eos_token_id=2,
-                          pad_token_id=0)
+    ids, mask = (t.to(DEVICE) for t in ragged_batch(3, 9, seed=5, pads=(0, 3, 6)))
+    target, weak = (m.to(DEVICE) for m in text_pair("qwen2"))  # a fresh pair: the kernels are switched on in place
+    ref = greedy_reference(target, ids, 10, eos_token_id=2, attention_mask=mask)
     use_tree_attention(target)
     use_tree_attention(weak)
     monkeypatch.setenv("MMSPEC_KERNELS", "triton")

@@ -8,7 +8,6 @@ from transformers import AutoConfig, AutoModelForCausalLM, Gemma2Config, Gemma2F
 from mmspec import SpeculativeGenerator
 from mmspec.compat import check_supported, unsupported_reason
 from mmspec.drafters import AutoregressiveDrafter, PromptLookupDrafter
-from mmspec.tiny import tiny_model
 
 SMALL = dict(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, n_embd=32, n_layer=2,
              n_head=4, d_model=32, n_layers=2, n_heads=4, intermediate_size=64)
@@ -48,8 +47,8 @@ def test_falcon_alibi_flag_decides():
     assert unsupported_reason(tiny("falcon")) is None
 
 
-def test_an_unsupported_drafter_model_is_refused_too():
-    target = tiny_model("llama", vocab_size=96)
+def test_an_unsupported_drafter_model_is_refused_too(tiny_pair):
+    target, _ = tiny_pair
     with pytest.raises(ValueError, match="MambaForCausalLM cannot be used as the speculative-decoding drafter"):
         SpeculativeGenerator(target, AutoregressiveDrafter(tiny("mamba"), num_tokens=3))
 

@@ -21,20 +21,13 @@ from transformers import (
 from mmspec import SpeculativeGenerator, SpecKVCache, TreeTemplate
 from mmspec.drafters import AutoregressiveDrafter, PromptLookupDrafter
 from mmspec.layer_masks import FULL, SLIDING, AttentionLayout, attention_layout
+from tests.tiny_models import sharpen
 
 V, WINDOW = 96, 5
 COMMON = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
               max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-
-
-def sharpen(model, seed):
-    """Weights ~ N(0, 0.2): at the default init the logits are so flat that a wrong mask can still look exact."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.2)
-    return model.eval()
+# three rows of 13, 9 and 4 real tokens (left padding): two prompts longer than the window, one shorter
+BATCH = dict(batch=3, length=13, seed=0, vocab=V, pads=(0, 4, 9))
 
 
 def build(family, layers=4, seed=0):
@@ -54,23 +47,11 @@ def build(family, layers=4, seed=0):
     return sharpen(model, seed)
 
 
-def batch():
-    """Three rows of 13, 9 and 4 real tokens (left padding): two prompts longer than the window, one shorter."""
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(3, V, (3, 13), generator=g)
-    mask = torch.ones_like(ids)
-    mask[1, :4] = 0
-    mask[2, :9] = 0
-    ids[mask == 0] = 0
-    return ids, mask
-
-
 @pytest.mark.parametrize("family", ["gemma2", "gemma3", "qwen3", "qwen2"])
-def test_hybrid_models_are_greedy_exact(family):
+def test_hybrid_models_are_greedy_exact(family, ragged_batch, greedy_reference):
     target, weak = build(family), build(family, layers=2, seed=1)
-    ids, mask = batch()
-    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=20, eos_token_id=None,
-                          pad_token_id=0)
+    ids, mask = ragged_batch(**BATCH)
+    ref = greedy_reference(target, ids, 20, attention_mask=mask)
     drafters = {
         "chain-self": AutoregressiveDrafter(target, num_tokens=4),  # long accepted runs across the window
         "tree-weak": AutoregressiveDrafter(weak, tree=TreeTemplate.full((2, 2, 1))),
@@ -86,13 +67,12 @@ def test_hybrid_models_are_greedy_exact(family):
 
 
 @pytest.mark.parametrize("wrong", ["no window", "window everywhere"])
-def test_the_per_layer_masks_matter(monkeypatch, wrong):
+def test_the_per_layer_masks_matter(monkeypatch, ragged_batch, greedy_reference, wrong):
     """Control: with one mask for every layer (the window left out, or applied to the full layers too) the same
     run diverges from generate, so the exactness above is owed to the per-layer masks."""
     target = build("qwen3")
-    ids, mask = batch()
-    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=20, eos_token_id=None,
-                          pad_token_id=0)
+    ids, mask = ragged_batch(**BATCH)
+    ref = greedy_reference(target, ids, 20, attention_mask=mask)
     uniform = AttentionLayout(None) if wrong == "no window" else AttentionLayout(WINDOW)
     monkeypatch.setattr("mmspec.cache.attention_layout", lambda cfg: uniform)
     out = SpeculativeGenerator(target, PromptLookupDrafter(num_tokens=3)).generate(

@@ -7,7 +7,6 @@ import torch
 
 from mmspec import SpeculativeGenerator
 from mmspec.drafters import AutoregressiveDrafter, PromptLookupDrafter
-from mmspec.tiny import tiny_model
 from mmspec.vision import expected_image_tokens
 from tests.vlm_families import IMAGE, qwen_batch, tiny_gemma3, tiny_idefics3, tiny_llava_next, tiny_qwen_vl
 
@@ -56,14 +55,13 @@ def idefics_prompt():
 
 
 @pytest.mark.parametrize("tree", [None, "dynamic"])
-def test_idefics3_exact(tree):
+def test_idefics3_exact(tree, tiny_pair, greedy_reference):
     model = tiny_idefics3()
     pixels, pam = idefics_inputs()
     ids, mask = idefics_prompt()
     kw = dict(pixel_values=pixels, pixel_attention_mask=pam)
-    ref = model.generate(input_ids=ids, attention_mask=mask, **kw, max_new_tokens=10, do_sample=False,
-                         eos_token_id=None, pad_token_id=0)
-    draft = tiny_model("llama", seed=1, vocab_size=96, num_layers=1)
+    ref = greedy_reference(model, ids, 10, attention_mask=mask, **kw)
+    _, draft = tiny_pair
     out = SpeculativeGenerator(model, AutoregressiveDrafter(draft, num_tokens=3, tree=tree)).generate(
         ids, attention_mask=mask, max_new_tokens=10, eos_token_id=[], pad_token_id=0, **kw)
     assert torch.equal(out.sequences, ref)

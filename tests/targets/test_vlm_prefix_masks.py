@@ -7,9 +7,8 @@ import torch
 
 from mmspec import SpeculativeGenerator
 from mmspec.drafters import AutoregressiveDrafter, PromptLookupDrafter
-from mmspec.tiny import tiny_model
 from mmspec.tree import TreeTemplate
-from tests.vlm_families import gemma_batch, tiny_gemma3, tiny_paligemma, greedy_reference, speculative
+from tests.vlm_families import gemma_batch, llava_batch, speculative, tiny_gemma3, tiny_llava, tiny_paligemma
 
 N = 10
 FAMILIES = {"paligemma": (tiny_paligemma, 16), "gemma3": (tiny_gemma3, 4),
@@ -19,11 +18,11 @@ FAMILIES = {"paligemma": (tiny_paligemma, 16), "gemma3": (tiny_gemma3, 4),
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
-def family(request):
+def family(request, greedy_reference):
     build, n_image = FAMILIES[request.param]
     model = build()
     ids, mask, inputs = gemma_batch(n_image, request.param.split("-")[0])
-    ref = greedy_reference(model, ids, mask, inputs, N)
+    ref = greedy_reference(model, ids, N, attention_mask=mask, **inputs)
     return model, ids, mask, inputs, ref
 
 
@@ -32,9 +31,9 @@ def run(model, drafter, ids, mask, inputs):
 
 
 @pytest.mark.parametrize("tree", [None, TreeTemplate.full((2, 2)), "dynamic"])
-def test_prefix_mask_family_exact(family, tree):
+def test_prefix_mask_family_exact(family, tiny_pair, tree):
     model, ids, mask, inputs, ref = family
-    draft = tiny_model("llama", seed=1, vocab_size=96, num_layers=1)
+    _, draft = tiny_pair
     out = run(model, AutoregressiveDrafter(draft, num_tokens=3, tree=tree), ids, mask, inputs)
     assert torch.equal(out.sequences, ref)
 
@@ -51,9 +50,7 @@ def test_the_blocks_matter(family, monkeypatch):
 
 
 def test_token_type_ids_of_other_families_refused():
-    from tests.targets.test_vlm_core import image_prompt, tiny_llava
-
-    ids, pixels = image_prompt(1)
+    ids, pixels = llava_batch(1)
     with pytest.raises(ValueError, match="token_type_ids"):  # the model takes none: an unknown input
         SpeculativeGenerator(tiny_llava(), PromptLookupDrafter()).generate(
             ids, max_new_tokens=4, pixel_values=pixels, token_type_ids=torch.zeros_like(ids))

@@ -8,18 +8,17 @@ import torch
 from mmspec.drafters import AutoregressiveDrafter, PromptLookupDrafter
 from mmspec.drafters.feature import FeatureDrafter
 from mmspec.drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
-from mmspec.tiny import tiny_model
 from mmspec.tree import TreeTemplate
-from tests.vlm_families import qwen_batch, tiny_qwen_vl, greedy_reference, speculative
+from tests.vlm_families import qwen_batch, speculative, tiny_qwen_vl
 
 N = 12
 
 
 @pytest.fixture(scope="module", params=["2", "2.5"])
-def qwen(request):
+def qwen(request, greedy_reference):
     model = tiny_qwen_vl(request.param)
     ids, mask, inputs = qwen_batch()
-    ref = greedy_reference(model, ids, mask, inputs, N)
+    ref = greedy_reference(model, ids, N, attention_mask=mask, **inputs)
     return model, ids, mask, inputs, ref
 
 
@@ -28,9 +27,9 @@ def run(model, drafter, ids, mask, inputs):
 
 
 @pytest.mark.parametrize("tree", [None, TreeTemplate.full((2, 2)), "dynamic"])
-def test_qwen_vl_text_drafter_exact(qwen, tree):
+def test_qwen_vl_text_drafter_exact(qwen, tiny_pair, tree):
     model, ids, mask, inputs, ref = qwen
-    draft = tiny_model("llama", seed=1, vocab_size=96, num_layers=1)
+    _, draft = tiny_pair
     out = run(model, AutoregressiveDrafter(draft, num_tokens=3, tree=tree), ids, mask, inputs)
     assert torch.equal(out.sequences, ref)
 

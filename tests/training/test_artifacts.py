@@ -14,6 +14,7 @@ import mmspec
 from mmspec.cli import main
 from mmspec.loading import read_record
 from mmspec.training import artifact
+from tests.tiny_models import sharpen
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +52,8 @@ def weights(path):
     return load_file(str(path / "model.safetensors"))
 
 
-def test_deer_killed_resumes_and_its_output_is_a_deer_drafter(zoo_env, code_files, tmp_path, monkeypatch, capsys):
+def test_deer_killed_resumes_and_its_output_is_a_deer_drafter(zoo_env, code_files, tmp_path, monkeypatch, capsys,
+                                                              greedy_reference):
     from mmspec.training import deer
 
     DEER = DEER_ARGS + code_files
@@ -95,13 +97,10 @@ def test_deer_killed_resumes_and_its_output_is_a_deer_drafter(zoo_env, code_file
     # the pipeline runs it as DEER by default, exactly
     pipe = mmspec.pipeline("zoo:code-target", drafter=str(out))
     assert pipe.method == "deer" and type(pipe.drafter).__name__ == "DEERDrafter"
-    with torch.no_grad():
-        for p in pipe.model.parameters():
-            p.normal_(0, 0.2, generator=torch.Generator().manual_seed(p.numel()))
+    sharpen(pipe.model)
     ids = torch.tensor([[5, 17, 33, 9, 41, 12, 7]])
     res = pipe(ids, max_new_tokens=12, stop_at_eos=False)
-    ref_ids = pipe.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=12,
-                                  eos_token_id=None, pad_token_id=0)
+    ref_ids = greedy_reference(pipe.model, ids, 12, attention_mask=torch.ones_like(ids))
     assert torch.equal(res.sequences, ref_ids)
     with pytest.raises(ValueError, match="trained for text targets"):
         mmspec.pipeline("zoo:image-target", drafter=str(out))

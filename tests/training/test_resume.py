@@ -8,6 +8,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from mmspec.training.loop import train_loop
 from mmspec.zoo.growth import grow_depth, layer_ablation
 from mmspec.zoo.streams import batches
+from tests.tiny_models import sharpen
 
 
 def _tiny(layers: int = 2) -> LlamaForCausalLM:
@@ -65,10 +66,7 @@ def test_checkpoint_for_another_schedule_is_refused(tmp_path):
 
 
 def test_depth_growth_preserves_function_and_ablation_sees_every_layer():
-    base = _tiny(2)
-    with torch.no_grad():
-        for p in base.parameters():
-            p.normal_(0, 0.2)
+    base = sharpen(_tiny(2))
     deep = grow_depth(base, LlamaConfig(**{**base.config.to_dict(), "num_hidden_layers": 6}))
     ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
@@ -84,10 +82,7 @@ def test_depth_growth_preserves_function_and_ablation_sees_every_layer():
 
 
 def test_split_growth_uses_every_layer_and_keeps_the_base_update():
-    base = _tiny(2)
-    with torch.no_grad():
-        for p in base.parameters():
-            p.normal_(0, 0.2)
+    base = sharpen(_tiny(2))
     deep = grow_depth(base, LlamaConfig(**{**base.config.to_dict(), "num_hidden_layers": 6}), mode="split")
     for j in range(6):
         for name in ("self_attn.o_proj", "mlp.down_proj"):

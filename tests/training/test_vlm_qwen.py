@@ -28,7 +28,7 @@ def checkpoint(tmp_path_factory):
 
 
 @pytest.mark.parametrize("method", ["msd", "flash"])
-def test_train_feature_drafter_on_qwen_vl(checkpoint, method):
+def test_train_feature_drafter_on_qwen_vl(checkpoint, greedy_reference, method):
     from mmspec.cli import main
 
     out = checkpoint / method
@@ -41,8 +41,8 @@ def test_train_feature_drafter_on_qwen_vl(checkpoint, method):
     res = gen.generate(images=images, prompts=[PROMPT, PROMPT], max_new_tokens=8)
     inputs = gen.prepare(images, [PROMPT, PROMPT])
     tok = gen.tokenizer
-    ref = gen.target.generate(**inputs, do_sample=False, max_new_tokens=8, pad_token_id=tok.pad_token_id,
-                              eos_token_id=tok.eos_token_id)
+    ref = greedy_reference(gen.target, max_new_tokens=8, eos_token_id=tok.eos_token_id,
+                           pad_token_id=tok.pad_token_id, **inputs)
     assert torch.equal(res.sequences, ref)
     pipe = mmspec.pipeline(str(checkpoint / "target"), drafter=str(out))  # checkpoint dirs, method read off
     assert pipe.method == method

@@ -36,7 +36,7 @@ def test_function_body_stops_at_dedent():
     assert function_body("    x = 1\n    return (x +") == "    x = 1\n"
 
 
-def test_micro_build_loads_and_matches_checksum(tmp_path):
+def test_micro_build_loads_and_matches_checksum(tmp_path, greedy_reference):
     metrics = build("code", micro=True, home=tmp_path, progress=False)
     assert set(metrics) == {"code-target", "code-drafter", "code-dlm", "code-deer-s1", "code-deer", "code-ngram"}
     for name in ("code-target", "code-drafter"):
@@ -54,7 +54,7 @@ def test_micro_build_loads_and_matches_checksum(tmp_path):
     ids = target.tokenizer("def f(x):\n", return_tensors="pt").input_ids
     out = SpeculativeGenerator(target.model, AutoregressiveDrafter(draft.model, num_tokens=3)).generate(
         ids, max_new_tokens=12, eos_token_id=[])
-    ref = target.model.generate(ids, do_sample=False, max_new_tokens=12, eos_token_id=None, pad_token_id=0)
+    ref = greedy_reference(target.model, ids, 12)
     assert torch.equal(out.sequences, ref)
 
     # the diffusion drafters load, reproduce their checksums and draft exactly

@@ -15,6 +15,7 @@ from mmspec.zoo import vlm_data as vd  # noqa: E402
 from mmspec.zoo import vlm_examples  # noqa: E402
 from mmspec.zoo.builder import build  # noqa: E402
 from mmspec.zoo.home import read_json  # noqa: E402
+from tests.tiny_models import sharpen  # noqa: E402
 
 
 def test_scenes_are_deterministic_and_consistent():
@@ -62,7 +63,7 @@ def test_processor_ids_match_the_encoder(tmp_path):
     torch.testing.assert_close(ids["pixel_values"], vlm_examples.pixel_tensor([sc.image()]))
 
 
-def test_micro_build_loads_checksums_and_runs_exactly(tmp_path):
+def test_micro_build_loads_checksums_and_runs_exactly(tmp_path, greedy_reference):
     metrics = build("vlm", micro=True, home=tmp_path, progress=False)
     assert set(metrics) == set(vlm.NAMES)
     for name in vlm.BASE_NAMES:
@@ -79,7 +80,7 @@ def test_micro_build_loads_checksums_and_runs_exactly(tmp_path):
     scenes = vd.scenes("test", 2)
     inputs = target.tokenizer(images=[sc.image() for sc in scenes],
                               text=[vd.with_image(sc.questions[0].prompt) for sc in scenes], return_tensors="pt")
-    ref = target.model.generate(**inputs, do_sample=False, max_new_tokens=10, eos_token_id=None, pad_token_id=0)
+    ref = greedy_reference(target.model, max_new_tokens=10, **inputs)
     out = SpeculativeGenerator(target.model, AutoregressiveDrafter(draft.model, num_tokens=3)).generate(
         inputs["input_ids"], max_new_tokens=10, eos_token_id=[], pixel_values=inputs["pixel_values"])
     assert torch.equal(out.sequences, ref)
@@ -134,10 +135,7 @@ def test_grown_target_computes_what_the_base_computed(tmp_path):
 
     tok = ensure_tokenizer(tmp_path, micro=True)
     torch.manual_seed(0)
-    base = LlavaForConditionalGeneration(_tiny_llava(1, tok)).eval()
-    with torch.no_grad():
-        for p in base.parameters():
-            p.normal_(0, 0.2)
+    base = sharpen(LlavaForConditionalGeneration(_tiny_llava(1, tok)))
     deep = vlm.grow_language_model(base, _tiny_llava(3, tok)).eval()
     assert deep.config.text_config.num_hidden_layers == 3
     proc = vlm.make_processor(tok, vlm.MICRO["patch_size"])
