@@ -1,21 +1,37 @@
 """Tiny random-weight targets of several VLM families, built from their transformers config classes, with
-sharpened weights (std 0.2 on every matrix: at the default 0.02 init logits are so flat that wrong positions
-or masks still give the same greedy tokens) and a small rope base so that positions matter."""
+sharpened weights (:func:`tests.tiny_models.sharpen`) and a small rope base so that positions matter."""
 
 import torch
 
-IMAGE = 5  # image placeholder id in every tiny family
+from tests.tiny_models import sharpen
+
+IMAGE = 5  # image placeholder id in every tiny family but LLaVA-1.5
+LLAVA_IMAGE = 3
 TEXT = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=512, pad_token_id=0, eos_token_id=2, bos_token_id=1)
 
 
-def sharpen(model, seed=0):
+def tiny_llava(seed=0):
+    """LLaVA-1.5: 16x16 images in 8x8 patches, features without CLS ("default" strategy): 4 placeholders
+    (``LLAVA_IMAGE``) per image."""
+    from transformers import LlavaConfig, LlavaForConditionalGeneration
+
     torch.manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.normal_(0, 0.2)
-    return model.eval()
+    cfg = LlavaConfig(vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2, image_size=16, patch_size=8, projection_dim=32,
+                                         model_type="clip_vision_model"),
+                      text_config=dict(TEXT, model_type="llama",
+                                       rope_parameters=dict(rope_type="default", rope_theta=100.0)),
+                      image_token_id=LLAVA_IMAGE, vision_feature_select_strategy="default", vision_feature_layer=-1)
+    return sharpen(LlavaForConditionalGeneration(cfg), seed)
+
+
+def llava_batch(batch, seed=0):
+    """``(ids, pixels)``: ``batch`` rows of one image's 4 placeholders then 6 text tokens, and their images."""
+    g = torch.Generator().manual_seed(seed)
+    text = torch.randint(4, 96, (batch, 6), generator=g)
+    ids = torch.cat([torch.full((batch, 4), LLAVA_IMAGE), text], 1)
+    return ids, torch.randn(batch, 3, 16, 16, generator=g)
 
 
 def tiny_qwen_vl(version="2", seed=0, vocab_size=96, ids=(IMAGE, 8, 6, 7)):
@@ -194,12 +210,6 @@ def paligemma_processor():
     images = SiglipImageProcessor(size={"height": 16, "width": 16})
     images.image_seq_length = 16
     return PaliGemmaProcessor(image_processor=images, tokenizer=tok), len(tok), tok.convert_tokens_to_ids("<image>")
-
-
-def greedy_reference(model, ids, mask, inputs, n):
-    """HF's own greedy decoding of ``n`` tokens (EOS off): what mmspec must reproduce exactly."""
-    return model.generate(input_ids=ids, attention_mask=mask, **inputs, max_new_tokens=n, do_sample=False,
-                          eos_token_id=None, pad_token_id=0)
 
 
 def speculative(model, drafter, ids, mask, inputs, n):

@@ -1,0 +1,120 @@
+"""The KV manager: after commit (and rollback) the cache equals plain sequential decoding's cache."""
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from mmspec import DraftTree, SpecKVCache
+from mmspec.verifiers.tree_forward import prefill_parents, tree_forward
+from mmspec.tiny import tiny_model
+
+
+def sequential_kv(model, tokens: torch.LongTensor):
+    """K/V per layer for one row, built by feeding tokens one at a time through HF's DynamicCache."""
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        for t in tokens.tolist():
+            model(input_ids=torch.tensor([[t]]), past_key_values=cache, use_cache=True)
+    return [(layer.keys[0], layer.values[0]) for layer in cache.layers]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "mistral"])
+def test_commit_matches_sequential(arch):
+    model = tiny_model(arch, seed=0, vocab_size=64, dtype=torch.float64)
+    B, P = 3, 6
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(3, 64, (B, P), generator=g)
+    mask = torch.ones_like(prompt)
+    mask[1, :2] = 0
+    mask[2, :4] = 0
+    cache = SpecKVCache.for_model(model, B, 40)
+    with torch.no_grad():
+        tree_forward(model, cache, prompt, prefill_parents(mask), mask.bool())
+    cache.commit(torch.arange(P).expand(B, P), torch.full((B,), P))
+    cache.starts = (P - mask.sum(1))
+
+    # a tree: root -> {a, b}; a -> {c}; c -> {d}; b -> {e}
+    tokens = torch.randint(3, 64, (B, 6), generator=g)
+    parents = torch.tensor([[-1, 0, 0, 1, 3, 2]]).expand(B, 6)
+    tree = DraftTree(tokens, parents)
+    with torch.no_grad():
+        tree_forward(model, cache, tree.tokens, tree.parents, tree.valid)
+    # ragged acceptance: row0 keeps root,a,c,d ; row1 keeps root,b,e ; row2 keeps only the root
+    paths = torch.tensor([[0, 1, 3, 4], [0, 2, 5, 0], [0, 0, 0, 0]])
+    lengths = torch.tensor([4, 3, 1])
+    cache.commit(paths, lengths)
+    assert cache.lengths.tolist() == [P + 4, P + 3, P + 1]
+
+    for b in range(B):
+        kept = tokens[b, paths[b, : lengths[b]]]
+        seq = torch.cat([prompt[b, mask[b].bool()], kept])
+        ref = sequential_kv(model, seq)
+        for layer, (k_ref, v_ref) in enumerate(ref):
+            k, v = cache.committed_kv(layer, b)
+            assert k.shape == k_ref.shape
+            torch.testing.assert_close(k, k_ref, rtol=1e-10, atol=1e-10)
+            torch.testing.assert_close(v, v_ref, rtol=1e-10, atol=1e-10)
+
+    # a second step on top of the ragged state still matches
+    step2 = torch.randint(3, 64, (B, 3), generator=g)
+    with torch.no_grad():
+        tree_forward(model, cache, step2, torch.tensor([[-1, 0, 1]]).expand(B, 3), torch.ones(B, 3, dtype=torch.bool))
+    cache.commit(torch.tensor([[0, 1, 2]]).expand(B, 3), torch.tensor([3, 1, 2]))
+    for b, n in enumerate([3, 1, 2]):
+        kept = tokens[b, paths[b, : lengths[b]]]
+        seq = torch.cat([prompt[b, mask[b].bool()], kept, step2[b, :n]])
+        ref = sequential_kv(model, seq)
+        k, v = cache.committed_kv(0, b)
+        torch.testing.assert_close(k, ref[0][0], rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(v, ref[0][1], rtol=1e-10, atol=1e-10)
+
+
+def test_rollback_then_decode_matches():
+    model = tiny_model("llama", seed=1, vocab_size=64, dtype=torch.float64)
+    seq = torch.randint(3, 64, (1, 10), generator=torch.Generator().manual_seed(1))
+    cache = SpecKVCache.for_model(model, 1, 32)
+    ones = torch.ones(1, 10, dtype=torch.long)
+    with torch.no_grad():
+        tree_forward(model, cache, seq, prefill_parents(ones), ones.bool())
+    cache.commit(torch.arange(10)[None], torch.tensor([10]))
+    cache.rollback(torch.tensor([6]))
+    assert cache.lengths.tolist() == [6]
+    new = torch.tensor([[7, 8]])
+    with torch.no_grad():
+        out = tree_forward(model, cache, new, torch.tensor([[-1, 0]]), torch.ones(1, 2, dtype=torch.bool))
+    cache.commit(torch.tensor([[0, 1]]), torch.tensor([2]))
+    full = torch.cat([seq[:, :6], new], 1)
+    with torch.no_grad():
+        ref_logits = model(full).logits[:, -2:]
+    torch.testing.assert_close(out.logits, ref_logits, rtol=1e-9, atol=1e-9)
+    ref = sequential_kv(model, full[0])
+    k, _ = cache.committed_kv(1, 0)
+    torch.testing.assert_close(k, ref[1][0], rtol=1e-10, atol=1e-10)
+
+
+def test_tree_logits_equal_sequential_logits():
+    """Every node of a tree gets the logits sequential decoding would give its root-to-node path."""
+    model = tiny_model("qwen2", seed=2, vocab_size=64, dtype=torch.float64)
+    prompt = torch.tensor([[4, 9, 13, 21]])
+    cache = SpecKVCache.for_model(model, 1, 32)
+    ones = torch.ones_like(prompt)
+    with torch.no_grad():
+        tree_forward(model, cache, prompt[:, :-1], prefill_parents(ones[:, :-1]), ones[:, :-1].bool())
+    cache.commit(torch.arange(3)[None], torch.tensor([3]))
+    tree = DraftTree(torch.tensor([[21, 30, 31, 40, 41, 50]]), torch.tensor([[-1, 0, 0, 1, 1, 3]]))
+    with torch.no_grad():
+        out = tree_forward(model, cache, tree.tokens, tree.parents, tree.valid)
+    for node in range(6):
+        path = tree.ancestor_mask[0, node].nonzero().flatten()
+        seq = torch.cat([prompt[0, :-1], tree.tokens[0, path]])[None]
+        with torch.no_grad():
+            ref = model(seq).logits[0, -1]
+        torch.testing.assert_close(out.logits[0, node], ref, rtol=1e-9, atol=1e-9)
+
+
+def test_cache_overflow_is_a_value_error(tiny_pair):
+    model, _ = tiny_pair
+    cache = SpecKVCache.for_model(model, 1, 4)
+    ones = torch.ones(1, 6, dtype=torch.long)
+    with pytest.raises(ValueError, match="longer than the cache"):
+        tree_forward(model, cache, torch.randint(3, 64, (1, 6)), prefill_parents(ones), ones.bool())

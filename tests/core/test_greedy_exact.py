@@ -1,0 +1,93 @@
+"""Greedy speculative decoding must equal target.generate(do_sample=False) token for token."""
+
+import pytest
+import torch
+
+from mmspec import DEFAULT_TREE, SpeculativeGenerator, TreeTemplate
+from mmspec.drafters import AutoregressiveDrafter, PromptLookupDrafter
+from mmspec.tiny import tiny_model
+
+ARCHS = ["llama", "qwen2", "mistral"]
+each_arch = pytest.mark.parametrize("tiny_pair", ARCHS, indirect=True)
+
+
+def drafters(target, weak):
+    # the target itself as drafter accepts (nearly) everything: long paths, mid-draft budget ends;
+    # the weak drafter accepts almost nothing: bonus-token paths.
+    return {
+        "chain-self": AutoregressiveDrafter(target, num_tokens=4),
+        "chain-weak": AutoregressiveDrafter(weak, num_tokens=3),
+        "chain-weak-fixed-length": AutoregressiveDrafter(weak, num_tokens=3, adaptive=False),
+        "static-tree-self": AutoregressiveDrafter(target, tree=DEFAULT_TREE),
+        "static-tree-weak": AutoregressiveDrafter(weak, tree=TreeTemplate.full((2, 2, 1))),
+        "dynamic-tree-self": AutoregressiveDrafter(target, num_tokens=4, tree="dynamic", top_k=3, num_nodes=12),
+        "dynamic-tree-weak": AutoregressiveDrafter(weak, num_tokens=3, tree="dynamic", top_k=2, num_nodes=6),
+        "prompt-lookup": PromptLookupDrafter(num_tokens=5, max_ngram=2),
+    }
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@each_arch
+def test_exact_without_eos(tiny_pair, ragged_batch, greedy_reference, batch):
+    target, weak = tiny_pair
+    arch = target.config.model_type
+    ids, mask = ragged_batch(batch, 11, seed=batch)
+    max_new = 23  # not a multiple of any draft length: the budget ends mid-draft
+    ref = greedy_reference(target, ids, max_new, attention_mask=mask)
+    for name, drafter in drafters(target, weak).items():
+        out = SpeculativeGenerator(target, drafter).generate(ids, attention_mask=mask, max_new_tokens=max_new,
+                                                             eos_token_id=[], pad_token_id=0)
+        assert out.sequences.shape == ref.shape, (arch, name)
+        assert torch.equal(out.sequences, ref), (arch, name)
+        assert out.stats.new_tokens == batch * max_new
+
+
+@each_arch
+def test_eos_inside_draft(tiny_pair, ragged_batch, greedy_reference):
+    """Pick EOS = a token the target emits mid-way, so it lands inside accepted drafts; rows stop
+    at different steps and are padded like HF does."""
+    target, weak = tiny_pair
+    arch = target.config.model_type
+    ids, mask = ragged_batch(3, 9, seed=11)
+    free = greedy_reference(target, ids, 20, attention_mask=mask)
+    eos = int(free[0, 9 + 6])  # row 0 produces it at its 7th new token
+    ref = greedy_reference(target, ids, 20, eos_token_id=eos, attention_mask=mask)
+    assert ref.shape[1] < free.shape[1] or (ref == 0).any()
+    for name, drafter in drafters(target, weak).items():
+        out = SpeculativeGenerator(target, drafter).generate(ids, attention_mask=mask, max_new_tokens=20,
+                                                             eos_token_id=eos, pad_token_id=0)
+        assert torch.equal(out.sequences, ref), (arch, name)
+
+
+@each_arch
+def test_self_drafting_accepts_everything(tiny_pair, ragged_batch):
+    target, _ = tiny_pair
+    ids, mask = ragged_batch(1, 8, seed=5)
+    out = SpeculativeGenerator(target, AutoregressiveDrafter(target, num_tokens=4)).generate(
+        ids, attention_mask=mask, max_new_tokens=21, eos_token_id=[])
+    # prefill gives 1 token, then every step accepts 4 drafts + 1 bonus (the last step is cut to the budget)
+    assert out.stats.accept_lengths[0] == [1, 5, 5, 5, 5]
+    assert out.stats.target_forwards == 5
+    assert out.stats.mean_accepted_tokens == pytest.approx(21 / 5)
+
+
+def test_float64_batch_of_repeats(greedy_reference):
+    """Prompt lookup on repetitive text accepts long runs; float64 target rules out near-tie flips."""
+    target = tiny_model("llama", seed=3, vocab_size=64, dtype=torch.float64)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6, 7]])
+    ref = greedy_reference(target, ids, 30)
+    out = SpeculativeGenerator(target, PromptLookupDrafter(num_tokens=6)).generate(
+        ids, max_new_tokens=30, eos_token_id=[])
+    assert torch.equal(out.sequences, ref)
+
+
+def test_mistral_sliding_window(ragged_batch, greedy_reference):
+    """A window shorter than the sequence: the cache manager's mask applies it by position."""
+    target = tiny_model("mistral", seed=0, vocab_size=96, sliding_window=6)
+    weak = tiny_model("mistral", seed=1, vocab_size=96, num_layers=1, sliding_window=6)
+    ids, mask = ragged_batch(3, 11, seed=2)
+    ref = greedy_reference(target, ids, 23, attention_mask=mask)
+    for name, drafter in drafters(target, weak).items():
+        out = SpeculativeGenerator(target, drafter).generate(ids, attention_mask=mask, max_new_tokens=23,
+                                                             eos_token_id=[], pad_token_id=0)
+        assert torch.equal(out.sequences, ref), name

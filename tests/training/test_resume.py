@@ -1,0 +1,97 @@
+"""Training checkpoints: a build killed part-way resumes where it stopped and ends exactly where an
+uninterrupted build ends; depth growth preserves the base model's function."""
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from mmspec.training.loop import train_loop
+from mmspec.zoo.growth import grow_depth, layer_ablation
+from mmspec.zoo.streams import batches
+from tests.tiny_models import sharpen
+
+
+def _tiny(layers: int = 2) -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                                        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False))
+
+
+def _run(model, ckpt, fail_at=None):
+    data = torch.randint(0, 64, (2000,), generator=torch.Generator().manual_seed(1))
+    gen = torch.Generator().manual_seed(5)
+    stream = batches(data, 4, 16, gen)
+    val = data[:17].unsqueeze(0)
+
+    def next_batch(step):
+        if fail_at is not None and step == fail_at:
+            raise KeyboardInterrupt("killed")
+        return next(stream)
+
+    def loss_fn(m, b):
+        logits = m(input_ids=b[:, :-1]).logits
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, 64), b[:, 1:].reshape(-1))
+
+    return train_loop(model, next_batch, lambda: float(loss_fn(model, val)), loss_fn, max_steps=20, budget_s=600,
+                      lr=1e-2, warmup=2, eval_every=5, patience=10, progress=False, checkpoint=ckpt,
+                      checkpoint_every_s=0.0, generators=(gen,))
+
+
+def test_killed_training_resumes_to_the_same_weights(tmp_path):
+    straight = _tiny()
+    ref = _run(straight, tmp_path / "a.pt")
+    resumed = _tiny()
+    with pytest.raises(KeyboardInterrupt):
+        _run(resumed, tmp_path / "b.pt", fail_at=13)
+    assert (tmp_path / "b.pt").exists() and not (tmp_path / "b.pt.tmp").exists()
+    again = _tiny()  # a fresh process: new model object, weights from the checkpoint
+    res = _run(again, tmp_path / "b.pt")
+    assert res.steps == ref.steps == 20
+    assert res.val_history == ref.val_history
+    for (k, a), (_, b) in zip(straight.state_dict().items(), again.state_dict().items()):
+        assert torch.equal(a, b), k
+    # a finished checkpoint is not trained again
+    done = _tiny()
+    assert _run(done, tmp_path / "b.pt").steps == 20
+    assert all(torch.equal(a, b) for a, b in zip(done.state_dict().values(), again.state_dict().values()))
+
+
+def test_checkpoint_for_another_schedule_is_refused(tmp_path):
+    _run(_tiny(), tmp_path / "c.pt")
+    data = torch.randint(0, 64, (200,))
+    model = _tiny()
+    with pytest.raises(ValueError, match="max_steps"):
+        train_loop(model, lambda s: data[:17].unsqueeze(0), lambda: 0.0, lambda m, b: m(input_ids=b).logits.sum(),
+                   max_steps=7, budget_s=10, progress=False, checkpoint=tmp_path / "c.pt")
+
+
+def test_depth_growth_preserves_function_and_ablation_sees_every_layer():
+    base = sharpen(_tiny(2))
+    deep = grow_depth(base, LlamaConfig(**{**base.config.to_dict(), "num_hidden_layers": 6}))
+    ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(deep(ids).logits, base(ids).logits, rtol=1e-5, atol=1e-5)
+    windows = torch.randint(0, 64, (2, 17), generator=torch.Generator().manual_seed(4))
+    ablation = layer_ablation(deep, windows)
+    assert len(ablation) == 6
+    # the zero-output copies contribute nothing until trained; the original layers do
+    assert all(abs(ablation[j]) < 1e-5 for j in (1, 2, 4, 5))
+    assert abs(ablation[0]) > 1e-3 and abs(ablation[3]) > 1e-3
+    with pytest.raises(ValueError, match="multiple"):
+        grow_depth(base, LlamaConfig(**{**base.config.to_dict(), "num_hidden_layers": 5}))
+
+
+def test_split_growth_uses_every_layer_and_keeps_the_base_update():
+    base = sharpen(_tiny(2))
+    deep = grow_depth(base, LlamaConfig(**{**base.config.to_dict(), "num_hidden_layers": 6}), mode="split")
+    for j in range(6):
+        for name in ("self_attn.o_proj", "mlp.down_proj"):
+            got = deep.get_submodule(f"model.layers.{j}.{name}").weight
+            want = base.get_submodule(f"model.layers.{j // 3}.{name}").weight / 3
+            torch.testing.assert_close(got, want)
+        torch.testing.assert_close(deep.model.layers[j].self_attn.q_proj.weight,
+                                   base.model.layers[j // 3].self_attn.q_proj.weight)
+    windows = torch.randint(0, 64, (2, 17), generator=torch.Generator().manual_seed(4))
+    assert all(abs(a) > 1e-4 for a in layer_ablation(deep, windows))
+    with pytest.raises(ValueError, match="mode"):
+        grow_depth(base, deep.config, mode="stack")

@@ -1,0 +1,92 @@
+"""The code family of the zoo: deterministic data split by module, micro build, load, checksum."""
+
+import torch
+
+from mmspec import SpeculativeGenerator
+from mmspec.drafters import AutoregressiveDrafter
+from mmspec.zoo import load
+from mmspec.zoo.code import checksum_input, function_body
+from mmspec.zoo.code_data import completion_prompts, list_modules, load_corpus, split_of
+from mmspec.zoo.builder import build
+from mmspec.zoo.home import read_json
+
+
+def test_split_is_by_module_and_deterministic():
+    corpus = load_corpus()
+    again = load_corpus()
+    assert corpus.files == again.files
+    train, val, test = (set(corpus.files[s]) for s in ("train", "val", "test"))
+    assert not (train & val) and not (train & test) and not (val & test)
+    assert len(train) > 10 * len(test) > 0
+    assert all(split_of(m) == "test" for m in test)
+    assert not any("/test/" in m or m.startswith("test/") for m in list_modules())
+
+
+def test_prompts_come_from_held_out_modules():
+    corpus = load_corpus()
+    prompts = completion_prompts(corpus, "test", limit=10)
+    assert prompts and all(p.module in corpus.files["test"] for p in prompts)
+    for p in prompts:
+        assert p.prompt.startswith(("def ", "async def ", "@"))
+        assert '"""' in p.prompt or "'''" in p.prompt
+
+
+def test_function_body_stops_at_dedent():
+    assert function_body("    x = 1\n    return x\n\ndef other():\n    pass") == "    x = 1\n    return x\n\n"
+    assert function_body("    x = 1\n    return (x +") == "    x = 1\n"
+
+
+def test_micro_build_loads_and_matches_checksum(tmp_path, greedy_reference):
+    metrics = build("code", micro=True, home=tmp_path, progress=False)
+    assert set(metrics) == {"code-target", "code-drafter", "code-dlm", "code-deer-s1", "code-deer", "code-ngram"}
+    for name in ("code-target", "code-drafter"):
+        m = read_json(tmp_path / name / "metrics.json")
+        for key in ("heldout_loss_nats_per_token", "parse_rate", "distinct_2", "steps", "stopped"):
+            assert key in m
+        entry = load(name, home=tmp_path)
+        assert "model.safetensors" in entry.config["files"]  # the build recorded the file hashes load checks
+        with torch.no_grad():
+            logits = entry.model(checksum_input(entry.tokenizer)).logits.double()
+        assert abs(float(logits.sum()) - entry.config["checksum"]["sum"]) < 1e-3 * max(1.0, abs(entry.config["checksum"]["sum"]))
+        torch.testing.assert_close(logits.flatten()[:8], torch.tensor(entry.config["checksum"]["first"], dtype=torch.double))
+    # the micro pair runs through the engine, exactly
+    target, draft = load("code-target", home=tmp_path), load("code-drafter", home=tmp_path)
+    ids = target.tokenizer("def f(x):\n", return_tensors="pt").input_ids
+    out = SpeculativeGenerator(target.model, AutoregressiveDrafter(draft.model, num_tokens=3)).generate(
+        ids, max_new_tokens=12, eos_token_id=[])
+    ref = greedy_reference(target.model, ids, 12)
+    assert torch.equal(out.sequences, ref)
+
+    # the diffusion drafters load, reproduce their checksums and draft exactly
+    from mmspec.drafters import DEERDrafter
+    from mmspec.drafters.diffuspec import DiffuSpecDrafter
+    from mmspec.zoo.code import checksum
+    from mmspec.loading import zoo_diffusion_lm
+
+    for name in ("code-dlm", "code-deer-s1", "code-deer", "code-ngram"):
+        entry = load(name, home=tmp_path)
+        got, rec = checksum(entry), entry.config["checksum"]
+        assert abs(got["sum"] - rec["sum"]) <= 1e-4 * max(1.0, abs(rec["sum"])), name
+    report = read_json(tmp_path / "code-deer" / "metrics.json")
+    assert {"start", "after_stage1", "after_stage2"} <= set(report["agreement"])
+    assert {"start", "after_stage1", "after_stage2"} <= set(report["tau"])  # τ of DEER decoding per stage
+    assert "tau_gain_stages_1_2" in report
+    vocab = target.model.config.vocab_size
+    ngram = load("code-ngram", home=tmp_path).model
+    for drafter in (DEERDrafter(zoo_diffusion_lm(load("code-deer", home=tmp_path), target_vocab_size=vocab),
+                                num_tokens=4),
+                    DiffuSpecDrafter(zoo_diffusion_lm(load("code-dlm", home=tmp_path), target_vocab_size=vocab),
+                                     causal=ngram, eos_token_id=1, lattice=True)):
+        out = SpeculativeGenerator(target.model, drafter).generate(ids, max_new_tokens=12, eos_token_id=[])
+        assert torch.equal(out.sequences, ref)
+
+    # the code benchmark suite runs every text method on the micro zoo, exactly
+    from mmspec.eval.code_suite import CODE_METHODS, run_code_suite
+
+    report = run_code_suite(num_prompts=2, max_new_tokens=8, home=tmp_path, progress=False)
+    assert [r["method"] for r in report["results"]] == CODE_METHODS
+    for r in report["results"]:
+        assert r["exact"] == 1.0, r["method"]
+        if r["method"].startswith(("deer", "diffuspec", "mmspec")):
+            assert r["tau"] >= 1.0 and r["accept_lengths"]
+            assert sum(r["accept_lengths"]) == 2 * 8  # per step emitted tokens, over both prompts

@@ -1,0 +1,179 @@
+"""VLM family of the zoo: procedural scenes, and a MICRO build (LLaVA target + text-only drafter) that must
+load back, reproduce its recorded checksums and run through the speculative engine exactly."""
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from mmspec import SpeculativeGenerator  # noqa: E402
+from mmspec.drafters import AutoregressiveDrafter  # noqa: E402
+from mmspec.zoo import load, vlm  # noqa: E402
+from mmspec.zoo import vlm_data as vd  # noqa: E402
+from mmspec.zoo import vlm_examples  # noqa: E402
+from mmspec.zoo.builder import build  # noqa: E402
+from mmspec.zoo.home import read_json  # noqa: E402
+from tests.tiny_models import sharpen  # noqa: E402
+
+
+def test_scenes_are_deterministic_and_consistent():
+    a, b = vd.scenes("val", 6), vd.scenes("val", 6)
+    for x, y in zip(a, b):
+        assert x.caption == y.caption and x.image().tobytes() == y.image().tobytes()
+    for sc in vd.scenes("train", 40):
+        assert 1 <= len(sc.objects) <= 3
+        assert len({o.shape for o in sc.objects}) == len(sc.objects)  # every question has one answer
+        assert len({o.colour for o in sc.objects}) == len(sc.objects)
+        kinds = {q.kind for q in sc.questions}
+        assert kinds == set(vd.QUESTION_TYPES)
+        count = next(q for q in sc.questions if q.kind == "count")
+        assert count.answer == vd.NUMBERS[len(sc.objects)]
+        assert sc.image().size == (vd.IMAGE_SIZE, vd.IMAGE_SIZE)
+    assert len(vd.SHAPES) >= 5 and len(vd.COLOURS) >= 6
+
+
+def test_splits_are_disjoint():
+    assert vd.split_of_seed(vd.split_seed("test", 3)) == "test"
+    spans = sorted(vd.SPLITS.values())
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    with pytest.raises(IndexError):
+        vd.split_seed("val", 10**9)
+
+
+def test_object_pixels_carry_its_colour():
+    sc = vd.make_scene(vd.split_seed("test", 11))
+    img = vlm_examples.pixel_tensor([sc.image()])[0].permute(1, 2, 0).add(1).mul(127.5)  # back to 0..255, HWC
+    for o in sc.objects:
+        centre = img[int(o.cy), int(o.cx)]
+        assert (centre - torch.tensor(vd.COLOURS[o.colour], dtype=torch.float)).abs().max() < 40
+
+
+def test_processor_ids_match_the_encoder(tmp_path):
+    from mmspec.zoo.code_data import ensure_tokenizer
+
+    tok = ensure_tokenizer(tmp_path, micro=True)
+    proc = vlm.make_processor(tok)
+    enc = vlm_examples.Encoder(tok, vlm.num_image_tokens())
+    sc = vd.make_scene(vd.split_seed("val", 2))
+    q = sc.questions[0]
+    ids = proc(images=[sc.image()], text=[vd.with_image(q.prompt)], return_tensors="pt")
+    assert ids["input_ids"][0].tolist() == enc.prompt_ids(q)
+    torch.testing.assert_close(ids["pixel_values"], vlm_examples.pixel_tensor([sc.image()]))
+
+
+def test_micro_build_loads_checksums_and_runs_exactly(tmp_path, greedy_reference):
+    metrics = build("vlm", micro=True, home=tmp_path, progress=False)
+    assert set(metrics) == set(vlm.NAMES)
+    for name in vlm.BASE_NAMES:
+        m = read_json(tmp_path / name / "metrics.json")
+        for key in ("accuracy", "accuracy_by_type", "held_out_loss", "caption_word_accuracy", "train"):
+            assert key in m, (name, key)
+        entry = load(name, home=tmp_path)
+        got, rec = vlm.checksum(entry), entry.config["checksum"]
+        assert got["sum"] == pytest.approx(rec["sum"], rel=1e-4, abs=1e-3)
+        assert got["first"] == pytest.approx(rec["first"], rel=1e-4, abs=1e-4)
+    assert "vision" in read_json(tmp_path / "vlm-target" / "metrics.json")["train"]
+
+    target, draft = load("vlm-target", home=tmp_path), load("vlm-drafter", home=tmp_path)
+    scenes = vd.scenes("test", 2)
+    inputs = target.tokenizer(images=[sc.image() for sc in scenes],
+                              text=[vd.with_image(sc.questions[0].prompt) for sc in scenes], return_tensors="pt")
+    ref = greedy_reference(target.model, max_new_tokens=10, **inputs)
+    out = SpeculativeGenerator(target.model, AutoregressiveDrafter(draft.model, num_tokens=3)).generate(
+        inputs["input_ids"], max_new_tokens=10, eos_token_id=[], pixel_values=inputs["pixel_values"])
+    assert torch.equal(out.sequences, ref)
+
+    # the feature drafters: trained against this target, saved, reloaded, exact on the suite's methods
+    from mmspec.eval.vlm_suite import feature_factories
+
+    for name in ("vlm-eagle", "vlm-msd", "vlm-flash"):
+        m = read_json(tmp_path / name / "metrics.json")
+        assert m["stage1"]["steps"] > 0 and m["stage2"]["steps"] > 0
+        assert all(0.0 <= a <= 1.0 for accs in m["slot_accuracy"].values() for a in accs)
+    factories = feature_factories(tmp_path)
+    for method in ("eagle-dynamic", "msd-chain", "msd-dynamic", "flash-1"):
+        out = SpeculativeGenerator(target.model, factories[method]()).generate(
+            inputs["input_ids"], max_new_tokens=10, eos_token_id=[], pixel_values=inputs["pixel_values"])
+        assert torch.equal(out.sequences, ref), method
+
+    # FLASH's compression sweep (examples/flash_compression_cost.py --zoo): every setting the drafter has,
+    # uncompressed = vlm-msd; fewer compressed tokens, fewer drafter entries; greedy output stays exact
+    from mmspec.eval.vlm_suite import compression_sweep, sweep_table
+
+    sweep = compression_sweep(tmp_path, num_prompts=2, max_new_tokens=8, repeats=3, stop_at_eos=False)
+    assert [r["compress_to"] for r in sweep["rows"]] == [1, 4, 8, 16, None]
+    entries = [r["prompt_entries"] for r in sweep["rows"]]
+    assert entries == sorted(entries) and len(set(entries)) == len(entries)
+    assert entries[-1] - entries[0] == vlm.num_image_tokens(vlm.MICRO["patch_size"]) - 1
+    assert all(r["exact"] and r["forward_ms"] > 0 and r["draft_ms_per_step"] > 0 and r["tau"] >= 1.0
+               for r in sweep["rows"])
+    assert sweep["rows"][-1]["msd_forward_ms"] > 0 and sweep["target_step_ms"] > 0
+    assert len(sweep_table(sweep)) == 3 + len(sweep["rows"])
+
+
+def test_patch_cells_tile_the_grid():
+    assert vlm.patch_cells(vd.CELL).tolist() == list(range(vd.GRID * vd.GRID))  # one patch per cell
+    cells = vlm.patch_cells(5)  # the full build: 12 x 12 patches, 4 x 4 per cell
+    assert cells.numel() == 144 == vlm.num_image_tokens(5)
+    assert torch.bincount(cells).tolist() == [16] * 9
+    assert cells.view(12, 12)[0, :4].tolist() == [0] * 4 and cells.view(12, 12)[11, 11] == 8
+    with pytest.raises(ValueError, match="patch size"):
+        vlm.patch_cells(6)
+
+
+def _tiny_llava(layers: int, tok):
+    cfg = {**vlm.MICRO, "text": {**vlm.MICRO["text"], "num_hidden_layers": layers}}
+    return vlm.target_config(cfg, tok)
+
+
+def test_grown_target_computes_what_the_base_computed(tmp_path):
+    from transformers import LlavaForConditionalGeneration
+
+    from mmspec.zoo.code_data import ensure_tokenizer
+
+    tok = ensure_tokenizer(tmp_path, micro=True)
+    torch.manual_seed(0)
+    base = sharpen(LlavaForConditionalGeneration(_tiny_llava(1, tok)))
+    deep = vlm.grow_language_model(base, _tiny_llava(3, tok)).eval()
+    assert deep.config.text_config.num_hidden_layers == 3
+    proc = vlm.make_processor(tok, vlm.MICRO["patch_size"])
+    sc = vd.make_scene(vd.split_seed("val", 1))
+    inputs = proc(images=[sc.image()], text=[vd.with_image(sc.questions[0].prompt)], return_tensors="pt")
+    with torch.no_grad():
+        a, b = base(**inputs).logits, deep(**inputs).logits
+    assert a.std() > 0.1  # not flat (std 0.02 init would be): a wrong grow would show
+    torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
+    # the copies are real layers (zeroed output projections only), so training can make them differ
+    assert not torch.equal(deep.model.language_model.layers[1].self_attn.q_proj.weight,
+                           torch.zeros_like(deep.model.language_model.layers[1].self_attn.q_proj.weight))
+    assert torch.count_nonzero(deep.model.language_model.layers[1].mlp.down_proj.weight) == 0
+
+
+def test_target_build_resumes_from_its_checkpoints_and_is_deterministic(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    first = build("vlm", micro=True, home=a, progress=False, only=["vlm-target"])["vlm-target"]
+    assert {"vision", "language", "grow"} <= set(first["train"])
+    assert first["layers"] == vlm.MICRO["text"]["num_hidden_layers"]
+    assert len(first["layer_ablation_loss_increase"]) == first["layers"]
+    assert first["train"]["grow"]["tokens_seen"] > 0
+    for stage in ("vision", "base", "grow"):
+        assert (a / ".build" / "vlm-target" / f"{stage}.pt").is_file()
+    rec = read_json(a / "vlm-target" / "zoo.json")["checksum"]
+    assert read_json(a / "vlm-target" / "zoo.json")["num_image_tokens"] == vlm.num_image_tokens(vlm.MICRO["patch_size"])
+    # a second build in the same home resumes the finished stages (no training steps re-run): same model
+    again = build("vlm", micro=True, home=a, progress=False, only=["vlm-target"])["vlm-target"]
+    assert again["train"]["grow"]["steps"] == first["train"]["grow"]["steps"]
+    assert read_json(a / "vlm-target" / "zoo.json")["checksum"]["sum"] == pytest.approx(rec["sum"], rel=1e-6)
+    # and a fresh home trains the same model (fixed step counts, seeded batches)
+    build("vlm", micro=True, home=b, progress=False, only=["vlm-target"])
+    assert read_json(b / "vlm-target" / "zoo.json")["checksum"]["sum"] == pytest.approx(rec["sum"], rel=1e-4)
+
+
+def test_drafter_checkpoints_are_keyed_by_the_target():
+    from mmspec.zoo.vlm_drafters import target_fingerprint
+
+    x = target_fingerprint({"checksum": {"sum": 1.0, "first": [0.5]}})
+    assert x == target_fingerprint({"checksum": {"sum": 1.0, "first": [0.5]}})
+    assert x != target_fingerprint({"checksum": {"sum": 1.5, "first": [0.5]}})
