@@ -1,6 +1,6 @@
 """The kernels' correctness sweep: each Triton kernel against its torch reference over generated cases.
 
-Shared by the tests (``tests/test_kernels_interpret.py`` parametrises over the same cases) and by
+Shared by the tests (``tests/kernels/test_kernels_interpret.py`` parametrises over the same cases) and by
 ``mmspec bench --suite kernels``. Without a GPU the Triton side needs the interpreter, which must be on
 before triton is first imported, so :func:`run_sweep_interpreted` runs the sweep in a child process
 (``python -m mmspec.kernels.sweep``) with ``TRITON_INTERPRET=1``.
