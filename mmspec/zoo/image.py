@@ -340,15 +340,15 @@ def _train_ar(plan: Plan, model, layout: TokenLayout, train_seqs: torch.Tensor, 
 
 def _train_target(plan: Plan, home: Path, layout: TokenLayout, train_seqs, val_seqs, progress: bool):
     """image-target in two checkpointed stages (``<home>/.build/image-target/{base,grow}.pt``): a shallow
-    base trained from scratch, then grown to full depth (:func:`~mmspec.zoo.growth.grow_depth`: the grown
-    model starts as exactly the base's function) and trained on. The base's steps are ~3x cheaper than the
+    base trained from scratch, then grown to full depth (:func:`~mmspec.zoo.growth.grow_depth`, mode ``"split"``:
+    every layer in use from the first step, the base's function kept to first order) and trained on. The base's steps are ~3x cheaper than the
     deep model's, so most of the tokens are seen at the base's cost."""
     dims = (plan.ar_hidden, plan.ar_heads, plan.ar_inter)
     model = _make_llama(plan, layout, dims[0], plan.ar_base_layers, dims[1], dims[2])
     stages = {}
     for stage in ("base", "grow"):
         if stage == "grow":
-            model = grow_depth(model, _llama_config(layout, dims[0], plan.ar_layers, dims[1], dims[2]))
+            model = grow_depth(model, _llama_config(layout, dims[0], plan.ar_layers, dims[1], dims[2]), mode="split")
         n = model.config.num_hidden_layers
         stages[stage] = _train_ar(
             plan, model, layout, train_seqs, val_seqs, steps=plan.ar_base_steps if stage == "base" else plan.ar_steps,
@@ -581,7 +581,7 @@ def _build(home: Path, micro: bool, progress: bool, names: list[str]) -> dict[st
     if "image-target" in names:
         model, stages = _train_target(plan, home, layout, train_seqs, val_seqs, progress)
         target = _save_ar(home, "image-target", model, layout, plan, stages, vq, classifier, test_seqs, val_seqs,
-                          None, "random (base), then grow_depth", micro, out, progress)
+                          None, "random (base), then grow_depth (split)", micro, out, progress)
     if "image-drafter" in names:
         target = target or _load_ar(home / "image-target")
         model = _make_llama(plan, layout, plan.dr_hidden, plan.dr_layers, plan.dr_heads, plan.dr_inter)

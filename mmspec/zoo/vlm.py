@@ -23,8 +23,10 @@ Recipe (CPU), LLaVA-style:
 2. *instruction tuning*: the tower is frozen; projector (its first units seeded with the stage-1 head, see
    ``seed_projector``) and a shallow language model learn single-turn question answering and captioning,
    with the loss on the answer/caption tokens and their ``<eos>`` only;
-3. *depth growth*: the language model is grown to full depth (``growth.grow_depth``: function-preserving
-   copies of each trained layer) and trained on, so the target's decode step costs many drafter forwards
+3. *depth growth*: the language model is grown to full depth (``growth.grow_depth`` mode ``"split"``: r copies
+   of each trained layer, their output projections divided by r, so every layer computes from the first step
+   and the base's function is kept to first order; zeroed copies left the first grown code target's new
+   layers unused) and trained on, so the target's decode step costs many drafter forwards
    (the ratio speculative decoding lives on) without training a deep model from scratch.
 
 Every stage runs ``training.loop.train_loop`` for a fixed number of steps (the time budget is only a safety net),
@@ -432,12 +434,12 @@ def train_language(model, enc: Encoder, pool: ScenePool, val_scenes: list[vd.Sce
 
 def grow_language_model(base, config):
     """``base`` (a trained LLaVA) with its language model grown to ``config.text_config``'s depth by
-    :func:`mmspec.zoo.growth.grow_depth` (function-preserving: the grown model computes exactly what ``base``
-    did); vision tower and projector are copied unchanged."""
+    :func:`mmspec.zoo.growth.grow_depth` (mode ``"split"``: every copy of a base layer in use, the group adding
+    about the base layer's update); vision tower and projector are copied unchanged."""
     shallow = LlamaForCausalLM(base.config.text_config)
     shallow.model.load_state_dict(base.model.language_model.state_dict())
     shallow.lm_head.load_state_dict(base.lm_head.state_dict())
-    deep_lm = grow_depth(shallow, config.text_config)
+    deep_lm = grow_depth(shallow, config.text_config, mode="split")
     deep = LlavaForConditionalGeneration(config).float()
     deep.model.vision_tower.load_state_dict(base.model.vision_tower.state_dict())
     deep.model.multi_modal_projector.load_state_dict(base.model.multi_modal_projector.state_dict())

@@ -128,7 +128,7 @@ def _tiny_llava(layers: int, tok):
     return vlm.target_config(cfg, tok)
 
 
-def test_grown_target_computes_what_the_base_computed(tmp_path):
+def test_grown_target_keeps_tower_projector_and_splits_each_layer(tmp_path):
     from transformers import LlavaForConditionalGeneration
 
     from mmspec.zoo.code_data import ensure_tokenizer
@@ -136,19 +136,25 @@ def test_grown_target_computes_what_the_base_computed(tmp_path):
     tok = ensure_tokenizer(tmp_path, micro=True)
     torch.manual_seed(0)
     base = sharpen(LlavaForConditionalGeneration(_tiny_llava(1, tok)))
-    deep = vlm.grow_language_model(base, _tiny_llava(3, tok)).eval()
-    assert deep.config.text_config.num_hidden_layers == 3
     proc = vlm.make_processor(tok, vlm.MICRO["patch_size"])
     sc = vd.make_scene(vd.split_seed("val", 1))
     inputs = proc(images=[sc.image()], text=[vd.with_image(sc.questions[0].prompt)], return_tensors="pt")
+    # growth to the same depth (ratio 1) must give back the base's function exactly: tower, projector, LM and
+    # head are all wired where they belong
+    same = vlm.grow_language_model(base, _tiny_llava(1, tok)).eval()
     with torch.no_grad():
-        a, b = base(**inputs).logits, deep(**inputs).logits
-    assert a.std() > 0.1  # not flat (std 0.02 init would be): a wrong grow would show
-    torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
-    # the copies are real layers (zeroed output projections only), so training can make them differ
-    assert not torch.equal(deep.model.language_model.layers[1].self_attn.q_proj.weight,
-                           torch.zeros_like(deep.model.language_model.layers[1].self_attn.q_proj.weight))
-    assert torch.count_nonzero(deep.model.language_model.layers[1].mlp.down_proj.weight) == 0
+        a, b = base(**inputs).logits, same(**inputs).logits
+    assert a.std() > 0.1  # not flat (std 0.02 init would be): a wrong wiring would show
+    torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+    deep = vlm.grow_language_model(base, _tiny_llava(3, tok)).eval()
+    assert deep.config.text_config.num_hidden_layers == 3
+    for name, value in base.model.vision_tower.state_dict().items():
+        assert torch.equal(deep.model.vision_tower.state_dict()[name], value)
+    src = base.model.language_model.layers[0]
+    for layer in deep.model.language_model.layers:  # every copy computes: output projections split three ways
+        assert torch.equal(layer.self_attn.q_proj.weight, src.self_attn.q_proj.weight)
+        torch.testing.assert_close(layer.mlp.down_proj.weight, src.mlp.down_proj.weight / 3)
+        torch.testing.assert_close(layer.self_attn.o_proj.weight, src.self_attn.o_proj.weight / 3)
 
 
 def test_target_build_resumes_from_its_checkpoints_and_is_deterministic(tmp_path):
