@@ -17,7 +17,7 @@ from .code_data import CodeCorpus, completion_prompts, ensure_tokenizer, extra_t
 from .code_loader import BASE_NAMES, NAMES, load
 from .common import build_dir, logits_checksum, seed_everything, versions
 from .entry import ZooEntry
-from .growth import grow_depth, layer_ablation
+from .growth import grow_depth, layer_ablation, unused_layers
 from .home import write_json
 from .streams import batches, fixed_windows, mean_loss, next_token_loss, token_stream
 
@@ -179,6 +179,7 @@ def _build_base(home: Path, micro: bool, progress: bool, names: list[str]) -> di
             metrics["tokens_seen"] = metrics["steps"] * batch * seq_len
             metrics["train_seconds"] = sum(r.seconds for r in stages.values())
             metrics["layer_ablation_loss_increase"] = layer_ablation(shipped, test_windows[: 4 if micro else 8])
+            metrics["unused_layers"] = unused_layers(metrics["layer_ablation_loss_increase"])
             metrics.update(extra_info)
             metrics["stdlib_rows_per_batch"] = 2 if micro else STDLIB_ROWS
         metrics.update(completion_quality(shipped, tok, corpus, limit=4 if micro else 40,

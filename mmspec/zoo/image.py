@@ -37,7 +37,7 @@ from . import image_data as data
 from . import image_drafters
 from .common import build_dir, feature_checksum_output, logits_checksum, seed_everything
 from .entry import ZooEntry
-from .growth import grow_depth, layer_ablation
+from .growth import grow_depth, layer_ablation, unused_layers
 from .home import write_json
 from .image_classifier import ImageClassifier
 from .image_loader import BASE_NAMES, NAMES
@@ -627,6 +627,7 @@ def _save_ar(home: Path, name: str, model, layout: TokenLayout, plan: Plan, stag
     m["train_seconds"] = round(sum(r.seconds for r in stages.values()), 2)
     if len(stages) > 1:
         m["layer_ablation_loss_increase"] = layer_ablation(model, test_seqs[: 8 if micro else 64])
+        m["unused_layers"] = unused_layers(m["layer_ablation_loss_increase"])
     if target is not None:
         m["greedy_agreement_with_target_test"] = _agreement(model, target, test_seqs)
     m = write_records(home, name, m, {"checksum": logits_checksum(checksum_output(name, model, layout)),

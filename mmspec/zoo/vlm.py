@@ -52,7 +52,7 @@ from . import vlm_drafters
 from .code_data import EOS, IMAGE, ensure_tokenizer
 from .common import build_dir, logits_checksum, seed_everything, versions
 from .entry import ZooEntry
-from .growth import grow_depth
+from .growth import grow_depth, unused_layers
 from .home import write_json
 from .vlm_examples import Encoder, ScenePool, collate, pixel_tensor, to_pixels
 from .vlm_loader import BASE_NAMES, NAMES, load, set_generation_config
@@ -610,6 +610,7 @@ def _build(home: Path, micro: bool, progress: bool, names: list[str]) -> dict[st
         if image:
             test_batches = item_batches(enc, all_items(test_scenes[: 8 if micro else 48]), image)
             m["layer_ablation_loss_increase"] = layer_ablation(model, test_batches)
+            m["unused_layers"] = unused_layers(m["layer_ablation_loss_increase"])
             m["thresholds"] = {**THRESHOLDS, "accuracy": ACCURACY_THRESHOLD}
             m["meets_thresholds"] = (m["accuracy"] >= ACCURACY_THRESHOLD and
                                      all(m["accuracy_by_type"].get(k, 0.0) >= v for k, v in THRESHOLDS.items()))

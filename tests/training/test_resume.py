@@ -6,7 +6,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from mmspec.training.loop import train_loop
-from mmspec.zoo.growth import grow_depth, layer_ablation
+from mmspec.zoo.growth import grow_depth, layer_ablation, unused_layers
 from mmspec.zoo.streams import batches
 from tests.tiny_models import sharpen
 
@@ -77,6 +77,7 @@ def test_depth_growth_preserves_function_and_ablation_sees_every_layer():
     # the zero-output copies contribute nothing until trained; the original layers do
     assert all(abs(ablation[j]) < 1e-5 for j in (1, 2, 4, 5))
     assert abs(ablation[0]) > 1e-3 and abs(ablation[3]) > 1e-3
+    assert unused_layers(ablation) == [1, 2, 4, 5]  # what metrics.json reports for such a build
     with pytest.raises(ValueError, match="multiple"):
         grow_depth(base, LlamaConfig(**{**base.config.to_dict(), "num_hidden_layers": 5}))
 

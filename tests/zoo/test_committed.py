@@ -5,6 +5,7 @@ import pytest
 from mmspec import zoo
 from mmspec.zoo import family_of
 from mmspec.zoo.builder import family_module
+from mmspec.zoo.growth import UNUSED_LAYER_NATS
 
 
 def built_models():
@@ -27,3 +28,13 @@ def test_committed_model_matches_its_checksum(name):
     assert got["first"] == pytest.approx(recorded["first"], rel=1e-4, abs=1e-4)
     metrics = zoo.metrics(name)
     assert metrics, name
+
+
+@pytest.mark.parametrize("name", built_models())
+def test_every_layer_of_a_committed_deep_model_is_used(name):
+    """A grown target ships only if skipping any one of its layers costs held-out loss (no unused layers)."""
+    ablation = zoo.metrics(name).get("layer_ablation_loss_increase")
+    if ablation is None:
+        pytest.skip(f"{name} records no layer ablation (not a grown model)")
+    weak = {i: v for i, v in enumerate(ablation) if v < UNUSED_LAYER_NATS}
+    assert not weak, f"{name}: layers {weak} change held-out loss by less than {UNUSED_LAYER_NATS} nats"
