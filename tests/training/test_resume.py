@@ -77,7 +77,9 @@ def test_depth_growth_preserves_function_and_ablation_sees_every_layer():
     # the zero-output copies contribute nothing until trained; the original layers do
     assert all(abs(ablation[j]) < 1e-5 for j in (1, 2, 4, 5))
     assert abs(ablation[0]) > 1e-3 and abs(ablation[3]) > 1e-3
-    assert unused_layers(ablation) == [1, 2, 4, 5]  # what metrics.json reports for such a build
+    assert {1, 2, 4, 5} <= set(unused_layers(ablation))  # what metrics.json reports for such a build
+    # a layer whose removal helps (negative) or barely hurts is not earning its cost
+    assert unused_layers([0.5, 0.001, -0.2, 0.02]) == [1, 2]
     with pytest.raises(ValueError, match="multiple"):
         grow_depth(base, LlamaConfig(**{**base.config.to_dict(), "num_hidden_layers": 5}))
 
