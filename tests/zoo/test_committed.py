@@ -30,11 +30,9 @@ def test_committed_model_matches_its_checksum(name):
     assert metrics, name
 
 
-@pytest.mark.parametrize("name", built_models())
-def test_every_layer_of_a_committed_deep_model_is_used(name):
+def test_every_layer_of_a_committed_deep_model_is_used():
     """A grown target ships only if skipping any one of its layers costs held-out loss (no unused layers)."""
-    ablation = zoo.metrics(name).get("layer_ablation_loss_increase")
-    if ablation is None:
-        pytest.skip(f"{name} records no layer ablation (not a grown model)")
-    weak = {i: v for i, v in enumerate(ablation) if v < UNUSED_LAYER_NATS}
-    assert not weak, f"{name}: layers {weak} change held-out loss by less than {UNUSED_LAYER_NATS} nats"
+    for name in built_models():
+        ablation = zoo.metrics(name).get("layer_ablation_loss_increase")  # recorded by grown builds only
+        weak = {i: v for i, v in enumerate(ablation or []) if v < UNUSED_LAYER_NATS}
+        assert not weak, f"{name}: layers {weak} change held-out loss by less than {UNUSED_LAYER_NATS} nats"
