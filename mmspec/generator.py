@@ -240,8 +240,9 @@ class SpeculativeGenerator:
         new, counts = result.emitted_tokens(tree)
         counts, finished = self._cut(call, new, counts)
         call.cache.commit(result.paths, torch.minimum(result.path_lengths, counts))
-        for b in torch.nonzero(state.active).flatten().tolist():
-            call.stats.accept_lengths[b].append(int(counts[b]))
+        rows = torch.nonzero(state.active).flatten()
+        for b, n in zip(rows.tolist(), counts[rows].tolist()):  # one device sync, not one per row
+            call.stats.accept_lengths[b].append(n)
         state.append(new, counts)
         call.generated += counts
         self._retire(call, finished)
