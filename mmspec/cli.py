@@ -190,7 +190,7 @@ def cmd_zoo(args) -> int:
     from .zoo.builder import build
 
     only = args.only.split(",") if args.only else None
-    results = build(args.family, micro=args.micro, home=args.home, only=only, force=args.force)
+    results = build(args.family, micro=args.micro, home=args.home, only=only, force=args.force, device=args.device)
     for name, m in results.items():
         console.print(f"[bold]{name}[/bold]: " + ", ".join(
             f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in m.items()
@@ -345,6 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
     zb.add_argument("--home", default=None, help="where to write (default: $MMSPEC_HOME or the checkout's zoo/; "
                     "--micro refuses to write into the checkout's shipped zoo/ without --force)")
     zb.add_argument("--force", action="store_true", help="let a --micro build overwrite the shipped zoo")
+    zb.add_argument("--device", default="cpu", help="train on 'cpu' (default) or 'cuda'; data is made on the CPU "
+                    "either way and an interrupted build resumes on either")
     zl = zoo_sub.add_parser("list", help="what is built, with key metrics and whether its files match the "
                             "recorded hashes")
     zl.add_argument("--home", default=None)

@@ -44,6 +44,24 @@ def load_checkpoint(path: Path) -> dict | None:
         raise ValueError(f"training checkpoint {path} cannot be read ({exc}); delete it to start over") from exc
 
 
+def to_device(obj, device: torch.device):
+    """``obj`` with every tensor in it (nested dicts, lists, tuples) moved to ``device``; other values as they are."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device, non_blocking=True)
+    if isinstance(obj, dict):
+        return {k: to_device(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_device(v, device) for v in obj)
+    return obj
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where a model's weights live (the device its batches must be on)."""
+    for p in model.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
 def train_loop(model: torch.nn.Module, next_batch: Callable[[int], dict], val_loss: Callable[[], float],
                loss_fn: Callable[[torch.nn.Module, dict], torch.Tensor], *, max_steps: int, budget_s: float,
                lr: float = 1e-3, warmup: int = 50, eval_every: int = 100, patience: int = 3,
@@ -56,7 +74,11 @@ def train_loop(model: torch.nn.Module, next_batch: Callable[[int], dict], val_lo
     With ``checkpoint`` the whole loop state (weights, optimiser, step, best weights, history, the
     ``generators`` that draw batches (torch or ``random.Random``), RNG states, time spent) is written there
     every ``checkpoint_every_s`` seconds and at the end, and a later call with the same path resumes from it:
-    a killed multi-hour build loses at most one interval. ``budget_s`` counts the time of all runs."""
+    a killed multi-hour build loses at most one interval. ``budget_s`` counts the time of all runs.
+
+    Batches are moved to the model's device, so a model built on a GPU trains there from CPU-made batches;
+    checkpoints are written from and read back to whichever device the model is on."""
+    device = model_device(model)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay,
                             betas=(0.9, 0.95))
 
@@ -108,7 +130,7 @@ def train_loop(model: torch.nn.Module, next_batch: Callable[[int], dict], val_lo
             model.train()
             for group in opt.param_groups:
                 group["lr"] = lr_at(step)
-            loss = loss_fn(model, next_batch(step))
+            loss = loss_fn(model, to_device(next_batch(step), device))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -142,4 +164,4 @@ def train_loop(model: torch.nn.Module, next_batch: Callable[[int], dict], val_lo
     return TrainResult(step + 1, spent(), best, history, stopped, (saved or {}).get("note"))
 
 
-__all__ = ["TrainResult", "save_checkpoint", "load_checkpoint", "train_loop"]
+__all__ = ["TrainResult", "save_checkpoint", "load_checkpoint", "train_loop", "to_device", "model_device"]

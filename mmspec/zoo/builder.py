@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from . import FAMILIES, available, code, family_of, image, vlm
+from .common import building_on
 from .entry import ZooEntry
 from .home import shipped_home, zoo_home
 from .integrity import record_file_hashes
@@ -30,12 +31,13 @@ def checksum(entry: ZooEntry) -> dict:
 
 
 def build(family: str = "all", micro: bool = False, home: str | Path | None = None, progress: bool = True,
-          only: list[str] | None = None, force: bool = False) -> dict:
+          only: list[str] | None = None, force: bool = False, device: str | None = None) -> dict:
     """Build one family or all of them (or just the models in ``only``, whose inputs must be built);
     returns {model name: metrics}. Every built model's ``zoo.json`` records its file hashes.
 
     A ``micro`` build (seconds-sized, nearly untrained) never replaces the shipped zoo unless ``force``:
-    pass ``home`` (or set ``$MMSPEC_HOME``) to another folder."""
+    pass ``home`` (or set ``$MMSPEC_HOME``) to another folder. ``device`` ("cuda") trains on a GPU; data,
+    checkpoints and the shipped files are the same kind either way, and a build resumes on either device."""
     root = Path(home) if home is not None else zoo_home()
     if micro and not force and root.resolve() == shipped_home().resolve():
         raise ValueError(f"a --micro build would overwrite the shipped zoo in {root} with barely trained models; "
@@ -49,16 +51,19 @@ def build(family: str = "all", micro: bool = False, home: str | Path | None = No
             raise ValueError(f"unknown zoo models {sorted(unknown)}; available: {available()}")
         families = tuple(dict.fromkeys(family_of(n) for n in only))
     out = {}
-    for fam in families:
-        mod = family_module(fam)
-        if only:
-            out.update(mod.build(root, micro=micro, progress=progress, names=[n for n in only if n in mod.NAMES]))
-        else:
-            out.update(mod.build(root, micro=micro, progress=progress))
-        for name in mod.NAMES:  # record hashes of what this build (re)wrote
-            zoo_json = root / name / "zoo.json"
-            if zoo_json.exists() and zoo_json.stat().st_mtime >= started - 1:
-                record_file_hashes(root / name)
+    with building_on(device):
+        for fam in families:
+            out.update(_build_family(family_module(fam), root, micro, progress, only, started))
+    return out
+
+
+def _build_family(mod, root: Path, micro: bool, progress: bool, only: list[str] | None, started: float) -> dict:
+    names = [n for n in only if n in mod.NAMES] if only else None
+    out = mod.build(root, micro=micro, progress=progress, names=names)
+    for name in mod.NAMES:  # record hashes of what this build (re)wrote
+        zoo_json = root / name / "zoo.json"
+        if zoo_json.exists() and zoo_json.stat().st_mtime >= started - 1:
+            record_file_hashes(root / name)
     return out
 
 

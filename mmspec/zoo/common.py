@@ -3,6 +3,7 @@ live while it is built, the library versions a build records, and the logits fin
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import platform
 import random
@@ -18,6 +19,31 @@ def seed_everything(seed: int) -> torch.Generator:
     random.seed(seed)
     torch.manual_seed(seed)
     return torch.Generator().manual_seed(seed)
+
+
+_BUILD_DEVICE = torch.device("cpu")
+
+
+def build_device() -> torch.device:
+    """The device the zoo's models are trained on (``mmspec zoo build --device``; CPU by default). Data is
+    made on the CPU either way, so a build's data does not depend on the device."""
+    return _BUILD_DEVICE
+
+
+@contextlib.contextmanager
+def building_on(device: str | torch.device | None):
+    """Train inside the block on ``device``: a named but absent device is a ValueError, not a silent CPU run."""
+    global _BUILD_DEVICE
+    dev = torch.device(device or "cpu")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: no CUDA device is available here; build on the CPU (the default)")
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device {device}: zoo builds run on 'cpu' or 'cuda'")
+    previous, _BUILD_DEVICE = _BUILD_DEVICE, dev
+    try:
+        yield dev
+    finally:
+        _BUILD_DEVICE = previous
 
 
 def stable_bucket(key: str, buckets: int = 100) -> int:
@@ -52,4 +78,4 @@ def feature_checksum_output(net) -> torch.Tensor:
     return net.heads(h)
 
 
-__all__ = ["seed_everything", "stable_bucket", "build_dir", "versions", "logits_checksum", "feature_checksum_output"]
+__all__ = ["build_device", "building_on", "seed_everything", "stable_bucket", "build_dir", "versions", "logits_checksum", "feature_checksum_output"]
