@@ -46,11 +46,11 @@ import torch.nn.functional as F
 from transformers import (CLIPImageProcessor, CLIPVisionConfig, LlamaConfig, LlamaForCausalLM, LlavaConfig,
                           LlavaForConditionalGeneration, LlavaProcessor)
 
-from ..training.loop import TrainResult, train_loop
+from ..training.loop import TrainResult, model_device, to_device, train_loop
 from . import vlm_data as vd
 from . import vlm_drafters
 from .code_data import EOS, IMAGE, ensure_tokenizer
-from .common import build_dir, logits_checksum, seed_everything, versions
+from .common import build_device, build_dir, logits_checksum, seed_everything, versions
 from .entry import ZooEntry
 from .growth import grow_depth, unused_layers
 from .home import write_json
@@ -202,7 +202,9 @@ def all_items(scenes: list[vd.Scene]) -> list[tuple[vd.Scene, vd.Question]]:
 # --------------------------------------------------------------------------- losses
 
 def _answer_logits(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Logits at the positions that predict a labelled token (the LM head runs nowhere else)."""
+    """Logits at the positions that predict a labelled token (the LM head runs nowhere else); the batch is
+    moved to the model's device (batches are made on the CPU)."""
+    batch = to_device(batch, model_device(model))
     kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     if "pixel_values" in batch:
         kwargs["pixel_values"] = batch["pixel_values"]
@@ -218,7 +220,7 @@ def loss_fn(model, batch: dict) -> torch.Tensor:
     logits, targets, sel = _answer_logits(model, batch)
     nll = F.cross_entropy(logits, targets, reduction="none")
     rows = sel.nonzero()[:, 0]
-    per_row = torch.zeros(sel.shape[0]).index_add_(0, rows, nll)
+    per_row = torch.zeros(sel.shape[0], device=nll.device).index_add_(0, rows, nll)
     counts = sel.sum(1)
     return (per_row[counts > 0] / counts[counts > 0]).mean()
 
@@ -235,7 +237,7 @@ def teacher_forced(model, batches: list[dict]) -> dict:
         rows = sel.nonzero()[:, 0].tolist()
         kinds = b.get("kinds") or [None] * sel.shape[0]
         for key in {None, *kinds}:
-            m = torch.tensor([key is None or kinds[r] == key for r in rows], dtype=torch.bool)
+            m = torch.tensor([key is None or kinds[r] == key for r in rows], dtype=torch.bool, device=nll.device)
             a = acc.setdefault(key, [0.0, 0.0, 0])
             a[0] += float(nll[m].sum())
             a[1] += float(correct[m].sum())
@@ -274,6 +276,7 @@ def generate_answers(model, tokenizer, pairs: list[tuple[vd.Scene, vd.Question]]
                                    return_tensors="pt")
             else:
                 inputs = {"input_ids": torch.tensor([ids[i] for i in chunk])}
+            inputs = to_device(dict(inputs), model_device(model))
             n_prompt = inputs["input_ids"].shape[1]
             gen = model.generate(**inputs, do_sample=False, pad_token_id=tokenizer.pad_token_id, eos_token_id=eos,
                                  max_new_tokens=MAX_CAPTION_TOKENS if is_caption else MAX_ANSWER_TOKENS)
@@ -316,7 +319,7 @@ class _CellClassifier(torch.nn.Module):
         self.tower = tower
         h = tower.config.hidden_size
         self.sizes = (len(vd.SHAPES) + 1, len(vd.COLOURS) + 1, 3, vd.GRID * vd.GRID)
-        self.head = torch.nn.Linear(h, sum(self.sizes))
+        self.head = torch.nn.Linear(h, sum(self.sizes)).to(model_device(tower))
 
     def forward(self, pixel_values: torch.Tensor) -> list[torch.Tensor]:
         # the last layer's patch states, as LLaVA reads them (vision_feature_layer=-1, CLS dropped)
@@ -336,11 +339,12 @@ def patch_cells(patch_size: int) -> torch.LongTensor:
 def _cell_targets(cells: torch.Tensor, n_patches: int) -> torch.Tensor:
     """(n, 9, 3) per-cell shape / colour / size labels -> (n, n_patches, 4): each patch gets its cell's labels
     and the cell index."""
-    index = patch_cells(vd.IMAGE_SIZE // math.isqrt(n_patches))
+    index = patch_cells(vd.IMAGE_SIZE // math.isqrt(n_patches)).to(cells.device)
     return torch.cat([cells[:, index], index.expand(cells.shape[0], -1)[..., None]], dim=-1)
 
 
 def _cell_loss(model: _CellClassifier, batch: dict) -> torch.Tensor:
+    batch = to_device(batch, model_device(model))
     logits = model(batch["pixel_values"])
     targets = _cell_targets(batch["cells"], logits[0].shape[1])
     return sum(F.cross_entropy(lg.flatten(0, 1), targets[..., k].flatten()) for k, lg in enumerate(logits)) / 4
@@ -353,6 +357,7 @@ def _cell_accuracy(model: _CellClassifier, batches: list[dict]) -> dict:
     hit = {k: 0 for k in names}
     n = {k: 0 for k in names}
     for b in batches:
+        b = to_device(b, model_device(model))
         logits = model(b["pixel_values"])
         targets = _cell_targets(b["cells"], logits[0].shape[1])
         for k, lg in enumerate(logits):
@@ -445,7 +450,7 @@ def grow_language_model(base, config):
     deep.model.multi_modal_projector.load_state_dict(base.model.multi_modal_projector.state_dict())
     deep.model.language_model.load_state_dict(deep_lm.model.state_dict())
     deep.lm_head.load_state_dict(deep_lm.lm_head.state_dict())
-    return deep
+    return deep.to(model_device(base))
 
 
 @torch.no_grad()
@@ -563,7 +568,7 @@ def _build(home: Path, micro: bool, progress: bool, names: list[str]) -> dict[st
         if image:
             model, train, val_batches = _train_target(cfg, tokenizer, enc, pool, val_pool, ckpt, micro, progress)
         else:
-            model = LlamaForCausalLM(_text_config(cfg["drafter"], tokenizer)).float()
+            model = LlamaForCausalLM(_text_config(cfg["drafter"], tokenizer)).float().to(build_device())
             set_generation_config(model, tokenizer)
             tc = cfg["drafter_train"]
             train["language"], val_batches = train_language(model, enc, pool, val_pool.scenes[: tc["val_scenes"]],
@@ -591,8 +596,9 @@ def _build(home: Path, micro: bool, progress: bool, names: list[str]) -> dict[st
         zoo["checksum"] = checksum(entry)
         write_json(path / "zoo.json", zoo)
 
-        # held-out quality, measured on the model as saved and reloaded
-        model = entry.model
+        # held-out quality, measured on the model as saved and reloaded (on the build's device: the checksum
+        # above was taken on the CPU, as the tests recompute it)
+        model = entry.model.to(build_device())
         tf = teacher_forced(model, item_batches(enc, all_items(test_scenes), image))
         pairs = eval_pairs + caption_pairs
         preds = generate_answers(model, tokenizer, pairs, image, processor=processor if image else None,
@@ -632,7 +638,7 @@ def _train_target(cfg: dict, tokenizer, enc: Encoder, pool: ScenePool, val_pool:
     to full depth and training on); returns (model, {stage: train info}, validation batches)."""
     full = target_config(cfg, tokenizer)
     base_cfg = target_config({**cfg, "text": {**cfg["text"], "num_hidden_layers": cfg["base_layers"]}}, tokenizer)
-    model = LlavaForConditionalGeneration(base_cfg).float()
+    model = LlavaForConditionalGeneration(base_cfg).float().to(build_device())
     set_generation_config(model, tokenizer)
     tower = model.model.vision_tower
     train = {"vision": pretrain_vision(tower, pool, val_pool, cfg["vision_train"], progress, ckpt / "vision.pt")}
