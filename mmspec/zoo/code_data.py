@@ -14,6 +14,7 @@ import ast
 import hashlib
 import importlib.metadata
 import importlib.util
+import os
 import sysconfig
 import textwrap
 from dataclasses import dataclass
@@ -28,7 +29,19 @@ SPECIAL_TOKENS = ["<pad>", "<eos>", "<mask>", "<image>"]
 PAD, EOS, MASK, IMAGE = SPECIAL_TOKENS
 
 
+CORPUS_ENV = "MMSPEC_CODE_CORPUS"
+
+
 def stdlib_root() -> Path:
+    """The standard library the corpus is read from: the running interpreter's, or a copy of another's named by
+    ``$MMSPEC_CODE_CORPUS`` (so a build on a machine with another Python trains on the same corpus and holds out
+    the same modules as the shipped zoo)."""
+    override = os.environ.get(CORPUS_ENV)
+    if override:
+        root = Path(override)
+        if not root.is_dir():
+            raise ValueError(f"${CORPUS_ENV}={override} is not a directory (a copy of a Python standard library)")
+        return root
     return Path(sysconfig.get_paths()["stdlib"])
 
 
