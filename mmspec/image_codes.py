@@ -125,6 +125,10 @@ def sample_from_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: in
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = torch.softmax(logits, dim=-1)
+    if generator is not None and generator.device != probs.device:
+        # a CPU generator driving a model on a GPU: draw on the CPU (the same draws as a CPU run would make
+        # from these probabilities), hand the codes back on the model's device
+        return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(probs.device)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 

@@ -9,7 +9,6 @@ zoo classifier's pooled convolutional features (an encoder trained on the same p
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 
@@ -22,19 +21,32 @@ def features(classifier, images: torch.Tensor, batch: int = 256) -> torch.Tensor
     return torch.cat(out).double()
 
 
-def frechet_distance(a: torch.Tensor, b: torch.Tensor, eps: float = 1e-6) -> float:
-    """FD with both covariances regularised by ``eps`` × their mean variance on the diagonal: the classifier's
-    ReLU features have dead units, and a singular Σ₁Σ₂ makes the matrix square root (and FD) unstable."""
-    from scipy import linalg  # scipy is a dev extra (pyproject): only the image-quality figures need it
+class _Precomputed(torch.nn.Module):
+    """torchmetrics' feature-extractor slot filled by features already taken (:func:`features`): the same rows
+    serve the Fréchet distance and precision / recall, so the classifier runs once per picture."""
 
-    mu1, mu2 = a.mean(0).numpy(), b.mean(0).numpy()
-    s1, s2 = np.cov(a.numpy(), rowvar=False), np.cov(b.numpy(), rowvar=False)
-    d = s1.shape[0]
-    reg = eps * max(np.trace(s1), np.trace(s2)) / d * np.eye(d)
-    s1, s2 = s1 + reg, s2 + reg
-    covmean, _ = linalg.sqrtm(s1 @ s2, disp=False)
-    covmean = covmean.real
-    return float(((mu1 - mu2) ** 2).sum() + np.trace(s1 + s2 - 2.0 * covmean))
+    def __init__(self, num_features: int):
+        super().__init__()
+        self.num_features = num_features
+
+    def forward(self, rows: torch.Tensor) -> torch.Tensor:
+        return rows
+
+
+def frechet_distance(a: torch.Tensor, b: torch.Tensor) -> float:
+    """FD between two sets of feature rows, computed by torchmetrics' ``FrechetInceptionDistance`` with the zoo
+    classifier's pooled features as the custom feature extractor (its means, covariances and matrix square root)."""
+    from torchmetrics.image.fid import FrechetInceptionDistance  # only the image-quality figures need it
+
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
+        raise ValueError(f"frechet_distance needs two [N, C] feature sets of one width, got {tuple(a.shape)} "
+                         f"and {tuple(b.shape)}")
+    if min(a.shape[0], b.shape[0]) < 2:
+        raise ValueError("frechet_distance needs at least two pictures per set (a covariance)")
+    fid = FrechetInceptionDistance(feature=_Precomputed(a.shape[1])).double()
+    fid.update(a.double(), real=True)
+    fid.update(b.double(), real=False)
+    return float(fid.compute())
 
 
 def precision_recall(real: torch.Tensor, fake: torch.Tensor, k: int = 3) -> tuple[float, float]:

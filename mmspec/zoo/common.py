@@ -40,10 +40,14 @@ def building_on(device: str | torch.device | None):
     if dev.type not in ("cpu", "cuda"):
         raise ValueError(f"--device {device}: zoo builds run on 'cpu' or 'cuda'")
     previous, _BUILD_DEVICE = _BUILD_DEVICE, dev
+    # fp32 as on the CPU: cuDNN would otherwise run the VQ's and classifier's convolutions in TF32
+    tf32 = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
     try:
         yield dev
     finally:
         _BUILD_DEVICE = previous
+        torch.backends.cudnn.allow_tf32 = tf32
 
 
 def stable_bucket(key: str, buckets: int = 100) -> int:
