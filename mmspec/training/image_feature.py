@@ -24,18 +24,21 @@ from ..guidance import CFGModel
 from ..image_codes import generate_codes
 from .artifact import cached
 from .feature import FeatureTrainConfig, train_feature_drafter
+from .loop import model_device, to_device
 
 
 @torch.no_grad()
 def target_samples(target, layout, n: int, cfg_scale: float, seed: int, batch_size: int = 256,
                    temperature: float = 1.0, progress: bool = True) -> torch.LongTensor:
-    """``n`` sequences ``[class token] + codes`` sampled from the guided target, classes cycled evenly."""
+    """``n`` sequences ``[class token] + codes`` sampled from the guided target, classes cycled evenly.
+    The target samples on its own device from the CPU generator; the sequences are returned on the CPU (they are
+    the drafters' training data, cached to disk and drawn from by CPU batch samplers)."""
     g = torch.Generator().manual_seed(seed)
     classes = [i % layout.num_classes for i in range(n)]
     rows = []
     for i in tqdm(range(0, n, batch_size), desc="target samples", disable=not progress, leave=False):
         ids = classes[i:i + batch_size]
-        codes = generate_codes(target, ids, cfg_scale, temperature, 0, g, layout)
+        codes = generate_codes(target, ids, cfg_scale, temperature, 0, g, layout).cpu()
         rows.append(torch.cat([layout.class_tokens(ids)[:, None], layout.codes_to_tokens(codes)], dim=1))
     return torch.cat(rows)
 
@@ -63,8 +66,10 @@ def train_image_drafter(target, layout, cfg_scale: float = 3.0, sar_tokens: int 
     was."""
     if cfg_scale != 1.0 and layout.null_id is None:
         raise ValueError("classifier-free guidance needs a null class token in the layout")
+    device = model_device(target)
     codes = torch.arange(layout.code_offset, layout.code_offset + layout.codebook_size)
-    guided = CFGModel(target, cfg_scale, layout.null_id, codes)
+    # the wrapper's mask of allowed ids is a CPU buffer when made: moved to the target's device with it
+    guided = CFGModel(target, cfg_scale, layout.null_id, codes).to(device)
     cfg = train_cfg or FeatureTrainConfig(stage1_steps=3000, stage1_budget_s=600.0, stage2_steps=0)
     t0 = time.perf_counter()
     if seqs is None:
@@ -75,11 +80,13 @@ def train_image_drafter(target, layout, cfg_scale: float = 3.0, sar_tokens: int 
     sample_seconds = time.perf_counter() - t0
     train, val = seqs[:samples], seqs[samples:]
     val_fn = sequence_batches(val, min(64, len(val)), seed + 99)
-    val_batches = [val_fn(i) for i in range(max(1, len(val) // 64))]
+    # validation batches meet the target (its features) and the drafter outside train_loop: on their device
+    val_batches = [to_device(val_fn(i), device) for i in range(max(1, len(val) // 64))]
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         net = FeatureDraftModel(FeatureDrafterConfig.for_target(guided, "eagle", sar_tokens=sar_tokens,
                                                                 guidance_scale=cfg_scale))
+        net = net.to(device)  # made on the CPU (the same initial weights whatever the device), trained there
         report = train_feature_drafter(net, guided, sequence_batches(train, cfg.batch_size, seed), val_batches,
                                        cfg, progress=progress, checkpoint=checkpoint,
                                        checkpoint_every_s=checkpoint_every_s)

@@ -32,10 +32,10 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as tlog
 
 from ..image_codes import LAYOUT_KEY, TokenLayout, decode_codes, generate_codes, layout_of
-from ..training.loop import TrainResult, train_loop
+from ..training.loop import TrainResult, model_device, to_device, train_loop
 from . import image_data as data
 from . import image_drafters
-from .common import build_dir, feature_checksum_output, logits_checksum, seed_everything
+from .common import build_device, build_dir, feature_checksum_output, logits_checksum, seed_everything
 from .entry import ZooEntry
 from .growth import grow_depth, layer_ablation, unused_layers
 from .home import write_json
@@ -161,6 +161,31 @@ def _log(progress: bool, msg: str) -> None:
         print(f"[zoo image {time.perf_counter() - _T0[0]:6.0f}s] {msg}", flush=True)
 
 
+# devices ----------------------------------------------------------------------------------------------------
+# Every model is created (or loaded) on the CPU exactly as on a CPU build, so its initial weights are the same
+# draws, and only then moved to the build's device (``mmspec zoo build --device``). The data (pictures, code
+# sequences, random draws) is made on the CPU too, so it does not depend on the device; it is moved to a
+# model's device where it meets the model, and what is read back (metrics, pictures to save) comes back to
+# the CPU. On a CPU build every move below is a no-op.
+
+
+def _on_build_device(model):
+    """``model`` (created or loaded on the CPU) moved to the device the zoo is built on."""
+    return model.to(build_device())
+
+
+def _at(model, x):
+    """``x`` (a tensor, or nested dicts / lists / tuples of them) on ``model``'s device."""
+    return to_device(x, model_device(model))
+
+
+def _sync(model) -> None:
+    """Wait for ``model``'s device: CUDA runs kernels asynchronously, so a wall-clock timing of steps needs it."""
+    device = model_device(model)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 # fixed inputs of the recorded checksums -------------------------------------------------------------------
 
 
@@ -189,10 +214,10 @@ def checksum_output(name: str, model, layout: TokenLayout | None = None) -> torc
     if name in image_drafters.NAMES:
         return feature_checksum_output(model)
     if name == "image-vq":
-        return model(checksum_images(size=image_size_of(model))).sample
+        return model(_at(model, checksum_images(size=image_size_of(model)))).sample
     if name == "image-classifier":
-        return model(checksum_images(size=image_size_of(model)))
-    return model(input_ids=checksum_tokens(layout or layout_of(model))).logits
+        return model(_at(model, checksum_images(size=image_size_of(model))))
+    return model(input_ids=_at(model, checksum_tokens(layout or layout_of(model)))).logits
 
 
 def checksum(entry: ZooEntry) -> dict:
@@ -210,13 +235,16 @@ def _fit_steps(model, batch, loss_fn, budget: float, cap: int, floor: int = 8) -
     probe = copy.deepcopy(model)
     probe.train()
     opt = torch.optim.AdamW(probe.parameters(), lr=1e-8)
+    batch = _at(probe, batch)
     times = []
     for _ in range(6):
+        _sync(probe)
         t = time.perf_counter()
         loss = loss_fn(probe, batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        _sync(probe)
         times.append(time.perf_counter() - t)
     del probe, opt
     per = sorted(times[1:])[2]  # median of 5 (the first step warms up allocations; the median shrugs off load spikes)
@@ -241,14 +269,16 @@ def _psnr(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def _reconstruct(vq, x: torch.Tensor, bs: int = 256) -> torch.Tensor:
-    return torch.cat([vq(x[i:i + bs]).sample.clamp(-1, 1) for i in range(0, len(x), bs)])
+    """VQ reconstructions of CPU pictures ``x``, run on the VQ's device and returned on the CPU (they are data:
+    the classifier's training pictures, PSNR against ``x``, saved grids)."""
+    return torch.cat([vq(_at(vq, x[i:i + bs])).sample.clamp(-1, 1).cpu() for i in range(0, len(x), bs)])
 
 
 def _train_vq(plan: Plan, train_x: torch.Tensor, val_x: torch.Tensor, progress: bool):
     g = seed_everything(SEED)
-    vq = _make_vq(plan)
+    vq = _on_build_device(_make_vq(plan))
     k = plan.codebook_size
-    usage = torch.zeros(k)
+    usage = torch.zeros(k, device=model_device(vq))  # counted where the codes are: no host sync per step
 
     def plain_loss(model, x):
         out = model(x)
@@ -265,16 +295,16 @@ def _train_vq(plan: Plan, train_x: torch.Tensor, val_x: torch.Tensor, progress: 
             if len(dead):
                 with torch.no_grad():
                     pick = torch.randint(0, len(train_x), (64,), generator=g)
-                    z = vq.encode(train_x[pick]).latents.permute(0, 2, 3, 1).reshape(-1, plan.vq_latent)
-                    z = z[torch.randint(0, len(z), (len(dead),), generator=g)]
-                    vq.quantize.embedding.weight.data[dead] = z + 0.01 * torch.randn(z.shape, generator=g)
+                    z = vq.encode(_at(vq, train_x[pick])).latents.permute(0, 2, 3, 1).reshape(-1, plan.vq_latent)
+                    z = z[_at(vq, torch.randint(0, len(z), (len(dead),), generator=g))]
+                    vq.quantize.embedding.weight.data[dead] = z + 0.01 * _at(vq, torch.randn(z.shape, generator=g))
             usage.zero_()
         return train_x[torch.randint(0, len(train_x), (plan.vq_batch,), generator=g)]
 
     def loss_fn(model, x: torch.Tensor) -> torch.Tensor:
         h = model.encode(x).latents
         quant, commit_loss, (_, _, idx) = model.quantize(h)
-        usage.index_add_(0, idx.flatten(), torch.ones(idx.numel()))
+        usage.index_add_(0, idx.flatten(), torch.ones(idx.numel(), device=idx.device))
         rec = model.decoder(model.post_quant_conv(quant))
         return (rec - x).pow(2).mean() + (rec - x).abs().mean() + commit_loss
 
@@ -297,6 +327,7 @@ def _llama_config(layout: TokenLayout, hidden: int, layers: int, heads: int, int
 
 
 def _make_llama(plan: Plan, layout: TokenLayout, hidden: int, layers: int, heads: int, inter: int):
+    """A fresh AR model on the CPU (its initial weights are the same draws whatever the build's device)."""
     torch.manual_seed(SEED)
     return LlamaForCausalLM(_llama_config(layout, hidden, layers, heads, inter))
 
@@ -316,7 +347,7 @@ def _eval_ar_loss(model, seqs: torch.Tensor, layout: TokenLayout, bs: int = 256)
     total = 0.0
     for i in range(0, len(seqs), bs):
         chunk = seqs[i:i + bs]
-        total += float(_ar_loss(model, chunk, layout)) * len(chunk)
+        total += float(_ar_loss(model, _at(model, chunk), layout)) * len(chunk)
     return total / max(1, len(seqs))
 
 
@@ -344,11 +375,12 @@ def _train_target(plan: Plan, home: Path, layout: TokenLayout, train_seqs, val_s
     every layer in use from the first step, the base's function kept to first order) and trained on. The base's steps are ~3x cheaper than the
     deep model's, so most of the tokens are seen at the base's cost."""
     dims = (plan.ar_hidden, plan.ar_heads, plan.ar_inter)
-    model = _make_llama(plan, layout, dims[0], plan.ar_base_layers, dims[1], dims[2])
+    model = _on_build_device(_make_llama(plan, layout, dims[0], plan.ar_base_layers, dims[1], dims[2]))
     stages = {}
     for stage in ("base", "grow"):
-        if stage == "grow":
-            model = grow_depth(model, _llama_config(layout, dims[0], plan.ar_layers, dims[1], dims[2]), mode="split")
+        if stage == "grow":  # the grown model is made on the CPU (like the base): moved to the build's device
+            grown = grow_depth(model, _llama_config(layout, dims[0], plan.ar_layers, dims[1], dims[2]), mode="split")
+            model = _on_build_device(grown)
         n = model.config.num_hidden_layers
         stages[stage] = _train_ar(
             plan, model, layout, train_seqs, val_seqs, steps=plan.ar_base_steps if stage == "base" else plan.ar_steps,
@@ -362,9 +394,10 @@ def _train_classifier(plan: Plan, train_x, train_y, val_x, val_y, recon_fn, prog
     """Trained on real pictures and (half the time) their VQ reconstructions, with light noise: the pictures
     it has to judge later are VQ decodes."""
     g = seed_everything(SEED + 2)
-    model = ImageClassifier(data.NUM_CLASSES, plan.cls_width, plan.image_size)
+    model = _on_build_device(ImageClassifier(data.NUM_CLASSES, plan.cls_width, plan.image_size))
     bs = 64 if len(train_x) >= 64 else len(train_x)
     val_recon = recon_fn(val_x)
+    val_x, val_y, val_recon = _at(model, (val_x, val_y, val_recon))  # moved once, read at every validation
 
     def loss_fn(m, batch):
         x, y = batch
@@ -391,7 +424,7 @@ def _train_classifier(plan: Plan, train_x, train_y, val_x, val_y, recon_fn, prog
 
 @torch.no_grad()
 def _accuracy(model, x: torch.Tensor, y: torch.Tensor) -> float:
-    return float((model(x).argmax(-1) == y).float().mean()) if len(y) else 0.0
+    return float((model(_at(model, x)).argmax(-1).cpu() == y).float().mean()) if len(y) else 0.0
 
 
 @torch.no_grad()
@@ -401,7 +434,9 @@ def _fidelity(ar, vq, classifier, layout: TokenLayout, per_class: int, cfg_scale
     gen = torch.Generator().manual_seed(seed)
     images = generate_images(ar, vq, class_ids, cfg_scale=cfg_scale, temperature=1.0, top_k=0, generator=gen,
                              layout=layout)
-    pred = classifier.predict(images)
+    # sampled on the models' device(s) from the CPU generator ``gen``; the pictures come back as data
+    pred = classifier.predict(_at(classifier, images)).cpu()
+    images = images.cpu()
     hit = (pred == class_ids).float()
     per = {data.CLASSES[c]: float(hit[class_ids == c].mean()) for c in range(layout.num_classes)}
     return float(hit.mean()), per, images
@@ -412,9 +447,9 @@ def _agreement(drafter, target, seqs: torch.Tensor, bs: int = 256) -> float:
     """Share of held-out positions where drafter and target agree on the most likely next token."""
     hits = total = 0
     for i in range(0, len(seqs), bs):
-        s = seqs[i:i + bs, :-1]
+        s = _at(drafter, seqs[i:i + bs, :-1])
         a = drafter(input_ids=s).logits.argmax(-1)
-        b = target(input_ids=s).logits.argmax(-1)
+        b = target(input_ids=_at(target, s)).logits.argmax(-1)
         hits += int((a == b).sum())
         total += a.numel()
     return hits / max(1, total)
@@ -435,6 +470,7 @@ def _init_from(drafter, target) -> bool:
 
 
 def _save_llama_fp16(model, path: Path):
+    """Save ``model`` (on any device) in fp16; returns the saved weights loaded back on the CPU in fp32."""
     model.half().save_pretrained(path, safe_serialization=True)
     model.float()
     return LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
@@ -524,11 +560,12 @@ def _build(home: Path, micro: bool, progress: bool, names: list[str]) -> dict[st
         vq, res = _train_vq(plan, train_x, val_x[:256], progress)
         vq.half().save_pretrained(path, safe_serialization=True)
     vq = VQModel.from_pretrained(path, torch_dtype=torch.float32).eval()  # evaluate what was saved
+    vq_checksum = logits_checksum(checksum_output("image-vq", vq))  # on the CPU, as a load reproduces it
+    vq = _on_build_device(vq)
     test_rec = _reconstruct(vq, test_x)
-    test_codes = encode_images(vq, test_x)
+    test_codes = encode_images(vq, test_x).cpu()
     layout = TokenLayout(codebook_size=vq.config.num_vq_embeddings, num_classes=data.NUM_CLASSES,
                          grid=int(test_codes.shape[1] ** 0.5))
-    vq_checksum = logits_checksum(checksum_output("image-vq", vq))
     if "image-vq" in names:
         usage = torch.bincount(test_codes.flatten(), minlength=layout.codebook_size)
         m = {"psnr_test_db": float(_psnr(test_rec, test_x).mean()),
@@ -558,21 +595,23 @@ def _build(home: Path, micro: bool, progress: bool, names: list[str]) -> dict[st
                                             progress)
         classifier.save(path)
     classifier = ImageClassifier.from_pretrained(path)
+    cls_checksum = logits_checksum(checksum_output("image-classifier", classifier))  # on the CPU, like a load
+    classifier = _on_build_device(classifier)
     if "image-classifier" in names:
         m = {"accuracy_test": _accuracy(classifier, test_x, test_y),
              "accuracy_test_vq_reconstructions": _accuracy(classifier, test_rec, test_y), "image_size": size,
              "params": sum(p.numel() for p in classifier.parameters()), **_facts(res)}
         m = write_records(home, "image-classifier", m,
-                          {"checksum": logits_checksum(checksum_output("image-classifier", classifier)),
-                           "classes": list(data.CLASSES), "image_size": size, **plan_facts}, micro)
+                          {"checksum": cls_checksum, "classes": list(data.CLASSES), "image_size": size,
+                           **plan_facts}, micro)
         out["image-classifier"] = m
         _log(progress, f"image-classifier: accuracy {m['accuracy_test']:.3f}")
     if last == 1:
         return out
 
     # --- AR target and drafter --------------------------------------------------------------------------
-    def encode_all(x: torch.Tensor, bs: int = 256) -> torch.Tensor:
-        return torch.cat([encode_images(vq, x[i:i + bs]) for i in range(0, len(x), bs)])
+    def encode_all(x: torch.Tensor, bs: int = 256) -> torch.Tensor:  # codes on the VQ's device, kept on the CPU
+        return torch.cat([encode_images(vq, x[i:i + bs]).cpu() for i in range(0, len(x), bs)])
 
     train_seqs = _sequences(layout, encode_all(train_x), train_y)
     val_seqs = _sequences(layout, encode_all(val_x), val_y)
@@ -583,11 +622,12 @@ def _build(home: Path, micro: bool, progress: bool, names: list[str]) -> dict[st
         target = _save_ar(home, "image-target", model, layout, plan, stages, vq, classifier, test_seqs, val_seqs,
                           None, "random (base), then grow_depth (split)", micro, out, progress)
     if "image-drafter" in names:
-        target = target or _load_ar(home / "image-target")
+        target = target or _on_build_device(_load_ar(home / "image-target"))
         model = _make_llama(plan, layout, plan.dr_hidden, plan.dr_layers, plan.dr_heads, plan.dr_inter)
         init = "random"
         if _init_from(model, target):
             init = f"target's embeddings, first {plan.dr_layers} layer(s), final norm and head"
+        model = _on_build_device(model)
         res = _train_ar(plan, model, layout, train_seqs, val_seqs, steps=plan.dr_steps, budget=plan.dr_budget,
                         lr=plan.ar_lr, desc="image-drafter", progress=progress,
                         checkpoint=stage_dir(home, "image-drafter") / "train.pt", seed=SEED + 1)
@@ -609,6 +649,8 @@ def _save_ar(home: Path, name: str, model, layout: TokenLayout, plan: Plan, stag
     CFG, per-stage steps / tokens / seconds, and (deep target) each layer's ablation."""
     path = home / name
     model = _save_llama_fp16(model, path)
+    checksum_ = logits_checksum(checksum_output(name, model, layout))  # on the CPU, as a load reproduces it
+    model = _on_build_device(model)
     fid, per, images = _fidelity(model, vq, classifier, layout, plan.per_class, plan.cfg_scale, SEED + 7)
     fid1, _, _ = _fidelity(model, vq, classifier, layout, plan.per_class, 1.0, SEED + 7)
     data.image_grid(images, nrow=plan.per_class).save(path / "samples.png")
@@ -626,11 +668,11 @@ def _save_ar(home: Path, name: str, model, layout: TokenLayout, plan: Plan, stag
     m["train_tokens"] = m["train_steps"] * tokens_per_step
     m["train_seconds"] = round(sum(r.seconds for r in stages.values()), 2)
     if len(stages) > 1:
-        m["layer_ablation_loss_increase"] = layer_ablation(model, test_seqs[: 8 if micro else 64])
+        m["layer_ablation_loss_increase"] = layer_ablation(model, _at(model, test_seqs[: 8 if micro else 64]))
         m["unused_layers"] = unused_layers(m["layer_ablation_loss_increase"])
     if target is not None:
         m["greedy_agreement_with_target_test"] = _agreement(model, target, test_seqs)
-    m = write_records(home, name, m, {"checksum": logits_checksum(checksum_output(name, model, layout)),
+    m = write_records(home, name, m, {"checksum": checksum_,
                                       "layout": layout.to_dict(data.CLASSES), "vq": "image-vq", "init": init,
                                       "plan": asdict(plan)}, micro)
     out[name] = m

@@ -39,7 +39,8 @@ class ImageClassifier(nn.Module):
 
     def save(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().half().contiguous() for k, v in self.state_dict().items()},
+        # from any device: the file holds fp16 CPU tensors either way
+        save_file({k: v.detach().half().cpu().contiguous() for k, v in self.state_dict().items()},
                   str(path / "model.safetensors"))
         write_json(path / "config.json", {"architecture": "ImageClassifier", **self.config})
 

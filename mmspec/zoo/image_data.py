@@ -185,8 +185,8 @@ def pil_to_tensor(img: Image.Image) -> torch.Tensor:
 
 
 def tensor_to_pil(x: torch.Tensor) -> Image.Image:
-    """Float tensor [3, H, W] in [-1, 1] -> PIL RGB."""
-    arr = ((x.detach().float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(1, 2, 0).contiguous()
+    """Float tensor [3, H, W] in [-1, 1] (on any device) -> PIL RGB."""
+    arr = ((x.detach().cpu().float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(1, 2, 0).contiguous()
     return Image.fromarray(arr.numpy(), "RGB")
 
 

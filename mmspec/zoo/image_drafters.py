@@ -22,7 +22,7 @@ from ..drafters.feature_model import FeatureDraftModel
 from ..training.artifact import cached
 from ..training.feature import FeatureTrainConfig
 from ..training.image_feature import target_samples, train_image_drafter
-from .common import build_dir, feature_checksum_output, logits_checksum, seed_everything
+from .common import build_device, build_dir, feature_checksum_output, logits_checksum, seed_everything
 from .entry import ZooEntry
 from .image_loader import FEATURE_NAMES as NAMES
 from .image_loader import load
@@ -50,7 +50,8 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
     names = names or NAMES
     require_built(Path(home), "image-target", names[0])
     target_entry = load("image-target", home / "image-target")
-    target, layout = target_entry.model, target_entry.extras["layout"]
+    # the frozen target runs on the build's device: it samples the training sequences and gives the features
+    target, layout = target_entry.model.to(build_device()), target_entry.extras["layout"]
     samples, val_samples = SAMPLES[micro]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
