@@ -12,6 +12,9 @@ Data: the target's own greedy continuations of prefixes cut from the training co
 
 The attention pattern is the one the drafter runs with at inference (``"cache"`` by default: the clean
 prefix causal, the block seeing everything), so the KV-cached drafter is exactly what was trained.
+
+Devices: generations, batches and their random draws are made on the CPU (so seeded data is the same whatever
+the models run on); they meet a model only on its device (:func:`on_model`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from ..drafters.remote_code import explain_remote_failure, modeling_files, needs
 from ..loading import load_target
 from .artifact import cached, stage_checkpoint
 from .dlm import block_agreement, block_loss, teacher_slot_logp
-from .loop import TrainResult, train_loop
+from .loop import TrainResult, model_device, to_device, train_loop
 
 
 @dataclass
@@ -69,11 +72,18 @@ class Generations:
         return self.tokens.shape[0]
 
 
+def on_model(batch, model):
+    """``batch`` (a tensor or a dict / list of them, made on the CPU) on ``model``'s device: where CPU-made data
+    meets a model outside ``train_loop`` (which moves training batches itself)."""
+    return to_device(batch, model_device(model))
+
+
 @torch.no_grad()
 def target_generations(target, stream: torch.Tensor, n: int, cfg: DEERConfig, seed: int, pad_id: int = 0,
                        progress: bool = True) -> Generations:
     """``n`` greedy continuations of ``cfg.gen_len`` tokens from random windows of a token stream; each
-    generation batch shares one prefix length (no padding)."""
+    generation batch shares one prefix length (no padding). Prompts are drawn on the CPU and generated on the
+    target's device; the generations come back to the CPU (they are data, cached with ``torch.save``)."""
     g = torch.Generator().manual_seed(seed)
     width = cfg.prefix_max + cfg.gen_len
     tokens = torch.full((n, width), pad_id, dtype=torch.long)
@@ -85,11 +95,11 @@ def target_generations(target, stream: torch.Tensor, n: int, cfg: DEERConfig, se
         b = min(cfg.gen_batch, n - done)
         p = int(torch.randint(cfg.prefix_min, cfg.prefix_max + 1, (1,), generator=g))
         starts = torch.randint(0, stream.numel() - p - 1, (b,), generator=g)
-        ids = torch.stack([stream[s: s + p] for s in starts.tolist()])
+        ids = on_model(torch.stack([stream[s: s + p] for s in starts.tolist()]), target)
         out = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                               max_new_tokens=cfg.gen_len, eos_token_id=None,
                               pad_token_id=pad_id)
-        tokens[done: done + b, : p + cfg.gen_len] = out[:, : p + cfg.gen_len]
+        tokens[done: done + b, : p + cfg.gen_len] = out[:, : p + cfg.gen_len].cpu()
         prefix[done: done + b] = p
         done += b
         bar.update(b)
@@ -134,7 +144,7 @@ def eval_blocks(data: Generations, k: int) -> dict:
 
 def agreement(model, data: Generations, k: int, mask_id: int, cfg: DEERConfig) -> dict:
     """Mean greedy-accepted length of a k-block drafted right after each held-out prefix."""
-    b = eval_blocks(data, k)
+    b = on_model(eval_blocks(data, k), model)
     model.eval()
     return block_agreement(model, b["tokens"], b["lengths"], b["n_clean"], mask_id, cfg.convention, cfg.pattern)
 
@@ -146,7 +156,9 @@ def train_stage(model, stage: int, train: Generations, val: Generations, mask_id
     make = stage1_batch if stage == 1 else stage2_batch
     g = torch.Generator().manual_seed(cfg.seed + stage)
     vg = torch.Generator().manual_seed(cfg.seed + 100 + stage)
-    val_batches = [make(val, torch.arange(i, min(i + 32, len(val))), cfg, vg) for i in range(0, len(val), 32)]
+    # drawn on the CPU, moved to the model's device once (they are evaluated every ``eval_every`` steps)
+    val_batches = [on_model(make(val, torch.arange(i, min(i + 32, len(val))), cfg, vg), model)
+                   for i in range(0, len(val), 32)]
 
     def loss_fn(m, batch):
         soft = teacher_slot_logp(teacher, batch["tokens"], batch["lengths"]) if cfg.distill else None
@@ -159,7 +171,8 @@ def train_stage(model, stage: int, train: Generations, val: Generations, mask_id
         return make(train, idx, cfg, g)
 
     def val_loss() -> float:
-        return sum(float(loss_fn(model, b)) for b in val_batches) / len(val_batches)
+        losses = [loss_fn(model, b) for b in val_batches]  # all queued before the first read-back
+        return sum(float(x) for x in losses) / len(val_batches)
 
     steps = cfg.stage1_steps if stage == 1 else cfg.stage2_steps
     budget = cfg.stage1_budget_s if stage == 1 else cfg.stage2_budget_s
@@ -213,5 +226,5 @@ def load_dlm(spec: str, trust_remote_code: bool = False):
     return model, tok
 
 
-__all__ = ["DEERConfig", "Generations", "target_generations", "stage1_batch", "stage2_batch", "train_stage",
+__all__ = ["DEERConfig", "Generations", "on_model", "target_generations", "stage1_batch", "stage2_batch", "train_stage",
            "agreement", "align", "load_dlm"]

@@ -8,6 +8,10 @@
 
 Both handle the two logits conventions (``"dream"``: position i predicts i+1; ``"llada"``: a masked
 position predicts itself).
+
+Devices: the tensors given (tokens, lengths, weights) must be on the model's device; every tensor made here
+is made on that device too, except the random draws of :func:`mdlm_loss`, which come from the CPU (or the
+generator's device) so a seeded run draws the same masks on every device.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import math
 
 import torch
 import torch.nn.functional as F
+
+from .loop import model_device
 
 
 def attention_mask(valid: torch.BoolTensor, n_clean: torch.LongTensor | None, pattern: str) -> torch.BoolTensor:
@@ -49,12 +55,15 @@ def mdlm_loss(model, tokens: torch.Tensor, mask_id: int, convention: str = "drea
               generator: torch.Generator | None = None, eps: float = 1e-3) -> torch.Tensor:
     """MDLM/LLaDA objective on a batch of clean windows [B, T] (no padding)."""
     B, T = tokens.shape
-    t = torch.rand(B, 1, generator=generator).clamp(min=eps)
-    masked = torch.rand(B, T, generator=generator) < t
+    # drawn where the generator lives (the CPU for the zoo's), then moved: the same masks on every device
+    draw_on = generator.device if generator is not None else torch.device("cpu")
+    t = torch.rand(B, 1, generator=generator, device=draw_on).clamp(min=eps)
+    masked = torch.rand(B, T, generator=generator, device=draw_on) < t
     if convention == "dream":
         masked[:, 0] = False  # nothing predicts the first token under the shifted convention
+    t, masked = t.to(tokens.device), masked.to(tokens.device)
     ids = torch.where(masked, mask_id, tokens)
-    valid = torch.ones(B, T, dtype=torch.bool)
+    valid = torch.ones(B, T, dtype=torch.bool, device=tokens.device)
     logits = slot_logits(model, ids, attention_mask(valid, None, "bidirectional"), convention)
     ce = F.cross_entropy(logits.float().reshape(B * T, -1), tokens.reshape(-1), reduction="none").view(B, T)
     return ((ce * masked).sum(1) / t.squeeze(1) / T).mean()
@@ -63,7 +72,7 @@ def mdlm_loss(model, tokens: torch.Tensor, mask_id: int, convention: str = "drea
 def _block_forward(model, tokens, lengths, n_clean, mask_id: int, convention: str, pattern: str, pad_id: int):
     """Mask the block ``[n_clean, lengths)`` of each row (right padding after) and run the model."""
     T = tokens.shape[1]
-    col = torch.arange(T)[None, :]
+    col = torch.arange(T, device=tokens.device)[None, :]
     valid = col < lengths[:, None]
     block = valid & (col >= n_clean[:, None])
     ids = torch.where(block, mask_id, torch.where(valid, tokens, pad_id))
@@ -93,7 +102,7 @@ def block_loss(model, tokens: torch.Tensor, lengths: torch.LongTensor, n_clean: 
     per_row = (ce * w).sum(1) / w.sum(1).clamp(min=1e-8)
     loss = per_row.mean() if row_weights is None else (per_row * row_weights).sum() / row_weights.sum()
     if clean_weight > 0 and convention == "dream":
-        col = torch.arange(T)[None, :]
+        col = torch.arange(T, device=tokens.device)[None, :]
         clean = (col >= 1) & (col < n_clean[:, None])  # clean tokens predicted from the clean token before
         loss = loss + clean_weight * (ce * clean).sum() / clean.sum().clamp(min=1)
     return loss
@@ -109,8 +118,9 @@ def block_agreement(model, tokens: torch.Tensor, lengths: torch.LongTensor, n_cl
     block, logits = _block_forward(model, tokens, lengths, n_clean, mask_id, convention, pattern, pad_id)
     hit = (logits.argmax(-1) == tokens) & block
     k = int((lengths - n_clean).max())
-    idx = (n_clean[:, None] + torch.arange(k)[None, :]).clamp(max=T - 1)
-    slot_hit = hit.gather(1, idx) & (torch.arange(k)[None, :] < (lengths - n_clean)[:, None])
+    slots = torch.arange(k, device=tokens.device)[None, :]
+    idx = (n_clean[:, None] + slots).clamp(max=T - 1)
+    slot_hit = hit.gather(1, idx) & (slots < (lengths - n_clean)[:, None])
     run = slot_hit.long().cumprod(1).sum(1)
     return {"accepted": float(run.float().mean()), "slot_hit": slot_hit.float().mean(0).tolist()}
 
@@ -118,10 +128,13 @@ def block_agreement(model, tokens: torch.Tensor, lengths: torch.LongTensor, n_cl
 @torch.no_grad()
 def teacher_slot_logp(teacher, tokens: torch.Tensor, lengths: torch.LongTensor) -> torch.Tensor:
     """The AR teacher's next-token log-probs on the clean sequences, aligned so entry i is its distribution
-    of token i (given tokens < i); entry 0 is uniform (never used)."""
-    valid = (torch.arange(tokens.shape[1])[None, :] < lengths[:, None]).long()
-    logp = torch.log_softmax(teacher(input_ids=tokens, attention_mask=valid).logits.float(), -1)
-    return torch.cat([torch.full_like(logp[:, :1], -math.log(logp.shape[-1])), logp[:, :-1]], dim=1)
+    of token i (given tokens < i); entry 0 is uniform (never used). Runs on the teacher's device; the result is
+    on ``tokens``' device (the student's)."""
+    device = model_device(teacher)
+    ids, lengths = tokens.to(device), lengths.to(device)
+    valid = (torch.arange(ids.shape[1], device=device)[None, :] < lengths[:, None]).long()
+    logp = torch.log_softmax(teacher(input_ids=ids, attention_mask=valid).logits.float(), -1)
+    return torch.cat([torch.full_like(logp[:, :1], -math.log(logp.shape[-1])), logp[:, :-1]], dim=1).to(tokens.device)
 
 
 __all__ = ["attention_mask", "slot_logits", "mdlm_loss", "block_loss", "block_agreement", "teacher_slot_logp"]

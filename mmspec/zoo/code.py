@@ -1,5 +1,10 @@
 """Code family of the zoo: a Llama-architecture code LM (target) and a small AR drafter, trained on
-the standard library's training modules; quality measured on held-out modules."""
+the standard library's training modules; quality measured on held-out modules.
+
+Devices (``mmspec zoo build --device``): every model is created on the CPU as always (the same initial
+weights), then trained and measured on :func:`~mmspec.zoo.common.build_device`; models loaded from disk go
+there too. Data (token streams, windows, prompts, distillation rows) stays CPU-made and is moved to a model's
+device where it meets the model; the checksums in ``zoo.json`` are computed on the CPU."""
 
 from __future__ import annotations
 
@@ -11,11 +16,11 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ..drafters import AutoregressiveDrafter
-from ..training.loop import load_checkpoint, save_checkpoint, train_loop
+from ..training.loop import load_checkpoint, model_device, save_checkpoint, to_device, train_loop
 from . import code_diffusion, code_distill
 from .code_data import CodeCorpus, completion_prompts, ensure_tokenizer, extra_training_files, load_corpus, read_texts
 from .code_loader import BASE_NAMES, NAMES, load
-from .common import build_dir, logits_checksum, seed_everything, versions
+from .common import build_device, build_dir, logits_checksum, seed_everything, versions
 from .entry import ZooEntry
 from .growth import grow_depth, layer_ablation, unused_layers
 from .home import write_json
@@ -80,8 +85,9 @@ def distinct_2(token_lists: list[list[int]]) -> float:
 def completion_quality(model, tok, corpus: CodeCorpus, limit: int, max_new_tokens: int) -> dict:
     prompts = completion_prompts(corpus, "test", limit=limit)
     parses, generated = 0, []
+    device = model_device(model)
     for p in prompts:
-        ids = tok(p.prompt, return_tensors="pt", add_special_tokens=False).input_ids
+        ids = tok(p.prompt, return_tensors="pt", add_special_tokens=False).input_ids.to(device)
         out = model.generate(ids, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=0,
                              eos_token_id=tok.eos_token_id)
         new = out[0, ids.shape[1]:].tolist()
@@ -146,14 +152,14 @@ def _build_base(home: Path, micro: bool, progress: bool, names: list[str]) -> di
             model, stages, extra_info = _train_deep_target(home, tok, train, val_windows, micro, progress)
             res = stages["grow"]
         else:
-            teacher = teacher if teacher is not None else load("code-target", home / "code-target").model
+            teacher = teacher if teacher is not None else _load_on_build_device("code-target", home)
             model, res, stages = _train_drafter(home, tok, teacher, {"train": train, "val": val}, micro, progress)
         info = {"family": "code", "name": name, "micro": micro, "seed": SEED + NAMES.index(name),
                 "seq_len": seq_len, **versions()}
         if name == "code-drafter":
             info["distilled_from"] = "code-target"
         save(model, tok, home / name, info)
-        shipped = load(name, home / name).model  # metrics are measured on the shipped (fp16) weights
+        shipped = _load_on_build_device(name, home)  # metrics are measured on the shipped (fp16) weights
         if name == "code-target":
             teacher = shipped
         metrics = {
@@ -190,6 +196,12 @@ def _build_base(home: Path, micro: bool, progress: bool, names: list[str]) -> di
     return results
 
 
+def _load_on_build_device(name: str, home: Path) -> LlamaForCausalLM:
+    """A model of this build, loaded from ``home`` (float32, as the zoo loads it) and moved to the build's
+    device: the teacher of the drafters and the shipped weights the metrics are measured on."""
+    return load(name, home / name).model.to(build_device())
+
+
 def generation_loss(model, batch: dict) -> torch.Tensor:
     """The AR drafter's objective on target generations: next-token cross-entropy on the target's greedy
     continuation (its tokens are the target's argmax, the very thing greedy verification checks), plus a
@@ -218,7 +230,7 @@ def _train_drafter(home: Path, tok, target: LlamaForCausalLM, streams: dict, mic
     train, val = code_distill.target_data(home, target, streams, micro, progress)
     prompts = code_distill.tau_prompts(tok, micro)
     gen = seed_everything(SEED + NAMES.index("code-drafter"))
-    model = LlamaForCausalLM(model_config("code-drafter", len(tok), micro))
+    model = LlamaForCausalLM(model_config("code-drafter", len(tok), micro)).to(build_device())
 
     def tau() -> float:
         model.eval()
@@ -226,11 +238,14 @@ def _train_drafter(home: Path, tok, target: LlamaForCausalLM, streams: dict, mic
 
     before = tau()
     take, next_batch = _generation_batches(train, 8 if micro else 32, gen)
-    val_batches = [take(torch.arange(i, min(i + 32, len(val)))) for i in range(0, len(val), 32)]
+    # CPU-made like the training batches, moved to the model's device once (evaluated every eval_every steps)
+    val_batches = [to_device(take(torch.arange(i, min(i + 32, len(val)))), model_device(model))
+                   for i in range(0, len(val), 32)]
 
     @torch.no_grad()
     def val_loss() -> float:
-        return sum(float(generation_loss(model, b)) for b in val_batches) / len(val_batches)
+        losses = [generation_loss(model, b) for b in val_batches]  # all queued before the first read-back
+        return sum(float(x) for x in losses) / len(val_batches)
 
     res = train_loop(model, next_batch, val_loss, generation_loss, max_steps=30 if micro else MAX_STEPS["code-drafter"],
                      budget_s=MICRO_BUDGET_S if micro else BUDGET_S["code-drafter"], lr=3e-3 if micro else LR["code-drafter"],
@@ -279,9 +294,9 @@ def _train_deep_target(home: Path, tok, train: torch.Tensor, val_windows: torch.
     for stage, key in (("base", "code-target-base"), ("grow", "code-target")):
         gen = seed_everything(SEED + (0 if stage == "base" else 17))
         if stage == "base":
-            model = LlamaForCausalLM(model_config(key, len(tok), micro))
+            model = LlamaForCausalLM(model_config(key, len(tok), micro)).to(build_device())
             stream = batches(train, batch, seq_len, gen)
-        else:
+        else:  # on the base's device (grow_depth creates the deep model on the CPU, then moves it)
             model = grow_depth(model, model_config(key, len(tok), micro), mode="split")
             stream = mixed_batches(train, extra, batch, 2 if micro else STDLIB_ROWS, seq_len, gen)
         stages[stage] = train_loop(
@@ -299,4 +314,4 @@ def checksum(entry: ZooEntry) -> dict:
     """Recompute the fingerprint recorded in zoo.json (logits of a fixed input)."""
     if entry.name in code_diffusion.NAMES:
         return code_diffusion.checksum(entry)
-    return logits_checksum(entry.model(checksum_input(entry.tokenizer)).logits)
+    return logits_checksum(entry.model(checksum_input(entry.tokenizer).to(model_device(entry.model))).logits)

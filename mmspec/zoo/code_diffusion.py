@@ -13,6 +13,10 @@
 
 Each drafter's forward costs a fraction of the 16-layer target's (see the sizes below); every stage
 checkpoints under ``<home>/.build/`` and resumes.
+
+Devices: the target and the dLM are trained and measured on :func:`~mmspec.zoo.common.build_device` (the dLM
+grown on the CPU from ``code-drafter``, as always, then moved); windows, rows and the MDLM masks are drawn on
+the CPU and moved to the model where they meet it; ``zoo.json`` checksums are computed on the CPU.
 """
 
 from __future__ import annotations
@@ -28,12 +32,12 @@ from ..drafters import DEERDrafter, DiffusionLM
 from ..drafters.ngram import NGramLM
 from ..training import deer
 from ..training.dlm import mdlm_loss
-from ..training.loop import train_loop
+from ..training.loop import model_device, to_device, train_loop
 from . import code_distill
 from .code_data import ensure_tokenizer, load_corpus
 from .code_loader import DIFFUSION_NAMES as NAMES
 from .code_loader import load
-from .common import build_dir, logits_checksum, seed_everything, versions
+from .common import build_device, build_dir, logits_checksum, seed_everything, versions
 from .entry import ZooEntry
 from .growth import grow_depth
 from .home import write_json
@@ -61,8 +65,8 @@ def checksum(entry: ZooEntry) -> dict:
     if entry.name == "code-ngram":
         ctx = [int(t) for t in checksum_input(entry.tokenizer)[0, :-4]]
         return logits_checksum(entry.model.log_probs(ctx))
-    ids = checksum_input(entry.tokenizer)
-    mask = torch.ones(1, 1, ids.shape[1], ids.shape[1], dtype=torch.bool)
+    ids = checksum_input(entry.tokenizer).to(model_device(entry.model))
+    mask = torch.ones(1, 1, ids.shape[1], ids.shape[1], dtype=torch.bool, device=ids.device)
     return logits_checksum(entry.model(input_ids=ids, attention_mask=mask).logits)
 
 
@@ -106,7 +110,7 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
         write_json(path / "metrics.json", metrics)
         results["code-ngram"] = metrics
 
-    target = load("code-target", home / "code-target").model
+    target = load("code-target", home / "code-target").model.to(build_device())
     wanted = [n for n in ("code-dlm", "code-deer-s1", "code-deer") if n in names]
     if wanted:
         results.update(_build_dlms(home, tok, target, streams, micro, progress, common, wanted))
@@ -136,7 +140,8 @@ def _row_windows(data, batch: int, gen: torch.Generator):
 
 def _mdlm_stage(model, next_batch, val_windows: list[torch.Tensor], g: torch.Generator, *, steps: int, lr: float,
                 desc: str, checkpoint: Path, micro: bool, progress: bool):
-    vg = torch.Generator()
+    vg = torch.Generator()  # a CPU generator: mdlm_loss draws its masks on the CPU, then moves them
+    val_windows = to_device(val_windows, model_device(model))  # once, not at every evaluation
 
     @torch.no_grad()
     def val_loss() -> float:
@@ -166,7 +171,7 @@ def _build_dlms(home: Path, tok, target, streams: dict, micro: bool, progress: b
     drafter = load("code-drafter", home / "code-drafter").model
     dlm_cfg = LlamaConfig(**{**drafter.config.to_dict(), "num_hidden_layers": DLM_LAYERS})
     g = seed_everything(SEED)
-    model = grow_depth(drafter, dlm_cfg)
+    model = grow_depth(drafter, dlm_cfg).to(build_device())  # grown on the CPU (same init draws), trained there
     corpus_val = [w[:, :seq_len] for w in fixed_windows(streams["val"], 8 if micro else 32, seq_len).split(8)]
     windows = batches(streams["train"], 4 if micro else 16, seq_len, g)
     base = _mdlm_stage(model, lambda step: next(windows)[:, :seq_len], corpus_val, g,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from ..training.loop import model_device
 from .streams import mean_loss
 
 
@@ -19,7 +20,10 @@ def grow_depth(base: LlamaForCausalLM, config: LlamaConfig, mode: str = "zero") 
     copies stayed unused, per :func:`layer_ablation`).
     ``mode="split"``: every copy keeps the base layer's weights with its output projections divided by r, so
     the group adds about the base layer's update (the function is kept to first order) and every layer is
-    in use from the first step; training then differentiates the copies."""
+    in use from the first step; training then differentiates the copies.
+
+    The deep model is created on the CPU (its initialisation draws the same random numbers on every device,
+    though the weights it draws are then replaced) and returned on ``base``'s device."""
     if mode not in ("zero", "split"):
         raise ValueError(f"grow_depth mode must be 'zero' or 'split', not {mode!r}")
     deep = LlamaForCausalLM(config)
@@ -39,8 +43,8 @@ def grow_depth(base: LlamaForCausalLM, config: LlamaConfig, mode: str = "zero") 
                 elif name in outputs and j % ratio:
                     value = torch.zeros_like(value)
                 state[f"model.layers.{j}.{name}"] = value.clone()
-    deep.load_state_dict(state)
-    return deep
+    deep.load_state_dict(state)  # copies across devices where base is on a GPU
+    return deep.to(model_device(base))
 
 
 @torch.no_grad()

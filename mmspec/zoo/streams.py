@@ -1,5 +1,8 @@
 """Token streams of the zoo's causal LMs (code family, diffusion drafters): a corpus as one stream, random
-training windows from it, fixed held-out windows, and their next-token loss."""
+training windows from it, fixed held-out windows, and their next-token loss.
+
+Streams and windows are always made on the CPU (a build's data does not depend on the device it trains on);
+:func:`mean_loss` moves each chunk to the model's device, and ``train_loop`` does the same for training batches."""
 
 from __future__ import annotations
 
@@ -7,6 +10,8 @@ from typing import Iterator
 
 import torch
 from transformers import PreTrainedTokenizerFast
+
+from ..training.loop import model_device
 
 
 def token_stream(tok: PreTrainedTokenizerFast, texts: list[str]) -> torch.Tensor:
@@ -37,11 +42,18 @@ def next_token_loss(model, batch: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def mean_loss(model, windows: torch.Tensor, batch: int = 16) -> float:
-    total, count = 0.0, 0
+    """Mean next-token loss over (CPU-made) ``windows``, run ``batch`` rows at a time on the model's device.
+    The chunks' losses are read back only after all of them are queued (one host sync, not one per chunk);
+    the sum is the same Python float sum, in the same order, as reading each one at once."""
+    device = model_device(model)
+    losses = []
     for i in range(0, windows.shape[0], batch):
         chunk = windows[i: i + batch]
-        total += float(next_token_loss(model, chunk)) * chunk.shape[0]
-        count += chunk.shape[0]
+        losses.append((next_token_loss(model, chunk.to(device)), chunk.shape[0]))
+    total, count = 0.0, 0
+    for loss, rows in losses:
+        total += float(loss) * rows
+        count += rows
     return total / count
 
 

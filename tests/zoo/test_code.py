@@ -1,5 +1,6 @@
 """The code family of the zoo: deterministic data split by module, micro build, load, checksum."""
 
+import pytest
 import torch
 
 from mmspec import SpeculativeGenerator
@@ -90,3 +91,25 @@ def test_micro_build_loads_and_matches_checksum(tmp_path, greedy_reference):
         if r["method"].startswith(("deer", "diffuspec", "mmspec")):
             assert r["tau"] >= 1.0 and r["accept_lengths"]
             assert sum(r["accept_lengths"]) == 2 * 8  # per step emitted tokens, over both prompts
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_micro_build_on_cuda_runs_every_model_there(tmp_path, monkeypatch):
+    """``--device cuda``: every forward of the build (training, validation, distillation data, τ, ablation,
+    completions) runs on the GPU; a model left on the CPU would train there silently, since batches follow the
+    model. Only the ``zoo.json`` fingerprints are computed on the CPU, on purpose (device-independent)."""
+    import traceback
+
+    from transformers import LlamaForCausalLM
+
+    seen, forward = [], LlamaForCausalLM.forward
+
+    def recording(self, *args, **kwargs):
+        stack = [f.name for f in traceback.extract_stack()[:-1]]
+        seen.append((self.device.type, "checksum" in stack))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(LlamaForCausalLM, "forward", recording)
+    build("code", micro=True, home=tmp_path, progress=False, device="cuda")
+    assert any(dev == "cuda" for dev, _ in seen)
+    assert all(dev == "cuda" or in_checksum for dev, in_checksum in seen)
