@@ -9,6 +9,10 @@ further on, with weight ``slot_decay ** j``; each step draws the number of compr
 
 The two-stage schedule is MSD's: stage 1 on text-only rows, stage 2 mixing multimodal rows in with a
 probability rising linearly from 0 to 1 (over the first ``mix_ramp`` of the stage, then all multimodal).
+
+Devices: the drafter and the frozen target live on one device (a GPU in ``mmspec zoo build --device cuda``);
+batches are made on the CPU and moved there where they are used (:func:`on_model`), and the training noise
+is drawn from a CPU generator and then moved, so what a run draws does not depend on the device.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from PIL import Image
 from ..drafters.feature_model import FeatureDraftModel, drafter_sequence, scatter_image_embeds
 from ..vision import capture_image_embeds, forward_inputs, image_token_id
 from .artifact import stage_checkpoint
-from .loop import train_loop
+from .loop import model_device, to_device, train_loop
 
 
 @dataclass
@@ -48,9 +52,17 @@ class FeatureTrainConfig:
     seed: int = 1234
 
 
+def on_model(batch: dict, model) -> dict:
+    """``batch`` with its tensors on ``model``'s device: batches are made on the CPU (so a run's data does not
+    depend on the device) and moved here, where a model reads them (a no-op on the CPU)."""
+    return to_device(batch, model_device(model))
+
+
 @torch.no_grad()
 def target_features(target, batch: dict) -> tuple[torch.Tensor, torch.Tensor | None, torch.BoolTensor | None]:
-    """(features [B, T, H], image embeddings scattered to [B, T, H] or None, image mask or None)."""
+    """(features [B, T, H], image embeddings scattered to [B, T, H] or None, image mask or None), on the
+    target's device (``batch`` may be on the CPU: it is moved there)."""
+    batch = on_model(batch, target)
     kw = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     # pixel_values and whatever else of the processor's the model takes (image_grid_thw / mm_token_type_ids for
     # Qwen2-VL's M-RoPE, image_sizes, token_type_ids, ...): the target then builds its own positions and masks
@@ -89,6 +101,8 @@ def feature_loss(net: FeatureDraftModel, embed, lm_head, batch: dict, features, 
     valid = batch["attention_mask"].bool()
     inputs = features
     if net.training and cfg.feature_noise > 0:
+        # drawn on the CPU (``generator`` is a CPU generator, checkpointed with the run) and moved to the
+        # features' device: the same noise whichever device trains
         noise = torch.rand(features.shape, generator=generator) * 2 - 1
         inputs = features + cfg.feature_noise * noise.to(features)
     heads, token_pos = drafter_heads(net, embed, batch, inputs, images, image_mask, compress_to)  # [B, S, k, H]
@@ -111,11 +125,14 @@ def feature_loss(net: FeatureDraftModel, embed, lm_head, batch: dict, features, 
 
 @torch.no_grad()
 def slot_accuracy(net: FeatureDraftModel, target, batches: list[dict], compress_to: int | None = None) -> list[float]:
-    """Teacher-forced top-1 agreement of each drafter slot with the target's next token (text positions)."""
+    """Teacher-forced top-1 agreement of each drafter slot with the target's next token (text positions).
+    ``batches`` may be on the CPU; each is moved to the drafter's device (the target's: see
+    :func:`train_feature_drafter`)."""
     net.eval()
     embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
     hits, counts = None, None
     for batch in batches:
+        batch = on_model(batch, net)
         features, images, image_mask = target_features(target, batch)
         heads, token_pos = drafter_heads(net, embed, batch, features, images, image_mask, compress_to)
         k = heads.shape[2]
@@ -137,8 +154,14 @@ def train_feature_drafter(net: FeatureDraftModel, target, batches, val_batches: 
                           checkpoint_every_s: float = 300.0) -> dict:
     """Two-stage training. ``batches(step, multimodal_prob)`` returns a right-padded batch dict
     (``input_ids``, ``attention_mask``, optional ``pixel_values`` for the rows holding image tokens).
-    ``checkpoint``: a directory for per-stage checkpoints; a killed run called again with it resumes."""
+    ``checkpoint``: a directory for per-stage checkpoints; a killed run called again with it resumes.
+
+    ``net`` and ``target`` must be on one device (the drafter reads the target's features, embeddings and LM
+    head); batches may be made on the CPU: they are moved to that device where used."""
     cfg = cfg or FeatureTrainConfig()
+    if model_device(net) != model_device(target):
+        raise ValueError(f"the drafter is on {model_device(net)} but the target on {model_device(target)}: "
+                         "move both to the device that trains")
     target.eval()
     for p in target.parameters():
         p.requires_grad_(False)
@@ -147,7 +170,7 @@ def train_feature_drafter(net: FeatureDraftModel, target, batches, val_batches: 
     g = torch.Generator().manual_seed(cfg.seed)
     compress = bool(net.config.compress_tokens)
     choices = [c for c in cfg.compress_choices if c <= net.config.compress_tokens] or [net.config.compress_tokens]
-    val = [(b, *target_features(target, b)) for b in val_batches]
+    val = [(b, *target_features(target, b)) for b in (on_model(b, net) for b in val_batches)]
 
     def loss_fn(model, item):
         batch, n = item
@@ -244,5 +267,5 @@ def jsonl_batches(path: str, processor, batch_size: int, seed: int):
     return batches
 
 
-__all__ = ["FeatureTrainConfig", "target_features", "feature_loss", "slot_accuracy", "train_feature_drafter",
-           "read_training_rows", "jsonl_batches"]
+__all__ = ["FeatureTrainConfig", "on_model", "target_features", "feature_loss", "slot_accuracy",
+           "train_feature_drafter", "read_training_rows", "jsonl_batches"]

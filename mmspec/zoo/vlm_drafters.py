@@ -10,6 +10,11 @@ frozen, trained by :mod:`mmspec.training.feature` with MSD's schedule (stage 1 t
 multimodal rows mixed in linearly) on captions and questions of the training scenes (half captions,
 where speculative decoding has long answers to work on). Training is checkpointed under
 ``<home>/.build/<name>/<target fingerprint>/``: a killed build resumes, and a rebuilt target starts afresh.
+
+``mmspec zoo build --device cuda`` trains them on the GPU: the frozen target and each drafter go to
+:func:`~mmspec.zoo.common.build_device`, the scenes and batches are still made on the CPU (moved to the device
+where used), and each drafter starts from the same CPU-drawn initial weights. The shipped files and the
+recorded checksum (computed on the CPU from the saved weights) are the same kind either way.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from ..drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
 from ..training.feature import FeatureTrainConfig, train_feature_drafter
 from . import vlm_data as vd
 from .code_data import ensure_tokenizer
-from .common import build_dir, feature_checksum_output, logits_checksum, seed_everything
+from .common import build_device, build_dir, feature_checksum_output, logits_checksum, seed_everything
 from .entry import ZooEntry
 from .home import write_json
 from .vlm_examples import Encoder, ScenePool, collate, to_pixels
@@ -81,6 +86,9 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
     names = names or NAMES
     target_entry = load("vlm-target", home / "vlm-target")
     target = target_entry.model
+    configs = drafter_configs(target, names)  # before the move: the target's signature read on the CPU
+    device = build_device()
+    target.to(device)
     tok = ensure_tokenizer(home, micro)
     enc = Encoder(tok, target.config.image_seq_length)
     pool = ScenePool("train", 64 if micro else 4096)
@@ -92,8 +100,7 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
     for name in names:
         method = METHODS[name]
         seed_everything(SEED + NAMES.index(name))
-        extra = dict(compress_tokens=FLASH_QUERIES, sar_tokens=FLASH_SAR) if method == "flash" else {}
-        net = FeatureDraftModel(FeatureDrafterConfig.for_target(target, method, **extra))
+        net = FeatureDraftModel(configs[name]).to(device)  # initial weights drawn on the CPU, then moved
         run_cfg = replace(cfg, seed=cfg.seed + NAMES.index(name))
         ckpt = build_dir(home, name) / target_fingerprint(target_entry.config)
         report = train_feature_drafter(net, target, zoo_batches(enc, pool, cfg.batch_size, SEED + NAMES.index(name)),
@@ -113,6 +120,17 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
     return results
 
 
+def drafter_configs(target, names: list[str]) -> dict[str, FeatureDrafterConfig]:
+    """Each drafter's config, read off the target where it was loaded (the CPU): its recorded signature of the
+    target's LM head (float64 statistics) is then the same number whichever device trains."""
+    out = {}
+    for name in names:
+        method = METHODS[name]
+        extra = dict(compress_tokens=FLASH_QUERIES, sar_tokens=FLASH_SAR) if method == "flash" else {}
+        out[name] = FeatureDrafterConfig.for_target(target, method, **extra)
+    return out
+
+
 def target_fingerprint(target_zoo_json: dict) -> str:
     """A short name for the target a drafter trains against (its recorded logits checksum), so a drafter's
     checkpoints are never resumed against a rebuilt target."""
@@ -127,4 +145,4 @@ def checksum(entry: ZooEntry) -> dict:
 
 
 __all__ = ["NAMES", "METHODS", "build", "checksum", "zoo_batches", "train_config",
-           "target_fingerprint"]
+           "drafter_configs", "target_fingerprint"]

@@ -1,7 +1,10 @@
 """Training examples of the VLM family's scenes: pictures as pixel tensors, a pool of scenes rendered once,
 token ids of prompts and answers, and right-padded batches. Shared by the target's recipe
 (:mod:`mmspec.zoo.vlm`), the feature drafters' (:mod:`mmspec.zoo.vlm_drafters`) and ``mmspec train`` against the
-zoo target."""
+zoo target.
+
+Everything here is made on the CPU, also in a ``--device cuda`` build: a build's data does not depend on the
+device, and whoever feeds a model moves its batch to the model's device (``training.loop.to_device``)."""
 
 from __future__ import annotations
 

@@ -183,3 +183,139 @@ def test_drafter_checkpoints_are_keyed_by_the_target():
     x = target_fingerprint({"checksum": {"sum": 1.0, "first": [0.5]}})
     assert x == target_fingerprint({"checksum": {"sum": 1.0, "first": [0.5]}})
     assert x != target_fingerprint({"checksum": {"sum": 1.5, "first": [0.5]}})
+
+
+# --------------------------------------------------------------------------- feature drafters on a device
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def _tiny_target(tmp_path):
+    from transformers import LlavaForConditionalGeneration
+
+    from mmspec.zoo.code_data import ensure_tokenizer
+
+    tok = ensure_tokenizer(tmp_path, micro=True)
+    torch.manual_seed(0)
+    return sharpen(LlavaForConditionalGeneration(_tiny_llava(1, tok))), tok
+
+
+def test_feature_drafter_training_refuses_a_target_on_another_device(tmp_path):
+    from mmspec.drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
+    from mmspec.training.feature import train_feature_drafter
+
+    target, _ = _tiny_target(tmp_path)
+    net = FeatureDraftModel(FeatureDrafterConfig.for_target(target, "msd")).to("meta")
+    with pytest.raises(ValueError, match="drafter is on meta but the target on cpu"):
+        train_feature_drafter(net, target, lambda step, mix: {}, [], progress=False)
+
+
+@cuda
+@pytest.mark.parametrize("method", ["eagle", "msd", "flash"])
+def test_feature_drafter_trains_on_cuda_as_on_the_cpu(tmp_path, method):
+    """The same CPU-made batches, initial weights and noise draws: a CUDA run follows the CPU run (float32 on
+    both; only summation order differs)."""
+    import copy
+    from dataclasses import replace
+
+    from mmspec.drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
+    from mmspec.training.feature import train_feature_drafter
+    from mmspec.zoo.vlm_drafters import train_config, zoo_batches
+
+    target, tok = _tiny_target(tmp_path)
+    enc = vlm_examples.Encoder(tok, target.config.image_seq_length)
+    batches = zoo_batches(enc, vlm_examples.ScenePool("train", 16), 4, seed=1)
+    val = [zoo_batches(enc, vlm_examples.ScenePool("val", 4, start=5000), 4, seed=2)(0, 1.0)]
+    cfg = replace(train_config(micro=True), stage1_budget_s=600.0, stage2_budget_s=600.0, compress_choices=(1, 2, 4))
+    extra = dict(compress_tokens=4, sar_tokens=2) if method == "flash" else {}
+    config = FeatureDrafterConfig.for_target(target, method, **extra)
+    runs = {}
+    for device in ("cpu", "cuda"):
+        torch.manual_seed(1)
+        net = FeatureDraftModel(config).to(device)
+        report = train_feature_drafter(net, copy.deepcopy(target).to(device), batches, val, cfg, progress=False,
+                                       checkpoint=tmp_path / device)
+        runs[device] = (net, report)
+    (cpu_net, cpu), (gpu_net, gpu) = runs["cpu"], runs["cuda"]
+    assert next(gpu_net.parameters()).device.type == "cuda"
+    for stage in ("stage1", "stage2"):
+        assert gpu[stage]["steps"] == cpu[stage]["steps"]
+        assert [s for s, _ in gpu[stage]["val_history"]] == [s for s, _ in cpu[stage]["val_history"]]
+        assert [v for _, v in gpu[stage]["val_history"]] == pytest.approx([v for _, v in cpu[stage]["val_history"]],
+                                                                          rel=1e-3)
+    assert set(gpu["slot_accuracy"]) == set(cpu["slot_accuracy"])
+    for name, p in cpu_net.state_dict().items():
+        torch.testing.assert_close(gpu_net.state_dict()[name].cpu(), p, rtol=1e-3, atol=1e-3)
+    # the checkpoints were written from the GPU: a rerun resumes them (no step re-run) on the CPU
+    torch.manual_seed(1)
+    again = train_feature_drafter(FeatureDraftModel(config), copy.deepcopy(target), batches, val, cfg,
+                                  progress=False, checkpoint=tmp_path / "cuda")
+    assert again["stage2"]["val_history"] == gpu["stage2"]["val_history"]
+
+
+@cuda
+def test_micro_feature_drafters_build_on_cuda(tmp_path, greedy_reference):
+    """``mmspec zoo build --only vlm-eagle,vlm-msd,vlm-flash --device cuda`` against a CPU-built micro target:
+    the shipped files are those of a CPU build (same names, dtypes, checksum within float tolerance) and the
+    drafters, loaded back on the CPU, decode exactly."""
+    import shutil
+
+    from mmspec.eval.vlm_suite import feature_factories
+
+    names = ["vlm-eagle", "vlm-msd", "vlm-flash"]
+    a, b = tmp_path / "cpu", tmp_path / "cuda"
+    build("vlm", micro=True, home=a, progress=False, only=["vlm-target"])
+    b.mkdir()
+    for sub in ("vlm-target", "code-tokenizer"):
+        shutil.copytree(a / sub, b / sub)
+    cpu = build("vlm", micro=True, home=a, progress=False, only=names)
+    gpu = build("vlm", micro=True, home=b, progress=False, only=names, device="cuda")
+    from safetensors.torch import load_file
+
+    for name in names:
+        assert gpu[name]["stage2"]["steps"] == cpu[name]["stage2"]["steps"]
+        assert gpu[name]["stage2"]["best_val_loss"] == pytest.approx(cpu[name]["stage2"]["best_val_loss"], rel=1e-3)
+        x, y = load_file(str(a / name / "model.safetensors")), load_file(str(b / name / "model.safetensors"))
+        assert {k: (v.dtype, v.shape) for k, v in x.items()} == {k: (v.dtype, v.shape) for k, v in y.items()}
+        za, zb = read_json(a / name / "zoo.json"), read_json(b / name / "zoo.json")
+        assert za["drafter_config"] == zb["drafter_config"]  # the target's signature read on the CPU
+        assert zb["checksum"]["sum"] == pytest.approx(za["checksum"]["sum"], rel=1e-2, abs=1e-2)
+        entry = load(name, home=b)
+        assert vlm.checksum(entry)["sum"] == pytest.approx(zb["checksum"]["sum"], rel=1e-6)
+
+    target = load("vlm-target", home=b)
+    scenes = vd.scenes("test", 2)
+    inputs = target.tokenizer(images=[sc.image() for sc in scenes],
+                              text=[vd.with_image(sc.questions[0].prompt) for sc in scenes], return_tensors="pt")
+    ref = greedy_reference(target.model, max_new_tokens=10, **inputs)
+    factories = feature_factories(b)
+    for method in ("eagle-dynamic", "msd-chain", "flash-1"):
+        out = SpeculativeGenerator(target.model, factories[method]()).generate(
+            inputs["input_ids"], max_new_tokens=10, eos_token_id=[], pixel_values=inputs["pixel_values"])
+        assert torch.equal(out.sequences, ref), method
+
+
+@cuda
+def test_zoo_feature_drafters_decode_exactly_on_cuda(tmp_path, greedy_reference):
+    """Not the build: mmspec's decoding loop with the micro target and its feature drafters all on the GPU
+    (what a tau measured on the GPU would run)."""
+    from mmspec.eval.vlm_suite import DYNAMIC_TREE
+    from mmspec.registry import build_drafter
+
+    build("vlm", micro=True, home=tmp_path, progress=False, only=["vlm-target", "vlm-eagle", "vlm-msd", "vlm-flash"])
+    target = load("vlm-target", home=tmp_path)
+    model = target.model.to("cuda")
+    scenes = vd.scenes("test", 2)
+    inputs = target.tokenizer(images=[sc.image() for sc in scenes],
+                              text=[vd.with_image(sc.questions[0].prompt) for sc in scenes], return_tensors="pt")
+    inputs = {k: v.to("cuda") for k, v in inputs.items()}
+    ref = greedy_reference(model, max_new_tokens=10, **inputs)
+    settings = {"eagle-dynamic": ("eagle", "vlm-eagle", dict(num_tokens=5, tree="dynamic", **DYNAMIC_TREE)),
+                "msd-chain": ("msd", "vlm-msd", dict(num_tokens=4, num_nodes=None)),
+                "msd-dynamic": ("msd", "vlm-msd", dict(num_tokens=5, tree="dynamic", **DYNAMIC_TREE)),
+                "flash-1": ("flash", "vlm-flash", dict(compress_to=1, num_nodes=None))}
+    for label, (method, name, kw) in settings.items():
+        net = load(name, home=tmp_path).model.to("cuda")
+        out = SpeculativeGenerator(model, build_drafter(method, net, target=model, **kw)).generate(
+            inputs["input_ids"], max_new_tokens=10, eos_token_id=[], pixel_values=inputs["pixel_values"])
+        assert torch.equal(out.sequences, ref), label
