@@ -215,31 +215,36 @@ def drafter_sequence(net: FeatureDraftModel, embed: nn.Module, tokens: torch.Lon
         x = torch.where(img[..., None], image_embeds[:, 1:].to(dt), x)
     if img is None or not img.any() or not cfg.compress_tokens:
         return x, ok, torch.where(ok, pos, -1)
-    # FLASH: each contiguous run of image positions becomes ``compress_to`` tokens
+    # FLASH: each contiguous run of image positions becomes ``compress_to`` tokens. The masks are read to the
+    # host once (not element by element: on a GPU each read is a sync) and text runs are sliced whole.
+    ok_l, img_l, valid_l, imask_l = ok.tolist(), img.tolist(), valid.tolist(), image_mask.tolist()
     rows = []
+    n = T - 1
     for b in range(B):
         items, where, p = [], [], 0
-        n = T - 1
+        okb, imgb = ok_l[b], img_l[b]
         while p < n:
-            if not ok[b, p]:
+            if not okb[p]:
                 p += 1
                 continue
-            if img[b, p]:
+            if imgb[p]:
                 e = p
-                while e < n and img[b, e] and ok[b, e]:
+                while e < n and imgb[e] and okb[e]:
                     e += 1
-                first = p if p == 0 or not ok[b, p - 1] else p + 1  # an image opening the row: its first
+                first = p if p == 0 or not okb[p - 1] else p + 1  # an image opening the row: its first
                 # placeholder has no entry of its own, but its feature belongs to the image
-                if first == p and not (valid[b, p] and image_mask[b, p]):
+                if first == p and not (valid_l[b][p] and imask_l[b][p]):
                     first = p + 1
                 comp = net.compress(features[b, first: e + 1].to(dt), compress_to)  # f at the image positions
                 items.append(comp)
                 where.extend([-1] * comp.shape[0])
-                p = e
             else:
-                items.append(x[b, p: p + 1])
-                where.append(p + 1)
-                p += 1
+                e = p
+                while e < n and okb[e] and not imgb[e]:
+                    e += 1
+                items.append(x[b, p: e])
+                where.extend(range(p + 1, e + 1))
+            p = e
         rows.append((torch.cat(items) if items else x.new_zeros(0, x.shape[-1]), where))
     S = max(1, max(len(w) for _, w in rows))
     out = x.new_zeros(B, S, x.shape[-1])
