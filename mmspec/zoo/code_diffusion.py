@@ -48,9 +48,10 @@ MASK_ID = 2
 CONVENTION = "dream"
 DLM_LAYERS = 2  # measured forward over 17 slots: 4.3 ms against the target's 29.9 ms over 17 (1 thread)
 DLM_SEQ_LEN = 256
-DLM_BASE_STEPS, DLM_STEPS, DLM_BUDGET_S = 1500, 800, 3600.0
+DLM_BASE_STEPS, DLM_STEPS, DLM_BUDGET_S = 4000, 4000, 4 * 3600.0
+DLM_BATCH = 32
 DEER_K_MAX = 16  # longest block trained for (Stage I) and R_max of Stage II
-DEER_STAGE1_STEPS, DEER_STAGE2_STEPS = 1000, 600
+DEER_STAGE1_STEPS, DEER_STAGE2_STEPS = 8000, 3000  # on the 65k target continuations (code_distill.FULL)
 DEER_BLOCKS = (8, 16)  # τ is recorded at these block lengths
 NGRAM_ORDER, NGRAM_MIN_COUNT = 4, 3  # 3.48 nats/token held out, 8.8 MB (order 3: 3.66)
 
@@ -173,7 +174,7 @@ def _build_dlms(home: Path, tok, target, streams: dict, micro: bool, progress: b
     g = seed_everything(SEED)
     model = grow_depth(drafter, dlm_cfg).to(build_device())  # grown on the CPU (same init draws), trained there
     corpus_val = [w[:, :seq_len] for w in fixed_windows(streams["val"], 8 if micro else 32, seq_len).split(8)]
-    windows = batches(streams["train"], 4 if micro else 16, seq_len, g)
+    windows = batches(streams["train"], 4 if micro else DLM_BATCH, seq_len, g)
     base = _mdlm_stage(model, lambda step: next(windows)[:, :seq_len], corpus_val, g,
                        steps=20 if micro else DLM_BASE_STEPS, lr=1e-3 if micro else 1e-3, desc="train dlm (corpus)",
                        checkpoint=build_dir(home, "code-dlm") / "base.pt", micro=micro, progress=progress)
@@ -187,7 +188,7 @@ def _build_dlms(home: Path, tok, target, streams: dict, micro: bool, progress: b
 
     if "code-dlm" in names:
         g2 = torch.Generator().manual_seed(SEED + 1)
-        take, next_rows = _row_windows(train, 4 if micro else 16, g2)
+        take, next_rows = _row_windows(train, 4 if micro else DLM_BATCH, g2)
         val_rows = [take(torch.arange(i, min(i + 16, len(val)))) for i in range(0, len(val), 16)]
         res = _mdlm_stage(model, next_rows, val_rows, g2, steps=20 if micro else DLM_STEPS, lr=1e-3 if micro else 5e-4,
                           desc="train code-dlm (target generations)", checkpoint=build_dir(home, "code-dlm") / "train.pt",
@@ -206,7 +207,7 @@ def _build_dlms(home: Path, tok, target, streams: dict, micro: bool, progress: b
         cfg = dataclasses.replace(code_distill.data_config(micro))
         cfg.k_max = cfg.r_max = 8 if micro else DEER_K_MAX
         cfg.distill, cfg.clean_weight, cfg.lr = False, 0.5, (1e-3 if micro else 5e-4)
-        cfg.batch_size = 4 if micro else 16
+        cfg.batch_size = 4 if micro else DLM_BATCH
         cfg.stage1_steps, cfg.stage2_steps = (8, 6) if micro else (DEER_STAGE1_STEPS, DEER_STAGE2_STEPS)
         cfg.stage1_budget_s = cfg.stage2_budget_s = 6.0 if micro else DLM_BUDGET_S
         cfg.eval_every = 4 if micro else 100

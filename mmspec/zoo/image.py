@@ -42,6 +42,7 @@ from .home import write_json
 from .image_classifier import ImageClassifier
 from .image_loader import BASE_NAMES, NAMES
 from .image_records import SEED, dir_mb, require_built, write_records
+from .streams import mean_loss
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -668,8 +669,10 @@ def _save_ar(home: Path, name: str, model, layout: TokenLayout, plan: Plan, stag
     m["train_tokens"] = m["train_steps"] * tokens_per_step
     m["train_seconds"] = round(sum(r.seconds for r in stages.values()), 2)
     if len(stages) > 1:
-        m["layer_ablation_loss_increase"] = layer_ablation(model, _at(model, test_seqs[: 8 if micro else 64]))
-        m["unused_layers"] = unused_layers(m["layer_ablation_loss_increase"])
+        ablation_seqs = _at(model, test_seqs[: 8 if micro else 64])
+        m["layer_ablation_loss_increase"] = layer_ablation(model, ablation_seqs)
+        m["layer_ablation_base_loss"] = mean_loss(model, ablation_seqs)
+        m["unused_layers"] = unused_layers(m["layer_ablation_loss_increase"], m["layer_ablation_base_loss"])
     if target is not None:
         m["greedy_agreement_with_target_test"] = _agreement(model, target, test_seqs)
     m = write_records(home, name, m, {"checksum": checksum_,
