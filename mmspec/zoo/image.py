@@ -134,7 +134,7 @@ FULL = Plan(image_size=64, n_train=16000, n_val=256, n_test=512,
             vq_lr=2e-3,
             ar_hidden=192, ar_layers=12, ar_base_layers=4, ar_heads=4, ar_inter=512,
             dr_hidden=192, dr_layers=1, dr_heads=4, dr_inter=512,
-            ar_batch=32, ar_base_steps=2400, ar_steps=500, dr_steps=1000, ar_budget=4 * 3600.0, dr_budget=3600.0,
+            ar_batch=32, ar_base_steps=2400, ar_steps=500, dr_steps=6000, ar_budget=4 * 3600.0, dr_budget=4 * 3600.0,
             ar_lr=2e-3, ar_grow_lr=5e-4, ar_eval_every=200,
             cls_width=24, cls_steps=2000, cls_budget=150.0, n_cls_recon=2000, per_class=10, eval_every=100)
 
