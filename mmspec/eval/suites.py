@@ -219,7 +219,7 @@ def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:
 
 # ---------------------------------------------------------------------------------------------------- vlm
 
-BASE_VLM = ["plain", "hf-prompt-lookup", "prompt-lookup"]
+BASE_VLM = ["plain", "mmspec-plain", "hf-prompt-lookup", "prompt-lookup"]
 
 
 def vlm_suite(cfg: EvalConfig, device: str | None = None) -> Suite:

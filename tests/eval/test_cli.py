@@ -147,10 +147,13 @@ def test_user_data_and_checkpoint_targets(tmp_path):
     assert {"hf-assisted", "dynamic", "deer", "diffuspec"} <= {r["method"] for r in res["summary"]}
     assert all(r["exact"] == 1.0 for r in res["summary"])
     out = tmp_path / "vlm"
-    assert main(["eval", "--suite", "vlm", "--data", str(vlm), "--methods", "msd-chain", "--max-new-tokens", "8",
-                 "--out", str(out), "--no-progress", "--no-plots"]) == 0
+    assert main(["eval", "--suite", "vlm", "--data", str(vlm), "--methods", "mmspec-plain,msd-chain",
+                 "--max-new-tokens", "8", "--out", str(out), "--no-progress", "--no-plots"]) == 0
     res = json.loads((out / "results.json").read_text())["suites"]["vlm"]
     assert list(res["categories"]) == ["colour"] and all(r["exact"] == 1.0 for r in res["summary"])
+    # the own-engine baseline may be asked for by name, and with it the report has its cost model
+    assert {"mmspec-plain", "msd-chain"} <= {r["method"] for r in res["summary"]}
+    assert {row["method"] for row in res["cost_model"]} >= {"mmspec-plain", "msd-chain"}
     out = tmp_path / "vlm-dirs"  # a checkpoint VLM (saved in float16) with a feature drafter directory
     assert main(["eval", "--suite", "vlm", "--vlm-model", str(home / "vlm-target"), "--vlm-drafter",
                  str(home / "vlm-flash"), "--prompts", "2", "--max-new-tokens", "8", "--out", str(out),
