@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from .arguments import reject_unknown
+from .drafters import NoDrafter
 from .drafters.feature_model import signature_mismatch
 from .frontend import ImageOutput, call_generator
 from .generator import SpeculativeGenerator
@@ -31,6 +32,11 @@ from .image_codes import codebook, decode_codes, generate_codes
 from .registry import IMAGE_DRAFTERS, LANTERN_K, check_image_method, image_drafter, resolve_bound
 from .verifiers.relaxed import Relaxation
 from .zoo import load as zoo_load, zoo_home
+
+
+# ``drafter=NO_DRAFTER`` with method "spec": mmspec's decoding loop with no drafts, sampling one code per target
+# forward exactly as plain AR does: the image suite's own-engine baseline (the cost model's c_t(1))
+NO_DRAFTER = "none"
 
 
 class ImageGenerator:
@@ -86,7 +92,10 @@ class ImageGenerator:
         return CFGModel(model, cfg_scale, self.layout.null_id, codes)
 
     def _drafter(self, kind: str, cfg_scale: float, tree, num_tokens: int):
-        """The named drafter (``ar`` / ``feature`` / ``sar``) built for one call."""
+        """The named drafter (``ar`` / ``feature`` / ``sar``, or ``none``: the loop's own plain sampling) built for
+        one call."""
+        if kind == NO_DRAFTER:
+            return NoDrafter()
         if kind not in IMAGE_DRAFTERS:
             raise ValueError(f"unknown image drafter {kind!r}; choose from {IMAGE_DRAFTERS}")
         if kind == "ar":
@@ -121,6 +130,8 @@ class ImageGenerator:
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature}")
         bound = resolve_bound(method, delta, lam)  # before any work: a bound the method ignores is refused
+        if drafter == NO_DRAFTER and method != "spec":
+            raise ValueError(f"drafter={NO_DRAFTER!r} (no drafts) runs with method 'spec' only, not {method!r}")
         rng = call_generator(generator, seed, self.target.device)
         t0 = time.perf_counter()
         stats = None
@@ -148,4 +159,4 @@ class ImageGenerator:
         return ImageOutput(images, codes, stats, seconds, config)
 
 
-__all__ = ["ImageGenerator"]
+__all__ = ["ImageGenerator", "NO_DRAFTER"]

@@ -61,7 +61,7 @@ def cost_model(records: list[dict], base: str = "plain", own_plain: str = OWN_PL
             "predicted_vs_own_plain": predicted_own,
             "predicted_speedup": predicted_own * engine if engine else None,
             "measured_speedup": sum(base_secs[i] for i in items) / secs if items and secs > 0 else None,
-            "own_plain_vs_hf": engine,
+            "own_plain_vs_hf": engine, "base": base,
         })
     return rows
 
@@ -73,10 +73,12 @@ def cost_table(rows: list[dict]) -> list[str]:
     c_t1 = rows[0]["target_step_ms"]
     engine = next((r["own_plain_vs_hf"] for r in rows if r["method"] == OWN_PLAIN), None)
     eng = f"{engine:.2f}×" if engine else "n/a"
+    base = rows[0].get("base", "plain")
+    label = "HF plain `generate`" if base == "plain" else f"the base method `{base}`"
     lines = [f"Cost model (decode phase; one plain target step c_t(1) = {c_t1:.2f} ms on the own engine, whose "
-             f"speed is {eng} HF plain `generate`'s): per verification step the target forward over the tree costs "
+             f"speed is {eng} {label}'s): per verification step the target forward over the tree costs "
              "c_v and the drafting c_d, both in units of c_t(1); predicted speedup = τ_step / (c_v + c_d) × "
-             "(own engine vs HF plain).", "",
+             f"(own engine vs {label}).", "",
              "| method | τ per step | verify cost c_v | draft cost c_d | predicted speedup | measured speedup |",
              "|---|---|---|---|---|---|"]
     for r in rows:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .cost_model import cost_table
+from .cost_model import OWN_PLAIN, cost_table
 
 
 def _f(x, fmt: str, none: str = "n/a") -> str:
@@ -69,7 +69,8 @@ def headline(results: dict) -> list[str]:
     for name, s in results["suites"].items():
         rows = s["summary"]
         base = next(r for r in rows if r["method"] == s["base"])
-        others = [r for r in rows if r["method"] != s["base"]]
+        # the own-engine baseline (no drafter) is a reference, not a contender
+        others = [r for r in rows if r["method"] not in (s["base"], OWN_PLAIN)]
         if not others:
             continue
         fast = max(others, key=lambda r: r["speedup"] or 0)

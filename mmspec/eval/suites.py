@@ -17,6 +17,7 @@ from typing import Callable
 import torch
 from PIL import Image
 
+from ..image_gen import NO_DRAFTER
 from ..pipeline import pipeline
 from ..loading import load_drafter, load_target
 from ..registry import drafter_kind
@@ -28,6 +29,7 @@ from ..zoo import vlm_data as vd
 from .bench import ALL_METHODS, compare, prompt_record, time_methods
 from .code_suite import CODE_METHODS, diffusion_factories
 from .config import EvalConfig
+from .cost_model import OWN_PLAIN
 from .datasets import Item, chat_items, code_items, image_items, sample_questions, vlm_items
 from .image_suite import FEATURE_METHODS, MAIN_METHODS, sweep_methods
 from .vlm_suite import VLM_METHODS, feature_factories, vlm_prompts
@@ -339,6 +341,8 @@ def image_suite(cfg: EvalConfig) -> Suite:
     pipe = pipeline("zoo:image-target", drafter=cfg.image_drafter, home=cfg.home)
     have = [k for k, net in pipe.generator.feature_drafters.items() if net is not None]
     table = image_table(cfg.image_sweep, have)
+    # the loop without drafts: the own-engine baseline whose step time the cost model divides by
+    table[OWN_PLAIN] = ("own-engine plain sampling (no drafter)", "spec", {"drafter": NO_DRAFTER})
     available = list(table)
     methods = cfg.methods_for("image", available, available)
     base = next(s for s, (_, m, _) in table.items() if m == "ar")

@@ -49,3 +49,36 @@ def test_own_engine_plain_is_exact_and_one_token_per_forward(tiny_pair, greedy_r
     assert torch.equal(out.sequences, ref)
     assert out.stats.target_forwards == 9 and out.stats.mean_accepted_tokens == 1.0
     assert 0 < out.stats.prefill_time <= out.stats.verify_time
+
+
+def test_the_image_suite_reports_its_cost_model(tmp_path):
+    """The image suite times mmspec's loop without drafts (its own-engine baseline) beside plain AR, so its report
+    carries the cost model too, against plain AR."""
+    import json
+
+    from mmspec.cli import main
+
+    out = tmp_path / "run"
+    assert main(["eval", "--suite", "image", "--classes", "0", "--methods", "mmspec-plain,spec-chain", "--no-quality",
+                 "--warmup", "0", "--out", str(out), "--no-progress", "--no-plots"]) == 0
+    suite = json.loads((out / "results.json").read_text())["suites"]["image"]
+    rows = {r["method"]: r for r in suite["cost_model"]}
+    assert set(rows) == {"mmspec-plain", "spec-chain"}
+    assert rows["mmspec-plain"]["tau_step"] == 1.0 and rows["mmspec-plain"]["verify_cost"] == 1.0
+    assert rows["spec-chain"]["draft_cost"] > 0 and rows["spec-chain"]["tau_step"] >= 1.0
+    report = (out / "report.md").read_text()
+    assert "the base method `ar`" in report
+    assert "| mmspec-plain | **" not in report  # the baseline is never the summary's "fastest method"
+
+
+def test_no_drafter_runs_only_the_lossless_loop():
+    """``drafter="none"`` is the loop's own plain sampling (τ = 1); a relaxed method without drafts is refused."""
+    import pytest
+
+    from mmspec.image_gen import NO_DRAFTER, ImageGenerator
+
+    gen = ImageGenerator.from_zoo()
+    out = gen.generate([0], method="spec", drafter=NO_DRAFTER, seed=0)
+    assert out.stats.mean_accepted_tokens == 1.0 and out.codes.shape[1] == gen.layout.num_codes
+    with pytest.raises(ValueError, match="method 'spec' only"):
+        gen.generate([0], method="lantern++", drafter=NO_DRAFTER, seed=0)
