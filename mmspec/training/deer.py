@@ -14,7 +14,7 @@ The attention pattern is the one the drafter runs with at inference (``"cache"``
 prefix causal, the block seeing everything), so the KV-cached drafter is exactly what was trained.
 
 Devices: generations, batches and their random draws are made on the CPU (so seeded data is the same whatever
-the models run on); they meet a model only on its device (:func:`on_model`).
+the models run on); they meet a model only on its device (:func:`~mmspec.training.loop.on_model`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from ..drafters.remote_code import explain_remote_failure, modeling_files, needs
 from ..loading import load_target
 from .artifact import cached, stage_checkpoint
 from .dlm import block_agreement, block_loss, teacher_slot_logp
-from .loop import TrainResult, model_device, to_device, train_loop
+from .loop import TrainResult, on_model, train_loop
 
 
 @dataclass
@@ -70,12 +70,6 @@ class Generations:
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
-
-
-def on_model(batch, model):
-    """``batch`` (a tensor or a dict / list of them, made on the CPU) on ``model``'s device: where CPU-made data
-    meets a model outside ``train_loop`` (which moves training batches itself)."""
-    return to_device(batch, model_device(model))
 
 
 @torch.no_grad()
@@ -226,5 +220,5 @@ def load_dlm(spec: str, trust_remote_code: bool = False):
     return model, tok
 
 
-__all__ = ["DEERConfig", "Generations", "on_model", "target_generations", "stage1_batch", "stage2_batch", "train_stage",
+__all__ = ["DEERConfig", "Generations", "target_generations", "stage1_batch", "stage2_batch", "train_stage",
            "agreement", "align", "load_dlm"]

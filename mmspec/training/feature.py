@@ -11,7 +11,7 @@ The two-stage schedule is MSD's: stage 1 on text-only rows, stage 2 mixing multi
 probability rising linearly from 0 to 1 (over the first ``mix_ramp`` of the stage, then all multimodal).
 
 Devices: the drafter and the frozen target live on one device (a GPU in ``mmspec zoo build --device cuda``);
-batches are made on the CPU and moved there where they are used (:func:`on_model`), and the training noise
+batches are made on the CPU and moved there where they are used (:func:`~mmspec.training.loop.on_model`), and the training noise
 is drawn from a CPU generator and then moved, so what a run draws does not depend on the device.
 """
 
@@ -30,7 +30,7 @@ from PIL import Image
 from ..drafters.feature_model import FeatureDraftModel, drafter_sequence, scatter_image_embeds
 from ..vision import capture_image_embeds, forward_inputs, image_token_id
 from .artifact import stage_checkpoint
-from .loop import model_device, to_device, train_loop
+from .loop import model_device, on_model, train_loop
 
 
 @dataclass
@@ -50,12 +50,6 @@ class FeatureTrainConfig:
     compress_choices: tuple[int, ...] = (1, 2, 4, 8)
     mix_ramp: float = 0.5  # stage 2: the multimodal share reaches 1 after this fraction of the stage
     seed: int = 1234
-
-
-def on_model(batch: dict, model) -> dict:
-    """``batch`` with its tensors on ``model``'s device: batches are made on the CPU (so a run's data does not
-    depend on the device) and moved here, where a model reads them (a no-op on the CPU)."""
-    return to_device(batch, model_device(model))
 
 
 @torch.no_grad()
@@ -267,5 +261,5 @@ def jsonl_batches(path: str, processor, batch_size: int, seed: int):
     return batches
 
 
-__all__ = ["FeatureTrainConfig", "on_model", "target_features", "feature_loss", "slot_accuracy",
+__all__ = ["FeatureTrainConfig", "target_features", "feature_loss", "slot_accuracy",
            "train_feature_drafter", "read_training_rows", "jsonl_batches"]

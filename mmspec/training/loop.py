@@ -62,6 +62,12 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
+def on_model(obj, model: torch.nn.Module):
+    """``obj`` (made on the CPU: a tensor or nested dicts / lists / tuples of them) on ``model``'s device, where
+    data meets a model outside ``train_loop`` (which moves training batches itself); a no-op on the CPU."""
+    return to_device(obj, model_device(model))
+
+
 def train_loop(model: torch.nn.Module, next_batch: Callable[[int], dict], val_loss: Callable[[], float],
                loss_fn: Callable[[torch.nn.Module, dict], torch.Tensor], *, max_steps: int, budget_s: float,
                lr: float = 1e-3, warmup: int = 50, eval_every: int = 100, patience: int = 3,
@@ -164,4 +170,4 @@ def train_loop(model: torch.nn.Module, next_batch: Callable[[int], dict], val_lo
     return TrainResult(step + 1, spent(), best, history, stopped, (saved or {}).get("note"))
 
 
-__all__ = ["TrainResult", "save_checkpoint", "load_checkpoint", "train_loop", "to_device", "model_device"]
+__all__ = ["TrainResult", "save_checkpoint", "load_checkpoint", "train_loop", "to_device", "model_device", "on_model"]

@@ -16,7 +16,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ..drafters import AutoregressiveDrafter
-from ..training.loop import load_checkpoint, model_device, save_checkpoint, to_device, train_loop
+from ..training.loop import load_checkpoint, model_device, on_model, save_checkpoint, train_loop
 from . import code_diffusion, code_distill
 from .code_data import CodeCorpus, completion_prompts, ensure_tokenizer, extra_training_files, load_corpus, read_texts
 from .code_loader import BASE_NAMES, NAMES, load
@@ -244,7 +244,7 @@ def _train_drafter(home: Path, tok, target: LlamaForCausalLM, streams: dict, mic
     before = tau()
     take, next_batch = _generation_batches(train, 8 if micro else DRAFTER_BATCH, gen)
     # CPU-made like the training batches, moved to the model's device once (evaluated every eval_every steps)
-    val_batches = [to_device(take(torch.arange(i, min(i + 32, len(val)))), model_device(model))
+    val_batches = [on_model(take(torch.arange(i, min(i + 32, len(val)))), model)
                    for i in range(0, len(val), 32)]
 
     @torch.no_grad()

@@ -32,7 +32,7 @@ from ..drafters import DEERDrafter, DiffusionLM
 from ..drafters.ngram import NGramLM
 from ..training import deer
 from ..training.dlm import mdlm_loss
-from ..training.loop import model_device, to_device, train_loop
+from ..training.loop import model_device, on_model, train_loop
 from . import code_distill
 from .code_data import ensure_tokenizer, load_corpus
 from .code_loader import DIFFUSION_NAMES as NAMES
@@ -142,7 +142,7 @@ def _row_windows(data, batch: int, gen: torch.Generator):
 def _mdlm_stage(model, next_batch, val_windows: list[torch.Tensor], g: torch.Generator, *, steps: int, lr: float,
                 desc: str, checkpoint: Path, micro: bool, progress: bool):
     vg = torch.Generator()  # a CPU generator: mdlm_loss draws its masks on the CPU, then moves them
-    val_windows = to_device(val_windows, model_device(model))  # once, not at every evaluation
+    val_windows = on_model(val_windows, model)  # once, not at every evaluation
 
     @torch.no_grad()
     def val_loss() -> float:

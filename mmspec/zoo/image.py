@@ -32,7 +32,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as tlog
 
 from ..image_codes import LAYOUT_KEY, TokenLayout, decode_codes, generate_codes, layout_of
-from ..training.loop import TrainResult, model_device, to_device, train_loop
+from ..training.loop import TrainResult, model_device, on_model, train_loop
 from . import image_data as data
 from . import image_drafters
 from .common import build_device, build_dir, feature_checksum_output, logits_checksum, seed_everything
@@ -175,11 +175,6 @@ def _on_build_device(model):
     return model.to(build_device())
 
 
-def _at(model, x):
-    """``x`` (a tensor, or nested dicts / lists / tuples of them) on ``model``'s device."""
-    return to_device(x, model_device(model))
-
-
 def _sync(model) -> None:
     """Wait for ``model``'s device: CUDA runs kernels asynchronously, so a wall-clock timing of steps needs it."""
     device = model_device(model)
@@ -215,10 +210,10 @@ def checksum_output(name: str, model, layout: TokenLayout | None = None) -> torc
     if name in image_drafters.NAMES:
         return feature_checksum_output(model)
     if name == "image-vq":
-        return model(_at(model, checksum_images(size=image_size_of(model)))).sample
+        return model(on_model(checksum_images(size=image_size_of(model)), model)).sample
     if name == "image-classifier":
-        return model(_at(model, checksum_images(size=image_size_of(model))))
-    return model(input_ids=_at(model, checksum_tokens(layout or layout_of(model)))).logits
+        return model(on_model(checksum_images(size=image_size_of(model)), model))
+    return model(input_ids=on_model(checksum_tokens(layout or layout_of(model)), model)).logits
 
 
 def checksum(entry: ZooEntry) -> dict:
@@ -236,7 +231,7 @@ def _fit_steps(model, batch, loss_fn, budget: float, cap: int, floor: int = 8) -
     probe = copy.deepcopy(model)
     probe.train()
     opt = torch.optim.AdamW(probe.parameters(), lr=1e-8)
-    batch = _at(probe, batch)
+    batch = on_model(batch, probe)
     times = []
     for _ in range(6):
         _sync(probe)
@@ -272,7 +267,7 @@ def _psnr(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 def _reconstruct(vq, x: torch.Tensor, bs: int = 256) -> torch.Tensor:
     """VQ reconstructions of CPU pictures ``x``, run on the VQ's device and returned on the CPU (they are data:
     the classifier's training pictures, PSNR against ``x``, saved grids)."""
-    return torch.cat([vq(_at(vq, x[i:i + bs])).sample.clamp(-1, 1).cpu() for i in range(0, len(x), bs)])
+    return torch.cat([vq(on_model(x[i:i + bs], vq)).sample.clamp(-1, 1).cpu() for i in range(0, len(x), bs)])
 
 
 def _train_vq(plan: Plan, train_x: torch.Tensor, val_x: torch.Tensor, progress: bool):
@@ -296,9 +291,9 @@ def _train_vq(plan: Plan, train_x: torch.Tensor, val_x: torch.Tensor, progress: 
             if len(dead):
                 with torch.no_grad():
                     pick = torch.randint(0, len(train_x), (64,), generator=g)
-                    z = vq.encode(_at(vq, train_x[pick])).latents.permute(0, 2, 3, 1).reshape(-1, plan.vq_latent)
-                    z = z[_at(vq, torch.randint(0, len(z), (len(dead),), generator=g))]
-                    vq.quantize.embedding.weight.data[dead] = z + 0.01 * _at(vq, torch.randn(z.shape, generator=g))
+                    z = vq.encode(on_model(train_x[pick], vq)).latents.permute(0, 2, 3, 1).reshape(-1, plan.vq_latent)
+                    z = z[on_model(torch.randint(0, len(z), (len(dead),), generator=g), vq)]
+                    vq.quantize.embedding.weight.data[dead] = z + 0.01 * on_model(torch.randn(z.shape, generator=g), vq)
             usage.zero_()
         return train_x[torch.randint(0, len(train_x), (plan.vq_batch,), generator=g)]
 
@@ -348,7 +343,7 @@ def _eval_ar_loss(model, seqs: torch.Tensor, layout: TokenLayout, bs: int = 256)
     total = 0.0
     for i in range(0, len(seqs), bs):
         chunk = seqs[i:i + bs]
-        total += float(_ar_loss(model, _at(model, chunk), layout)) * len(chunk)
+        total += float(_ar_loss(model, on_model(chunk, model), layout)) * len(chunk)
     return total / max(1, len(seqs))
 
 
@@ -398,7 +393,7 @@ def _train_classifier(plan: Plan, train_x, train_y, val_x, val_y, recon_fn, prog
     model = _on_build_device(ImageClassifier(data.NUM_CLASSES, plan.cls_width, plan.image_size))
     bs = 64 if len(train_x) >= 64 else len(train_x)
     val_recon = recon_fn(val_x)
-    val_x, val_y, val_recon = _at(model, (val_x, val_y, val_recon))  # moved once, read at every validation
+    val_x, val_y, val_recon = on_model((val_x, val_y, val_recon), model)  # moved once, read at every validation
 
     def loss_fn(m, batch):
         x, y = batch
@@ -425,7 +420,7 @@ def _train_classifier(plan: Plan, train_x, train_y, val_x, val_y, recon_fn, prog
 
 @torch.no_grad()
 def _accuracy(model, x: torch.Tensor, y: torch.Tensor) -> float:
-    return float((model(_at(model, x)).argmax(-1).cpu() == y).float().mean()) if len(y) else 0.0
+    return float((model(on_model(x, model)).argmax(-1).cpu() == y).float().mean()) if len(y) else 0.0
 
 
 @torch.no_grad()
@@ -436,7 +431,7 @@ def _fidelity(ar, vq, classifier, layout: TokenLayout, per_class: int, cfg_scale
     images = generate_images(ar, vq, class_ids, cfg_scale=cfg_scale, temperature=1.0, top_k=0, generator=gen,
                              layout=layout)
     # sampled on the models' device(s) from the CPU generator ``gen``; the pictures come back as data
-    pred = classifier.predict(_at(classifier, images)).cpu()
+    pred = classifier.predict(on_model(images, classifier)).cpu()
     images = images.cpu()
     hit = (pred == class_ids).float()
     per = {data.CLASSES[c]: float(hit[class_ids == c].mean()) for c in range(layout.num_classes)}
@@ -448,9 +443,9 @@ def _agreement(drafter, target, seqs: torch.Tensor, bs: int = 256) -> float:
     """Share of held-out positions where drafter and target agree on the most likely next token."""
     hits = total = 0
     for i in range(0, len(seqs), bs):
-        s = _at(drafter, seqs[i:i + bs, :-1])
+        s = on_model(seqs[i:i + bs, :-1], drafter)
         a = drafter(input_ids=s).logits.argmax(-1)
-        b = target(input_ids=_at(target, s)).logits.argmax(-1)
+        b = target(input_ids=on_model(s, target)).logits.argmax(-1)
         hits += int((a == b).sum())
         total += a.numel()
     return hits / max(1, total)
@@ -669,7 +664,7 @@ def _save_ar(home: Path, name: str, model, layout: TokenLayout, plan: Plan, stag
     m["train_tokens"] = m["train_steps"] * tokens_per_step
     m["train_seconds"] = round(sum(r.seconds for r in stages.values()), 2)
     if len(stages) > 1:
-        ablation_seqs = _at(model, test_seqs[: 8 if micro else 64])
+        ablation_seqs = on_model(test_seqs[: 8 if micro else 64], model)
         m["layer_ablation_loss_increase"] = layer_ablation(model, ablation_seqs)
         m["layer_ablation_base_loss"] = mean_loss(model, ablation_seqs)
         m["unused_layers"] = unused_layers(m["layer_ablation_loss_increase"], m["layer_ablation_base_loss"])

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from transformers import (CLIPImageProcessor, CLIPVisionConfig, LlamaConfig, LlamaForCausalLM, LlavaConfig,
                           LlavaForConditionalGeneration, LlavaProcessor)
 
-from ..training.loop import TrainResult, model_device, to_device, train_loop
+from ..training.loop import TrainResult, model_device, on_model, train_loop
 from . import vlm_data as vd
 from . import vlm_drafters
 from .code_data import EOS, IMAGE, ensure_tokenizer
@@ -204,7 +204,7 @@ def all_items(scenes: list[vd.Scene]) -> list[tuple[vd.Scene, vd.Question]]:
 def _answer_logits(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Logits at the positions that predict a labelled token (the LM head runs nowhere else); the batch is
     moved to the model's device (batches are made on the CPU)."""
-    batch = to_device(batch, model_device(model))
+    batch = on_model(batch, model)
     kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     if "pixel_values" in batch:
         kwargs["pixel_values"] = batch["pixel_values"]
@@ -276,7 +276,7 @@ def generate_answers(model, tokenizer, pairs: list[tuple[vd.Scene, vd.Question]]
                                    return_tensors="pt")
             else:
                 inputs = {"input_ids": torch.tensor([ids[i] for i in chunk])}
-            inputs = to_device(dict(inputs), model_device(model))
+            inputs = on_model(dict(inputs), model)
             n_prompt = inputs["input_ids"].shape[1]
             gen = model.generate(**inputs, do_sample=False, pad_token_id=tokenizer.pad_token_id, eos_token_id=eos,
                                  max_new_tokens=MAX_CAPTION_TOKENS if is_caption else MAX_ANSWER_TOKENS)
@@ -344,7 +344,7 @@ def _cell_targets(cells: torch.Tensor, n_patches: int) -> torch.Tensor:
 
 
 def _cell_loss(model: _CellClassifier, batch: dict) -> torch.Tensor:
-    batch = to_device(batch, model_device(model))
+    batch = on_model(batch, model)
     logits = model(batch["pixel_values"])
     targets = _cell_targets(batch["cells"], logits[0].shape[1])
     return sum(F.cross_entropy(lg.flatten(0, 1), targets[..., k].flatten()) for k, lg in enumerate(logits)) / 4
@@ -357,7 +357,7 @@ def _cell_accuracy(model: _CellClassifier, batches: list[dict]) -> dict:
     hit = {k: 0 for k in names}
     n = {k: 0 for k in names}
     for b in batches:
-        b = to_device(b, model_device(model))
+        b = on_model(b, model)
         logits = model(b["pixel_values"])
         targets = _cell_targets(b["cells"], logits[0].shape[1])
         for k, lg in enumerate(logits):
