@@ -61,19 +61,19 @@ def cost_model(records: list[dict], base: str = "plain", own_plain: str = OWN_PL
             "predicted_vs_own_plain": predicted_own,
             "predicted_speedup": predicted_own * engine if engine else None,
             "measured_speedup": sum(base_secs[i] for i in items) / secs if items and secs > 0 else None,
-            "own_plain_vs_hf": engine, "base": base,
+            "own_plain_vs_hf": engine,
         })
     return rows
 
 
-def cost_table(rows: list[dict]) -> list[str]:
-    """Markdown lines; empty without the own-engine baseline."""
+def cost_table(rows: list[dict], base: str = "plain") -> list[str]:
+    """Markdown lines; empty without the own-engine baseline. ``base``: the method speedups are measured
+    against (``plain``: HF's plain ``generate``)."""
     if not rows:
         return []
     c_t1 = rows[0]["target_step_ms"]
     engine = next((r["own_plain_vs_hf"] for r in rows if r["method"] == OWN_PLAIN), None)
     eng = f"{engine:.2f}×" if engine else "n/a"
-    base = rows[0].get("base", "plain")
     label = "HF plain `generate`" if base == "plain" else f"the base method `{base}`"
     lines = [f"Cost model (decode phase; one plain target step c_t(1) = {c_t1:.2f} ms on the own engine, whose "
              f"speed is {eng} {label}'s): per verification step the target forward over the tree costs "

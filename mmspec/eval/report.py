@@ -101,7 +101,7 @@ def to_markdown(results: dict) -> str:
     for name, s in results["suites"].items():
         lines += [f"## {name} — {s['target']}", "", s["notes"] + ".", "", *method_table(s["summary"]), ""]
         if s.get("cost_model"):
-            lines += [*cost_table(s["cost_model"]), ""]
+            lines += [*cost_table(s["cost_model"], s["base"]), ""]
         if s.get("skipped"):
             lines += [f"Skipped {len(s['skipped'])} item(s), not counted above: "
                       + "; ".join(f"{r['id']} ({r['skipped']})" for r in s["skipped"]) + ".", ""]

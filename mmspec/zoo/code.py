@@ -50,9 +50,7 @@ MICRO_SIZES = {"code-target": (64, 4, 2, 1, 128), "code-drafter": (32, 1, 2, 1, 
 MAX_STEPS = {"code-target": 6000, "code-drafter": 6000}
 BUDGET_S = {"code-target": 12 * 3600.0, "code-drafter": 4 * 3600.0}
 LR = {"code-target": 1e-3, "code-drafter": 2e-3}
-WEIGHT_DECAY = {"code-target": 0.1}
-EVAL_EVERY = {"code-target": 250}
-WARMUP = {"code-target": 200}
+TARGET_WEIGHT_DECAY, TARGET_EVAL_EVERY, TARGET_WARMUP = 0.1, 250, 200
 STDLIB_ROWS = 6
 DRAFTER_BATCH = 64  # rows of target generations per step (65k rows: code_distill.FULL)
 MICRO_BUDGET_S = 6.0
@@ -299,8 +297,8 @@ def _train_deep_target(home: Path, tok, train: torch.Tensor, val_windows: torch.
     res = train_loop(
         model, lambda step: next(stream), lambda: mean_loss(model, val_windows), next_token_loss,
         max_steps=30 if micro else MAX_STEPS["code-target"], budget_s=MICRO_BUDGET_S if micro else BUDGET_S["code-target"],
-        lr=3e-3 if micro else LR["code-target"], warmup=5 if micro else WARMUP["code-target"],
-        eval_every=10 if micro else EVAL_EVERY["code-target"], weight_decay=WEIGHT_DECAY["code-target"], patience=4,
+        lr=3e-3 if micro else LR["code-target"], warmup=5 if micro else TARGET_WARMUP,
+        eval_every=10 if micro else TARGET_EVAL_EVERY, weight_decay=TARGET_WEIGHT_DECAY, patience=4,
         desc=f"train code-target ({model.config.num_hidden_layers} layers)", progress=progress,
         checkpoint=build_dir(home, "code-target") / "train.pt", generators=(gen,))
     return model, {"train": res}, extra_info
