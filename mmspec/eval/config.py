@@ -27,6 +27,7 @@ class EvalConfig:
     max_new_tokens: int = 64
     num_tokens: int = 4  # draft length k of AR drafters and prompt lookup
     block_tokens: int = 8  # block length k of the diffusion drafters
+    feature_tokens: int | None = None  # chain length of the VLM feature drafters (EAGLE / MSD); None: their default
     do_sample: bool = False
     temperature: float = 1.0
     repeats: int = 1
@@ -67,6 +68,8 @@ class EvalConfig:
             self.image_classes = [int(c) for c in self.image_classes.split(",") if c]
         if self.num_prompts < 0 or self.max_new_tokens < 1 or self.repeats < 1 or self.warmup < 0:
             raise ValueError("num_prompts >= 0, max_new_tokens >= 1, repeats >= 1 and warmup >= 0 are required")
+        if self.num_tokens < 1 or self.block_tokens < 1 or (self.feature_tokens is not None and self.feature_tokens < 1):
+            raise ValueError("num_tokens, block_tokens and feature_tokens (draft lengths) must be >= 1")
 
     def methods_for(self, suite: str, available: list[str], default: list[str]) -> list[str]:
         """The methods this run asks of ``suite``: a dict entry, or the names (bare or ``suite:name``) it knows."""
@@ -145,6 +148,7 @@ FLAGS = [
     ("--max-new-tokens", "max_new_tokens", int, None),
     ("--num-tokens", "num_tokens", int, "draft length of AR drafters / prompt lookup"),
     ("--block-tokens", "block_tokens", int, "block length of the diffusion drafters"),
+    ("--feature-tokens", "feature_tokens", int, "chain length of the VLM feature drafters (EAGLE / MSD; default 8)"),
     ("--temperature", "temperature", float, "sampling temperature (with --do-sample)"),
     ("--repeats", "repeats", int, "timed rounds per method (median per prompt)"),
     ("--warmup", "warmup", int, "untimed calls per method before timing"),

@@ -20,7 +20,7 @@ from PIL import Image
 from ..image_gen import NO_DRAFTER
 from ..pipeline import pipeline
 from ..loading import load_drafter, load_target
-from ..registry import drafter_kind
+from ..registry import DRAFT_TOKENS, drafter_kind
 from ..routes.text import text_drafter
 from ..routes.vlm import vlm_drafter
 from ..tree import DEFAULT_TREE
@@ -236,7 +236,7 @@ def vlm_suite(cfg: EvalConfig, device: str | None = None) -> Suite:
     zoo = target.zoo == "vlm-target"
     k = cfg.num_tokens
     if zoo:
-        extra = feature_factories(cfg.home, k)
+        extra = feature_factories(cfg.home, k, cfg.feature_tokens)
         mine = _vlm_drafter_methods(cfg, target, proc, drafter_device)  # --vlm-drafter replaces the zoo's own
         extra.update(mine)
         available, default = BASE_VLM + list(extra), VLM_METHODS + [m for m in mine if m not in VLM_METHODS]
@@ -270,7 +270,10 @@ def vlm_suite(cfg: EvalConfig, device: str | None = None) -> Suite:
         return _records("vlm", report, items, indices)
 
     source = cfg.vlm_data or "held-out zoo scenes, captions and questions"
-    notes = f"{source}; {'up to ' if eos is not None else ''}{cfg.max_new_tokens} new tokens"
+    fk = {m: cfg.feature_tokens or DRAFT_TOKENS[m] for m in ("eagle", "msd")}
+    notes = (f"{source}; {'up to ' if eos is not None else ''}{cfg.max_new_tokens} new tokens; draft lengths: text-only "
+             f"chain {k}, EAGLE chain {fk['eagle']}, MSD chain {fk['msd']} (dynamic trees one deeper), FLASH its "
+             f"semi-autoregressive head's block")
     return Suite("vlm", spec + (f", drafter {cfg.vlm_drafter}" if cfg.vlm_drafter else ""), "plain", available,
                  ["plain"] + [m for m in methods if m != "plain"], items, notes, run)
 
@@ -330,8 +333,9 @@ def _vlm_drafter_methods(cfg: EvalConfig, target, proc, drafter_device) -> dict:
         return {"chain": make(num_tokens=k), "tree": make("tree", tree=DEFAULT_TREE)}
     if method == "flash":
         return {"flash": make()}
-    return {f"{method}-chain": make(num_tokens=k),
-            f"{method}-dynamic": make(num_tokens=k + 1, tree="dynamic", top_k=4, num_nodes=16)}
+    fk = cfg.feature_tokens or DRAFT_TOKENS[method]
+    return {f"{method}-chain": make(num_tokens=fk),
+            f"{method}-dynamic": make(num_tokens=fk + 1, tree="dynamic", top_k=4, num_nodes=16)}
 
 
 def image_suite(cfg: EvalConfig) -> Suite:

@@ -17,7 +17,7 @@ from transformers import DynamicCache
 
 from .. import SpeculativeGenerator, TreeTemplate
 from ..cache import SpecKVCache
-from ..registry import DYNAMIC_TREE, build_drafter
+from ..registry import DRAFT_TOKENS, DYNAMIC_TREE, build_drafter
 from ..verifiers.tree_forward import chain_parents
 from ..zoo import load, vlm_data
 from .bench import compare
@@ -28,8 +28,9 @@ VLM_METHODS = ["plain", "mmspec-plain", "hf-prompt-lookup", "prompt-lookup", "ch
 FLASH_LATTICE = TreeTemplate.full((3, 2, 1, 1))
 
 
-def feature_factories(home: str | Path | None = None, num_tokens: int = 4) -> dict:
-    """Zero-argument drafter factories for the VLM methods (models loaded once)."""
+def feature_factories(home: str | Path | None = None, num_tokens: int = 4, feature_tokens: int | None = None) -> dict:
+    """Zero-argument drafter factories for the VLM methods (models loaded once): ``num_tokens`` is the text-only
+    drafter's chain length, ``feature_tokens`` the EAGLE / MSD chains' (None: the registry's default)."""
     cache = {}
 
     def get(name):
@@ -42,14 +43,14 @@ def feature_factories(home: str | Path | None = None, num_tokens: int = 4) -> di
     def make(method, name, **kw):
         return lambda: build_drafter(method, get(name), target=target, **kw)
 
-    dynamic = dict(num_tokens=num_tokens + 1, tree="dynamic", **DYNAMIC_TREE)
+    k = {m: feature_tokens or DRAFT_TOKENS[m] for m in ("eagle", "msd")}
     return {
         "chain": make("chain", "vlm-drafter", num_tokens=num_tokens),
         "tree": make("tree", "vlm-drafter"),
-        "eagle-chain": make("eagle", "vlm-eagle", num_tokens=num_tokens, num_nodes=None),
-        "eagle-dynamic": make("eagle", "vlm-eagle", **dynamic),
-        "msd-chain": make("msd", "vlm-msd", num_tokens=num_tokens, num_nodes=None),
-        "msd-dynamic": make("msd", "vlm-msd", **dynamic),
+        "eagle-chain": make("eagle", "vlm-eagle", num_tokens=k["eagle"], num_nodes=None),
+        "eagle-dynamic": make("eagle", "vlm-eagle", num_tokens=k["eagle"] + 1, tree="dynamic", **DYNAMIC_TREE),
+        "msd-chain": make("msd", "vlm-msd", num_tokens=k["msd"], num_nodes=None),
+        "msd-dynamic": make("msd", "vlm-msd", num_tokens=k["msd"] + 1, tree="dynamic", **DYNAMIC_TREE),
         "flash-8": make("flash", "vlm-flash", compress_to=8, num_nodes=None),
         "flash-4": make("flash", "vlm-flash", compress_to=4, num_nodes=None),
         "flash-1": make("flash", "vlm-flash", compress_to=1, num_nodes=None),
@@ -74,10 +75,11 @@ def vlm_prompts(processor, num_prompts: int, kind: str = "mixed", start: int = 0
 
 def run_vlm_suite(methods: list[str] | None = None, num_prompts: int = 8, max_new_tokens: int = 48,
                   do_sample: bool = False, temperature: float = 0.6, repeats: int = 1, num_tokens: int = 4,
-                  kind: str = "mixed", home: str | Path | None = None, progress: bool = True) -> dict:
+                  kind: str = "mixed", home: str | Path | None = None, progress: bool = True,
+                  feature_tokens: int | None = None) -> dict:
     methods = methods or VLM_METHODS
     target = load("vlm-target", home)
-    factories = feature_factories(home, num_tokens)
+    factories = feature_factories(home, num_tokens, feature_tokens)
     prompts = vlm_prompts(target.tokenizer, num_prompts, kind)
     eos = target.extras["tokenizer"].eos_token_id
     report = compare(target.model, None, prompts, methods, max_new_tokens=max_new_tokens, num_tokens=num_tokens,
@@ -138,6 +140,28 @@ def drafter_forward_ms(net, lm_head, entries: int, tokens: int = 1, repeats: int
     return _median_ms(fwd, repeats)
 
 
+@torch.no_grad()
+def drafter_prefill_ms(net, lm_head, entries: int, image_tokens: int = 0, compress_to: int | None = None,
+                       repeats: int = 50) -> float:
+    """The drafter's prefill as the engine runs it: with ``compress_to``, FLASH's queries over one image's
+    ``image_tokens`` features first; then the decoder layer over ``entries`` prompt entries into an empty cache,
+    and the heads and the target's LM head on the last one. This is where FLASH's compression pays on a small
+    drafter: one decode-step forward costs about the same over 6 or 149 cached entries."""
+    H = net.config.hidden_size
+    x = torch.randn(1, entries, H)
+    ok = torch.ones(1, entries, dtype=torch.bool)
+    image = torch.randn(image_tokens, H)
+
+    def prefill():
+        if compress_to is not None:
+            net.compress(image, compress_to)
+        cache = SpecKVCache.for_model(net.body, 1, entries + 8)
+        h = net.append(cache, x, chain_parents(ok), ok)
+        lm_head(net.heads(h[:, -1]))
+
+    return _median_ms(prefill, repeats)
+
+
 # FLASH's compression sweep (issue 15, item 2): None = every visual entry kept (the MSD drafter: the same one
 # decoder layer, fed the image tokens uncompressed)
 SWEEP_SETTINGS = (1, 4, 8, 16, None)
@@ -194,6 +218,7 @@ def compression_sweep(home: str | Path | None = None, settings=SWEEP_SETTINGS, n
         S = prompt_len - n_image + (n or n_image)  # one image per prompt: its run becomes n entries
         row = {"compress_to": n, "drafter": "vlm-flash" if n is not None else "vlm-msd", "prompt_entries": S,
                "forward_ms": drafter_forward_ms(flash, model.lm_head, S, repeats=repeats),
+               "prefill_ms": drafter_prefill_ms(net, model.lm_head, S, n_image, n, repeats=repeats),
                "draft_ms_per_step": 1000 * draft_s / max(1, steps), "tau": new / max(1, forwards),
                "exact": bool(exact)}
         if n is None:
@@ -213,12 +238,14 @@ def sweep_table(result: dict) -> list[str]:
              f"image, {result['threads']} thread(s)); {result['prompts']}",
              "fwd ms: one forward of the FLASH network over the entries; draft ms/step, tau: the engine with the "
              "drafter named (uncompressed: vlm-msd, its own forward in brackets)",
-             f"{'compress_to':>12} {'drafter':>10} {'entries':>8} {'fwd ms':>8} {'fwd/step':>9} {'draft ms/step':>14} "
-             f"{'tau':>6} exact"]
+             "prefill ms: the named drafter's prefill (FLASH: its compression of the image, then its prompt entries)",
+             f"{'compress_to':>12} {'drafter':>10} {'entries':>8} {'fwd ms':>8} {'fwd/step':>9} {'prefill ms':>11} "
+             f"{'draft ms/step':>14} {'tau':>6} exact"]
     for r in result["rows"]:
         name = "none" if r["compress_to"] is None else str(r["compress_to"])
         lines.append(f"{name:>12} {r['drafter']:>10} {r['prompt_entries']:>8} {r['forward_ms']:>8.3f} "
-                     f"{r['forward_vs_target_step']:>9.3f} {r['draft_ms_per_step']:>14.3f} {r['tau']:>6.2f} "
+                     f"{r['forward_vs_target_step']:>9.3f} {r['prefill_ms']:>11.3f} {r['draft_ms_per_step']:>14.3f} "
+                     f"{r['tau']:>6.2f} "
                      f"{'yes' if r['exact'] else 'NO'}"
                      + (f"  (vlm-msd forward {r['msd_forward_ms']:.3f} ms)" if "msd_forward_ms" in r else ""))
     if result["skipped"]:
@@ -227,4 +254,4 @@ def sweep_table(result: dict) -> list[str]:
 
 
 __all__ = ["VLM_METHODS", "feature_factories", "vlm_prompts", "run_vlm_suite", "target_step_ms", "drafter_forward_ms",
-           "compression_sweep", "sweep_table", "SWEEP_SETTINGS"]
+           "drafter_prefill_ms", "compression_sweep", "sweep_table", "SWEEP_SETTINGS"]

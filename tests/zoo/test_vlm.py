@@ -107,10 +107,10 @@ def test_micro_build_loads_checksums_and_runs_exactly(tmp_path, greedy_reference
     entries = [r["prompt_entries"] for r in sweep["rows"]]
     assert entries == sorted(entries) and len(set(entries)) == len(entries)
     assert entries[-1] - entries[0] == vlm.num_image_tokens(vlm.MICRO["patch_size"]) - 1
-    assert all(r["exact"] and r["forward_ms"] > 0 and r["draft_ms_per_step"] > 0 and r["tau"] >= 1.0
-               for r in sweep["rows"])
+    assert all(r["exact"] and r["forward_ms"] > 0 and r["prefill_ms"] > 0 and r["draft_ms_per_step"] > 0
+               and r["tau"] >= 1.0 for r in sweep["rows"])
     assert sweep["rows"][-1]["msd_forward_ms"] > 0 and sweep["target_step_ms"] > 0
-    assert len(sweep_table(sweep)) == 3 + len(sweep["rows"])
+    assert len(sweep_table(sweep)) == 4 + len(sweep["rows"])
 
 
 def test_patch_cells_tile_the_grid():
