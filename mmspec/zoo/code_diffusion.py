@@ -31,7 +31,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from ..drafters import DEERDrafter, DiffusionLM
 from ..drafters.ngram import NGramLM
 from ..training import deer
-from ..training.dlm import mdlm_loss
+from ..training.dlm import block_agreement, mdlm_loss
 from ..training.loop import model_device, on_model, train_loop
 from . import code_distill
 from .code_data import ensure_tokenizer, load_corpus
@@ -53,6 +53,11 @@ DLM_BATCH = 32
 DEER_K_MAX = 16  # longest block trained for (Stage I) and R_max of Stage II
 DEER_STAGE1_STEPS, DEER_STAGE2_STEPS = 8000, 3000  # on the 65k target continuations (code_distill.FULL)
 DEER_BLOCKS = (8, 16)  # τ is recorded at these block lengths
+# stages select their weights on held-out accepted length (deer.DEERConfig.select), evaluated every 250 steps, and
+# stop after 6 evaluations without a gain: the first 65k-row build, selecting on loss every 100 steps with patience
+# 3 (code-dlm 4), stopped Stage I at 800 of 8000 steps and code-dlm at 500 of 4000, just after the learning-rate
+# warm-up that starts each stage had raised the validation loss (DEER tau +19% instead of +30%)
+DEER_EVAL_EVERY, DEER_PATIENCE = 250, 6
 NGRAM_ORDER, NGRAM_MIN_COUNT = 4, 3  # 3.48 nats/token held out, 8.8 MB (order 3: 3.66)
 
 
@@ -140,18 +145,26 @@ def _row_windows(data, batch: int, gen: torch.Generator):
 
 
 def _mdlm_stage(model, next_batch, val_windows: list[torch.Tensor], g: torch.Generator, *, steps: int, lr: float,
-                desc: str, checkpoint: Path, micro: bool, progress: bool):
+                desc: str, checkpoint: Path, micro: bool, progress: bool, accepted_on=None):
+    """One MDLM stage. With ``accepted_on`` (held-out target generations) the kept weights are those with the
+    longest greedy-accepted block (k = DEER_K_MAX, the drafter's KV-cached pattern), as in the DEER stages;
+    otherwise the lowest MDLM loss on ``val_windows``."""
     vg = torch.Generator()  # a CPU generator: mdlm_loss draws its masks on the CPU, then moves them
     val_windows = on_model(val_windows, model)  # once, not at every evaluation
+    blocks = None if accepted_on is None else on_model(deer.eval_blocks(accepted_on, 8 if micro else DEER_K_MAX), model)
 
     @torch.no_grad()
     def val_loss() -> float:
+        if blocks is not None:  # negated: train_loop keeps the lowest
+            return -block_agreement(model, blocks["tokens"], blocks["lengths"], blocks["n_clean"], MASK_ID,
+                                    CONVENTION, "cache")["accepted"]
         vg.manual_seed(0)  # the same masks every evaluation
         return float(sum(mdlm_loss(model, w, MASK_ID, CONVENTION, vg) for w in val_windows) / len(val_windows))
 
+    every, patience = (10, 4) if micro else ((DEER_EVAL_EVERY, DEER_PATIENCE) if blocks is not None else (100, 4))
     return train_loop(model, next_batch, val_loss, lambda m, b: mdlm_loss(m, b, MASK_ID, CONVENTION, g),
                       max_steps=steps, budget_s=6.0 if micro else DLM_BUDGET_S, lr=lr, warmup=5 if micro else 50,
-                      eval_every=10 if micro else 100, patience=4, desc=desc, progress=progress, checkpoint=checkpoint,
+                      eval_every=every, patience=patience, desc=desc, progress=progress, checkpoint=checkpoint,
                       generators=(g,))
 
 
@@ -192,12 +205,15 @@ def _build_dlms(home: Path, tok, target, streams: dict, micro: bool, progress: b
         val_rows = [take(torch.arange(i, min(i + 16, len(val)))) for i in range(0, len(val), 16)]
         res = _mdlm_stage(model, next_rows, val_rows, g2, steps=20 if micro else DLM_STEPS, lr=1e-3 if micro else 5e-4,
                           desc="train code-dlm (target generations)", checkpoint=build_dir(home, "code-dlm") / "train.pt",
-                          micro=micro, progress=progress)
+                          micro=micro, progress=progress, accepted_on=val)
         path = home / "code-dlm"
         _save(model, tok, path, {**common, "name": "code-dlm", "seed": SEED, "layers": DLM_LAYERS,
                                  "objective": "MDLM (t~U(0,1), masked CE weighted 1/t): corpus, then target generations"})
-        metrics = {"start": start, "steps": res.steps, "train_seconds": res.seconds, "best_val_loss": res.best_val_loss,
-                   "val_history": res.val_history, "params": sum(p.numel() for p in model.parameters()),
+        k_sel = 8 if micro else DEER_K_MAX
+        metrics = {"start": start, "steps": res.steps, "train_seconds": res.seconds, "stopped": res.stopped,
+                   "selected_on": f"held-out accepted length, k = {k_sel}", "best_val_accepted": -res.best_val_loss,
+                   "val_history": [(step, -v) for step, v in res.val_history],
+                   "params": sum(p.numel() for p in model.parameters()),
                    "tau_deer": {**tau, "after": {k: _dlm_tau(target, model, prompts, micro, k) for k in blocks}}}
         write_json(path / "metrics.json", metrics)
         out["code-dlm"] = metrics
@@ -210,14 +226,13 @@ def _build_dlms(home: Path, tok, target, streams: dict, micro: bool, progress: b
         cfg.batch_size = 4 if micro else DLM_BATCH
         cfg.stage1_steps, cfg.stage2_steps = (8, 6) if micro else (DEER_STAGE1_STEPS, DEER_STAGE2_STEPS)
         cfg.stage1_budget_s = cfg.stage2_budget_s = 6.0 if micro else DLM_BUDGET_S
-        cfg.eval_every = 4 if micro else 100
+        cfg.eval_every, cfg.patience = (4, 3) if micro else (DEER_EVAL_EVERY, DEER_PATIENCE)
         report = {"config": dataclasses.asdict(cfg), "start": start, "tau": tau,
                   "agreement": {"start": {k: deer.agreement(model, val, k, MASK_ID, cfg) for k in blocks}}}
         for stage in (1, 2):
             res = deer.train_stage(model, stage, train, val, MASK_ID, cfg, progress,
                                    checkpoint=build_dir(home, "code-deer") / f"stage{stage}.pt")
-            report[f"stage{stage}"] = {"steps": res.steps, "seconds": res.seconds, "best_val_loss": res.best_val_loss,
-                                       "stopped": res.stopped, "val_history": res.val_history}
+            report[f"stage{stage}"] = deer.stage_report(res, cfg)
             report["agreement"][f"after_stage{stage}"] = {k: deer.agreement(model, val, k, MASK_ID, cfg) for k in blocks}
             tau[f"after_stage{stage}"] = {k: _dlm_tau(target, model, prompts, micro, k) for k in blocks}
             name = "code-deer-s1" if stage == 1 else "code-deer"

@@ -91,3 +91,30 @@ def test_soft_distillation_targets_are_aligned():
     kl = block_loss(student, b["tokens"], b["lengths"], b["n_clean"], b["weights"], MASK, "dream",
                     teacher_logp=teacher_slot_logp(teacher, b["tokens"], b["lengths"]), clean_weight=1.0)
     assert torch.isfinite(kl) and kl > 0
+
+
+def test_stage_keeps_the_weights_with_the_longest_heldout_accepted_run():
+    """select="accepted": the stage keeps the evaluated weights whose greedy-accepted length on the held-out
+    generations is the longest (here an early one: a high learning rate makes later ones worse), and reports
+    those lengths (positive) instead of a loss."""
+    from mmspec.training.deer import agreement, stage_report, train_stage
+
+    torch.manual_seed(0)
+    model = tiny_model(vocab_size=64, hidden_size=32, num_layers=1)
+    train = generations(n=16, seed=1)
+    val = Generations(train.tokens[:8].clone(), train.prefix[:8].clone(), train.gen_len)
+    cfg = DEERConfig(k_max=4, r_max=4, batch_size=8, lr=3e-2, stage1_steps=60, eval_every=5, patience=100,
+                     stage1_budget_s=60.0)
+    report = stage_report(train_stage(model, 1, train, val, MASK, cfg, progress=False), cfg)
+    history = [v for _, v in report["val_history"]]
+    assert len(history) == 12 and report["best_val_accepted"] == max(history) > history[-1]
+    assert agreement(model, val, 4, MASK, cfg)["accepted"] == pytest.approx(max(history))  # the kept weights
+    assert "best_val_loss" not in report and report["selected_on"].startswith("held-out accepted length")
+
+
+def test_stage_selection_must_be_named():
+    from mmspec.training.deer import train_stage
+
+    with pytest.raises(ValueError, match="select"):
+        train_stage(tiny_model(vocab_size=64, hidden_size=32, num_layers=1), 1, generations(), generations(), MASK,
+                    DEERConfig(k_max=4, select="best"), progress=False)

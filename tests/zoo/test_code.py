@@ -72,6 +72,11 @@ def test_micro_build_loads_and_matches_checksum(tmp_path, greedy_reference):
     assert {"start", "after_stage1", "after_stage2"} <= set(report["agreement"])
     assert {"start", "after_stage1", "after_stage2"} <= set(report["tau"])  # τ of DEER decoding per stage
     assert "tau_gain_stages_1_2" in report
+    # the stages (and code-dlm) keep the weights with the longest held-out accepted run, not the lowest loss
+    dlm_metrics = read_json(tmp_path / "code-dlm" / "metrics.json")
+    for rec in (report["stage1"], report["stage2"], dlm_metrics):
+        assert rec["selected_on"].startswith("held-out accepted length")
+        assert rec["best_val_accepted"] == max(v for _, v in rec["val_history"])
     vocab = target.model.config.vocab_size
     ngram = load("code-ngram", home=tmp_path).model
     for drafter in (DEERDrafter(zoo_diffusion_lm(load("code-deer", home=tmp_path), target_vocab_size=vocab),
