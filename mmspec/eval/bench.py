@@ -280,7 +280,8 @@ def to_markdown(report: dict) -> str:
     lines = [
         f"# mmspec bench — target `{cfg.get('model', 'given')}`, draft `{cfg.get('draft', 'given')}`",
         "",
-        f"{cfg['num_prompts']} prompts × {'up to ' if cfg.get('stop_at_eos') else ''}{cfg['max_new_tokens']} new tokens, k = {cfg['num_tokens']}, "
+        f"{cfg['num_prompts']} prompts × {'up to ' if cfg.get('stop_at_eos') else ''}{cfg['max_new_tokens']} new tokens, k = {cfg['num_tokens']}"
+        f"{', EAGLE / MSD chains ' + str(cfg['feature_tokens']) if cfg.get('feature_tokens') else ''}, "
         f"{'sampling T=' + str(cfg['temperature']) if cfg['do_sample'] else 'greedy'}, torch {cfg['torch']}, "
         f"{cfg['threads']} threads. Speedup = plain HF decoding time / method time, same process, after warm-up.",
         "",

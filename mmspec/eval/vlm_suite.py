@@ -86,7 +86,8 @@ def run_vlm_suite(methods: list[str] | None = None, num_prompts: int = 8, max_ne
                      do_sample=do_sample, temperature=temperature, repeats=repeats, progress=progress,
                      extra={m: f for m, f in factories.items() if m in methods}, eos_token_id=eos)
     report["config"].update(model="zoo:vlm-target", draft="zoo:vlm-drafter (text only) / vlm-eagle / vlm-msd / "
-                            "vlm-flash", prompts=f"held-out scenes ({kind})")
+                            "vlm-flash", prompts=f"held-out scenes ({kind})",
+                            feature_tokens=feature_tokens or DRAFT_TOKENS["msd"])
     return report
 
 

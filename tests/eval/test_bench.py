@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from mmspec.cli import main
 from mmspec.eval import run_bench, to_markdown
 
@@ -45,3 +47,20 @@ def test_bench_sampling_mode_reports_tau():
 def test_cli_reports_bad_input_as_error(capsys):
     assert main(["bench", "--model", "no/such/dir", "--prompts", "1"]) == 2
     assert "neither" in capsys.readouterr().err
+
+
+def test_vlm_feature_chains_default_to_the_measured_length():
+    """EAGLE / MSD chains draft DRAFT_TOKENS (8, chosen on held-out scenes) unless --feature-tokens says otherwise;
+    the text-only chain keeps --num-tokens; FLASH drafts its head's block; a length < 1 is refused."""
+    from mmspec.eval.config import EvalConfig
+    from mmspec.eval.vlm_suite import feature_factories
+    from mmspec.registry import DRAFT_TOKENS
+
+    assert DRAFT_TOKENS["eagle"] == DRAFT_TOKENS["msd"] == 8
+    default, five = feature_factories(num_tokens=3), feature_factories(num_tokens=3, feature_tokens=5)
+    assert default["eagle-chain"]().num_tokens == default["msd-chain"]().num_tokens == 8
+    assert default["msd-dynamic"]().num_tokens == 9 and default["chain"]().num_tokens == 3
+    assert five["eagle-chain"]().num_tokens == five["msd-chain"]().num_tokens == 5
+    assert default["flash-1"]().num_tokens == default["flash-1"]().net.config.sar_tokens
+    with pytest.raises(ValueError, match="feature_tokens"):
+        EvalConfig(suites="vlm", feature_tokens=0)
