@@ -20,6 +20,7 @@ the models run on); they meet a model only on its device (:func:`~mmspec.trainin
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -152,12 +153,10 @@ def train_stage(model, stage: int, train: Generations, val: Generations, mask_id
                 progress: bool = True, teacher=None, checkpoint=None, checkpoint_every_s: float = 300.0
                 ) -> TrainResult:
     """One stage of training; with ``checkpoint`` (a file) it resumes from and saves to it."""
+    if cfg.select not in ("accepted", "loss"):
+        raise ValueError(f"DEERConfig.select must be 'accepted' or 'loss', got {cfg.select!r}")
     make = stage1_batch if stage == 1 else stage2_batch
     g = torch.Generator().manual_seed(cfg.seed + stage)
-    vg = torch.Generator().manual_seed(cfg.seed + 100 + stage)
-    # drawn on the CPU, moved to the model's device once (they are evaluated every ``eval_every`` steps)
-    val_batches = [on_model(make(val, torch.arange(i, min(i + 32, len(val))), cfg, vg), model)
-                   for i in range(0, len(val), 32)]
 
     def loss_fn(m, batch):
         soft = teacher_slot_logp(teacher, batch["tokens"], batch["lengths"]) if cfg.distill else None
@@ -169,16 +168,17 @@ def train_stage(model, stage: int, train: Generations, val: Generations, mask_id
         idx = torch.randint(0, len(train), (cfg.batch_size,), generator=g)
         return make(train, idx, cfg, g)
 
-    if cfg.select not in ("accepted", "loss"):
-        raise ValueError(f"DEERConfig.select must be 'accepted' or 'loss', got {cfg.select!r}")
-    blocks = on_model(eval_blocks(val, cfg.k_max), model) if cfg.select == "accepted" else None
+    if cfg.select == "accepted":
+        val_loss = accepted_selector(model, val, cfg.k_max, mask_id, cfg)
+    else:
+        vg = torch.Generator().manual_seed(cfg.seed + 100 + stage)
+        # drawn on the CPU, moved to the model's device once (they are evaluated every ``eval_every`` steps)
+        val_batches = [on_model(make(val, torch.arange(i, min(i + 32, len(val))), cfg, vg), model)
+                       for i in range(0, len(val), 32)]
 
-    def val_loss() -> float:
-        if blocks is not None:  # lower is better for train_loop: the negated accepted length
-            return -block_agreement(model, blocks["tokens"], blocks["lengths"], blocks["n_clean"], mask_id,
-                                    cfg.convention, cfg.pattern)["accepted"]
-        losses = [loss_fn(model, b) for b in val_batches]  # all queued before the first read-back
-        return sum(float(x) for x in losses) / len(val_batches)
+        def val_loss() -> float:
+            losses = [loss_fn(model, b) for b in val_batches]  # all queued before the first read-back
+            return sum(float(x) for x in losses) / len(val_batches)
 
     steps = cfg.stage1_steps if stage == 1 else cfg.stage2_steps
     budget = cfg.stage1_budget_s if stage == 1 else cfg.stage2_budget_s
@@ -188,14 +188,24 @@ def train_stage(model, stage: int, train: Generations, val: Generations, mask_id
                       checkpoint_every_s=checkpoint_every_s, generators=(g,))
 
 
+def accepted_selector(model, data: Generations, k: int, mask_id: int, cfg: DEERConfig) -> Callable[[], float]:
+    """A ``train_loop`` validation function that keeps the weights with the longest held-out accepted run: minus
+    :func:`agreement`'s mean accepted length (``train_loop`` keeps the lowest value)."""
+    return lambda: -agreement(model, data, k, mask_id, cfg)["accepted"]
+
+
+def accepted_record(res: TrainResult, k: int) -> dict:
+    """What a run selected by :func:`accepted_selector` records: the figure named, lengths stored positive."""
+    return {"selected_on": f"held-out accepted length, k = {k}", "best_val_accepted": -res.best_val_loss,
+            "val_history": [(step, -v) for step, v in res.val_history]}
+
+
 def stage_report(res: TrainResult, cfg: DEERConfig) -> dict:
-    """A stage's training record, its validation figure named (accepted lengths are stored positive)."""
+    """A stage's training record, with its validation figure."""
+    record = {"steps": res.steps, "seconds": res.seconds, "stopped": res.stopped}
     if cfg.select == "accepted":
-        return {"steps": res.steps, "seconds": res.seconds, "stopped": res.stopped,
-                "selected_on": f"held-out accepted length, k = {cfg.k_max}", "best_val_accepted": -res.best_val_loss,
-                "val_history": [(step, -v) for step, v in res.val_history]}
-    return {"steps": res.steps, "seconds": res.seconds, "best_val_loss": res.best_val_loss, "stopped": res.stopped,
-            "val_history": res.val_history}
+        return {**record, **accepted_record(res, cfg.k_max)}
+    return {**record, "best_val_loss": res.best_val_loss, "val_history": res.val_history}
 
 
 def align(dlm_model, target, train_stream: torch.Tensor, val_stream: torch.Tensor, mask_id: int,
@@ -241,5 +251,6 @@ def load_dlm(spec: str, trust_remote_code: bool = False):
     return model, tok
 
 
-__all__ = ["DEERConfig", "Generations", "target_generations", "stage1_batch", "stage2_batch", "train_stage", "stage_report",
+__all__ = ["DEERConfig", "Generations", "target_generations", "stage1_batch", "stage2_batch", "train_stage",
+           "accepted_selector", "accepted_record", "stage_report",
            "agreement", "align", "load_dlm"]

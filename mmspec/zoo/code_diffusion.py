@@ -31,7 +31,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from ..drafters import DEERDrafter, DiffusionLM
 from ..drafters.ngram import NGramLM
 from ..training import deer
-from ..training.dlm import block_agreement, mdlm_loss
+from ..training.dlm import mdlm_loss
 from ..training.loop import model_device, on_model, train_loop
 from . import code_distill
 from .code_data import ensure_tokenizer, load_corpus
@@ -58,6 +58,7 @@ DEER_BLOCKS = (8, 16)  # τ is recorded at these block lengths
 # 3 (code-dlm 4), stopped Stage I at 800 of 8000 steps and code-dlm at 500 of 4000, just after the learning-rate
 # warm-up that starts each stage had raised the validation loss (DEER tau +19% instead of +30%)
 DEER_EVAL_EVERY, DEER_PATIENCE = 250, 6
+SELECT_CFG = deer.DEERConfig(convention=CONVENTION, pattern="cache")  # how code-dlm's accepted runs are measured
 NGRAM_ORDER, NGRAM_MIN_COUNT = 4, 3  # 3.48 nats/token held out, 8.8 MB (order 3: 3.66)
 
 
@@ -144,24 +145,31 @@ def _row_windows(data, batch: int, gen: torch.Generator):
     return take, (lambda step: take(torch.randint(0, len(data), (batch,), generator=gen)))
 
 
+def _select_k(micro: bool) -> int:
+    """The block length the DEER stages train for and the dLM stages are selected at."""
+    return 8 if micro else DEER_K_MAX
+
+
 def _mdlm_stage(model, next_batch, val_windows: list[torch.Tensor], g: torch.Generator, *, steps: int, lr: float,
                 desc: str, checkpoint: Path, micro: bool, progress: bool, accepted_on=None):
     """One MDLM stage. With ``accepted_on`` (held-out target generations) the kept weights are those with the
     longest greedy-accepted block (k = DEER_K_MAX, the drafter's KV-cached pattern), as in the DEER stages;
     otherwise the lowest MDLM loss on ``val_windows``."""
-    vg = torch.Generator()  # a CPU generator: mdlm_loss draws its masks on the CPU, then moves them
-    val_windows = on_model(val_windows, model)  # once, not at every evaluation
-    blocks = None if accepted_on is None else on_model(deer.eval_blocks(accepted_on, 8 if micro else DEER_K_MAX), model)
+    if accepted_on is not None:
+        val_loss = deer.accepted_selector(model, accepted_on, _select_k(micro), MASK_ID, SELECT_CFG)
+        every, patience = DEER_EVAL_EVERY, DEER_PATIENCE
+    else:
+        vg = torch.Generator()  # a CPU generator: mdlm_loss draws its masks on the CPU, then moves them
+        val_windows = on_model(val_windows, model)  # once, not at every evaluation
 
-    @torch.no_grad()
-    def val_loss() -> float:
-        if blocks is not None:  # negated: train_loop keeps the lowest
-            return -block_agreement(model, blocks["tokens"], blocks["lengths"], blocks["n_clean"], MASK_ID,
-                                    CONVENTION, "cache")["accepted"]
-        vg.manual_seed(0)  # the same masks every evaluation
-        return float(sum(mdlm_loss(model, w, MASK_ID, CONVENTION, vg) for w in val_windows) / len(val_windows))
+        @torch.no_grad()
+        def val_loss() -> float:
+            vg.manual_seed(0)  # the same masks every evaluation
+            return float(sum(mdlm_loss(model, w, MASK_ID, CONVENTION, vg) for w in val_windows) / len(val_windows))
 
-    every, patience = (10, 4) if micro else ((DEER_EVAL_EVERY, DEER_PATIENCE) if blocks is not None else (100, 4))
+        every, patience = 100, 4
+    if micro:
+        every, patience = 10, 4
     return train_loop(model, next_batch, val_loss, lambda m, b: mdlm_loss(m, b, MASK_ID, CONVENTION, g),
                       max_steps=steps, budget_s=6.0 if micro else DLM_BUDGET_S, lr=lr, warmup=5 if micro else 50,
                       eval_every=every, patience=patience, desc=desc, progress=progress, checkpoint=checkpoint,
@@ -209,11 +217,8 @@ def _build_dlms(home: Path, tok, target, streams: dict, micro: bool, progress: b
         path = home / "code-dlm"
         _save(model, tok, path, {**common, "name": "code-dlm", "seed": SEED, "layers": DLM_LAYERS,
                                  "objective": "MDLM (t~U(0,1), masked CE weighted 1/t): corpus, then target generations"})
-        k_sel = 8 if micro else DEER_K_MAX
         metrics = {"start": start, "steps": res.steps, "train_seconds": res.seconds, "stopped": res.stopped,
-                   "selected_on": f"held-out accepted length, k = {k_sel}", "best_val_accepted": -res.best_val_loss,
-                   "val_history": [(step, -v) for step, v in res.val_history],
-                   "params": sum(p.numel() for p in model.parameters()),
+                   **deer.accepted_record(res, _select_k(micro)), "params": sum(p.numel() for p in model.parameters()),
                    "tau_deer": {**tau, "after": {k: _dlm_tau(target, model, prompts, micro, k) for k in blocks}}}
         write_json(path / "metrics.json", metrics)
         out["code-dlm"] = metrics
@@ -221,7 +226,7 @@ def _build_dlms(home: Path, tok, target, streams: dict, micro: bool, progress: b
     if "code-deer" in names or "code-deer-s1" in names:
         model.load_state_dict(start_state)
         cfg = dataclasses.replace(code_distill.data_config(micro))
-        cfg.k_max = cfg.r_max = 8 if micro else DEER_K_MAX
+        cfg.k_max = cfg.r_max = _select_k(micro)
         cfg.distill, cfg.clean_weight, cfg.lr = False, 0.5, (1e-3 if micro else 5e-4)
         cfg.batch_size = 4 if micro else DLM_BATCH
         cfg.stage1_steps, cfg.stage2_steps = (8, 6) if micro else (DEER_STAGE1_STEPS, DEER_STAGE2_STEPS)
