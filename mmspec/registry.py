@@ -68,6 +68,14 @@ IMAGE_DRAFTERS = ("ar", "feature", "sar")  # the zoo image target's: small AR mo
 # and MSD chain 1.64x / 1.70x / 1.84x / 1.76x plain decoding at K = 4 / 6 / 8 / 10 (tau 3.20 / 3.84 / 4.57 / 4.57 for
 # EAGLE: from 8 on, the answer ends before the chain does). FLASH drafts its semi-autoregressive head's own block.
 DRAFT_TOKENS = {"chain": 4, "dynamic": 4, "prompt-lookup": 4, "deer": 8, "diffuspec": 8, "eagle": 8, "msd": 8}
+
+
+def draft_length(method: str, num_tokens: int | None = None) -> int | None:
+    """``num_tokens`` if given, else the method's default draft length (None: the drafter decides, e.g. FLASH's
+    semi-autoregressive block)."""
+    return num_tokens or DRAFT_TOKENS.get(method)
+
+
 DYNAMIC_TREE = dict(top_k=4, num_nodes=16)  # EAGLE-2 expansion width and kept nodes
 # DiffuSpec's CPS mix of dLM and causal-proxy scores for the zoo. The paper's λ = 0.5 suits a 7B dLM with a strong
 # n-gram; here the 4-gram (3.48 nats/token) is weaker than the dLM, and held-out *validation* prompts
@@ -169,7 +177,7 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
     (chain / tree / dynamic), a DiffusionLM (deer / diffuspec) or a FeatureDraftModel (msd / flash / eagle, with
     ``target`` the model whose features it reads). ``num_tokens`` None is the method's default draft length."""
     _check_drafter(method, model, tree)
-    k = num_tokens or DRAFT_TOKENS.get(method)
+    k = draft_length(method, num_tokens)
     if method == "plain":
         return None
     if method == "mmspec-plain":
@@ -276,7 +284,7 @@ def check_image_method(method: str) -> None:
 
 
 __all__ = ["METHODS", "TEXT_METHODS", "VLM_METHODS", "IMAGE_METHODS", "CAUSAL_METHODS", "DIFFUSION_METHODS",
-           "FEATURE_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "DRAFT_TOKENS", "DYNAMIC_TREE", "CPS_LAMBDA",
+           "FEATURE_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "DRAFT_TOKENS", "draft_length", "DYNAMIC_TREE", "CPS_LAMBDA",
            "LANTERN_K", "LANTERN_TREE", "OPTIONS", "take_options", "wrong_method",
            "drafter_kind", "check_vocab", "check_feature", "causal_method", "NEEDS", "build_drafter", "zoo_diffuspec",
            "engine", "lattice_tree", "resolve_bound", "tree_options", "image_drafter", "check_image_method"]

@@ -20,7 +20,7 @@ from PIL import Image
 from ..image_gen import NO_DRAFTER
 from ..pipeline import pipeline
 from ..loading import load_drafter, load_target
-from ..registry import DRAFT_TOKENS, drafter_kind
+from ..registry import draft_length, drafter_kind
 from ..routes.text import text_drafter
 from ..routes.vlm import vlm_drafter
 from ..tree import DEFAULT_TREE
@@ -270,7 +270,7 @@ def vlm_suite(cfg: EvalConfig, device: str | None = None) -> Suite:
         return _records("vlm", report, items, indices)
 
     source = cfg.vlm_data or "held-out zoo scenes, captions and questions"
-    fk = {m: cfg.feature_tokens or DRAFT_TOKENS[m] for m in ("eagle", "msd")}
+    fk = {m: draft_length(m, cfg.feature_tokens) for m in ("eagle", "msd")}
     notes = (f"{source}; {'up to ' if eos is not None else ''}{cfg.max_new_tokens} new tokens; draft lengths: text-only "
              f"chain {k}, EAGLE chain {fk['eagle']}, MSD chain {fk['msd']} (dynamic trees one deeper), FLASH its "
              f"semi-autoregressive head's block")
@@ -333,7 +333,7 @@ def _vlm_drafter_methods(cfg: EvalConfig, target, proc, drafter_device) -> dict:
         return {"chain": make(num_tokens=k), "tree": make("tree", tree=DEFAULT_TREE)}
     if method == "flash":
         return {"flash": make()}
-    fk = cfg.feature_tokens or DRAFT_TOKENS[method]
+    fk = draft_length(method, cfg.feature_tokens)
     return {f"{method}-chain": make(num_tokens=fk),
             f"{method}-dynamic": make(num_tokens=fk + 1, tree="dynamic", top_k=4, num_nodes=16)}
 

@@ -17,7 +17,7 @@ from transformers import DynamicCache
 
 from .. import SpeculativeGenerator, TreeTemplate
 from ..cache import SpecKVCache
-from ..registry import DRAFT_TOKENS, DYNAMIC_TREE, build_drafter
+from ..registry import DYNAMIC_TREE, build_drafter, draft_length
 from ..verifiers.tree_forward import chain_parents
 from ..zoo import load, vlm_data
 from .bench import compare
@@ -43,7 +43,7 @@ def feature_factories(home: str | Path | None = None, num_tokens: int = 4, featu
     def make(method, name, **kw):
         return lambda: build_drafter(method, get(name), target=target, **kw)
 
-    k = {m: feature_tokens or DRAFT_TOKENS[m] for m in ("eagle", "msd")}
+    k = {m: draft_length(m, feature_tokens) for m in ("eagle", "msd")}
     return {
         "chain": make("chain", "vlm-drafter", num_tokens=num_tokens),
         "tree": make("tree", "vlm-drafter"),
@@ -87,7 +87,7 @@ def run_vlm_suite(methods: list[str] | None = None, num_prompts: int = 8, max_ne
                      extra={m: f for m, f in factories.items() if m in methods}, eos_token_id=eos)
     report["config"].update(model="zoo:vlm-target", draft="zoo:vlm-drafter (text only) / vlm-eagle / vlm-msd / "
                             "vlm-flash", prompts=f"held-out scenes ({kind})",
-                            feature_tokens=feature_tokens or DRAFT_TOKENS["msd"])
+                            feature_tokens=draft_length("msd", feature_tokens))
     return report
 
 
