@@ -23,14 +23,24 @@ def attn_implementation(model) -> str:
 
 def to_model_mask(mask, model, dtype: torch.dtype):
     """SDPA and mmspec's tree attention take the bool mask as is; eager attention adds the mask to scores.
-    ``mask`` may be a ``{layer type: mask}`` dict (``mmspec.layer_masks``): each mask is converted."""
+    ``mask`` may be a ``{layer type: mask}`` dict (``mmspec.layer_masks``): each mask is converted. A single
+    query that sees every key needs no mask at all under SDPA (:func:`hides_nothing`): None is returned."""
     if attn_implementation(model) in ("sdpa", ATTENTION_NAME):
-        return mask
+        return None if hides_nothing(mask) else mask
 
     def additive(m):
         return torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill(~m, torch.finfo(dtype).min)
 
     return map_masks(mask, additive)
+
+
+def hides_nothing(mask) -> bool:
+    """True for the mask of one query per row that sees every key (a decode step with no padding and nothing
+    stale in the cache). Given no mask, transformers' SDPA path attends to all keys with grouped K/V heads
+    (``enable_gqa``) instead of the masked path, and the bool mask's own cost is gone: on a 2-core CPU a
+    16-layer decode step is 0.2 ms faster. Several queries always keep their mask (None would make SDPA
+    causal, which a tree or a diffusion block is not)."""
+    return isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.shape[-2] == 1 and bool(mask.all())
 
 
 def text_config(model):

@@ -5,8 +5,10 @@ import torch
 from transformers import DynamicCache
 
 from mmspec import DraftTree, SpecKVCache
-from mmspec.verifiers.tree_forward import prefill_parents, tree_forward
+from mmspec.verifiers.tree_forward import hides_nothing, prefill_parents, tree_forward
 from mmspec.tiny import tiny_model
+
+from ..tiny_models import sharpen
 
 
 def sequential_kv(model, tokens: torch.LongTensor):
@@ -118,3 +120,56 @@ def test_cache_overflow_is_a_value_error(tiny_pair):
     ones = torch.ones(1, 6, dtype=torch.long)
     with pytest.raises(ValueError, match="longer than the cache"):
         tree_forward(model, cache, torch.randint(3, 64, (1, 6)), prefill_parents(ones), ones.bool())
+
+
+def test_hides_nothing_only_for_one_query_that_sees_every_key():
+    """The mask is dropped (SDPA's unmasked path) only where None means the same thing: one query per row that
+    sees every key. Several queries keep it (None would make SDPA causal), as do padding, stale slots, a
+    {layer type: mask} dict and additive float masks."""
+    full = torch.ones(2, 1, 1, 7, dtype=torch.bool)
+    assert hides_nothing(full)
+    padded = full.clone()
+    padded[1, 0, 0, :2] = False
+    assert not hides_nothing(padded)
+    assert not hides_nothing(torch.ones(1, 1, 3, 7, dtype=torch.bool))
+    assert not hides_nothing({"full_attention": full})
+    assert not hides_nothing(torch.zeros(1, 1, 1, 7))
+    assert not hides_nothing(None)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_decode_steps_without_mask_equal_sequential(arch, monkeypatch):
+    """Single-token steps through the unmasked path (one row, nothing hidden) and through the masked one (a
+    left-padded row beside it) give the logits of plain sequential decoding; the fast path is really taken."""
+    model = sharpen(tiny_model(arch, seed=3, vocab_size=64, num_key_value_heads=1, dtype=torch.float64), seed=3)
+    seen = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, **kw):
+        seen.append(attn_mask is None)
+        return sdpa(q, k, v, attn_mask=attn_mask, **kw)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    seq = torch.randint(3, 64, (1, 9), generator=torch.Generator().manual_seed(3))
+    for B in (1, 2):
+        prompt = seq[:, :5].expand(B, 5).clone()
+        mask = torch.ones_like(prompt)
+        mask[1:, :2] = 0  # the second row is left-padded: its steps keep the mask
+        cache = SpecKVCache.for_model(model, B, 32)
+        with torch.no_grad():
+            tree_forward(model, cache, prompt, prefill_parents(mask), mask.bool())
+        cache.commit(torch.arange(5).expand(B, 5), torch.full((B,), 5))
+        cache.starts = 5 - mask.sum(1)
+        for t in range(5, 9):
+            seen.clear()
+            with torch.no_grad():
+                out = tree_forward(model, cache, seq[:, t:t + 1].expand(B, 1), torch.full((B, 1), -1),
+                                   torch.ones(B, 1, dtype=torch.bool))
+            cache.commit(torch.zeros(B, 1, dtype=torch.long), torch.ones(B, dtype=torch.long))
+            assert seen and all(s == (B == 1) for s in seen)
+            with torch.no_grad():
+                ref = model(seq[:, : t + 1]).logits[0, -1]
+                ref_padded = model(seq[:, 2: t + 1]).logits[0, -1]
+            torch.testing.assert_close(out.logits[0, -1], ref, rtol=1e-9, atol=1e-9)
+            if B == 2:
+                torch.testing.assert_close(out.logits[1, -1], ref_padded, rtol=1e-9, atol=1e-9)
