@@ -14,7 +14,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from .cache import SpecKVCache
 from .guidance import DEFAULT_CFG_SCALE
+from .verifiers.tree_forward import tree_forward
 
 LAYOUT_KEY = "mmspec_image_layout"
 
@@ -138,25 +140,31 @@ def generate_codes(target, class_ids, cfg_scale: float = DEFAULT_CFG_SCALE, temp
     """Plain AR sampling of code ids [B, grid * grid], one row per class id (-1: unconditional).
 
     With ``cfg_scale != 1`` the conditional and unconditional (null-class) rows run together as one batch of
-    2B rows with a shared KV cache; each step samples from uncond + s * (cond - uncond) restricted to codes."""
+    2B rows with a shared KV cache; each step samples from uncond + s * (cond - uncond) restricted to codes.
+    The cache is mmspec's preallocated one (the same writes and views as every speculative method's): a growing
+    cache re-copies itself every step, which made sampling 64 pictures of 256 codes on a CPU 2.4x slower."""
     layout = layout or layout_of(target)
     cls_tok = layout.class_tokens(class_ids).to(target.device)
     b = cls_tok.shape[0]
     guided = cfg_scale != 1.0
-    rows = torch.cat([cls_tok, torch.full_like(cls_tok, layout.null_id)]) if guided else cls_tok
-    ids = rows[:, None]
-    past = None
+    ids = (torch.cat([cls_tok, torch.full_like(cls_tok, layout.null_id)]) if guided else cls_tok)[:, None]
+    rows = ids.shape[0]
+    cache = SpecKVCache.for_model(target, rows, layout.num_codes + 1)
+    root = torch.full((rows, 1), -1, dtype=torch.long, device=target.device)  # each step: one token per row
+    real = torch.ones(rows, 1, dtype=torch.bool, device=target.device)
+    keep = torch.ones(rows, dtype=torch.long, device=target.device)
     out = []
-    for _ in range(layout.num_codes):
-        res = target(input_ids=ids, past_key_values=past, use_cache=True)
-        past = res.past_key_values
-        logits = restrict_to_codes(res.logits[:, -1].float(), layout)
-        if guided:
-            logits = cfg_logits(logits[:b], logits[b:], cfg_scale)
-        code = sample_from_logits(logits, temperature, top_k, generator)
-        out.append(code)
-        tok = layout.codes_to_tokens(code)
-        ids = torch.cat([tok, tok])[:, None] if guided else tok[:, None]
+    with torch.no_grad():
+        for _ in range(layout.num_codes):
+            logits = tree_forward(target, cache, ids, root, real).logits[:, -1].float()
+            cache.commit_first(keep)
+            logits = restrict_to_codes(logits, layout)
+            if guided:
+                logits = cfg_logits(logits[:b], logits[b:], cfg_scale)
+            code = sample_from_logits(logits, temperature, top_k, generator)
+            out.append(code)
+            tok = layout.codes_to_tokens(code)
+            ids = torch.cat([tok, tok])[:, None] if guided else tok[:, None]
     return torch.stack(out, dim=1)
 
 

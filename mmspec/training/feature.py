@@ -71,6 +71,15 @@ def target_features(target, batch: dict) -> tuple[torch.Tensor, torch.Tensor | N
     return out.hidden_states[-1], embeds, mask
 
 
+def batch_features(target, batch: dict) -> tuple[torch.Tensor, torch.Tensor | None, torch.BoolTensor | None]:
+    """:func:`target_features` of a training batch, or the features it carries (``batch["features"]``, computed
+    once for data the target sees without images, e.g. image-code sequences: a step then costs only the
+    drafter's forward and backward, not the target's forward too)."""
+    if "features" in batch:
+        return on_model(batch["features"], target), None, None
+    return target_features(target, batch)
+
+
 def drafter_heads(net: FeatureDraftModel, embed, batch: dict, inputs, images, image_mask,
                   compress_to: int | None = None) -> tuple[torch.Tensor, torch.LongTensor]:
     """Teacher-forced drafter outputs over a right-padded batch: (heads [B, S, k, H], token_pos [B, S])."""
@@ -168,7 +177,7 @@ def train_feature_drafter(net: FeatureDraftModel, target, batches, val_batches: 
 
     def loss_fn(model, item):
         batch, n = item
-        feats, images, mask = target_features(target, batch)
+        feats, images, mask = batch_features(target, batch)
         return feature_loss(model, embed, lm_head, batch, feats, images, mask, cfg, n, g)
 
     def val_loss() -> float:

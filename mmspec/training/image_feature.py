@@ -23,7 +23,7 @@ from ..drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
 from ..guidance import CFGModel
 from ..image_codes import generate_codes
 from .artifact import cached
-from .feature import FeatureTrainConfig, train_feature_drafter
+from .feature import FeatureTrainConfig, target_features, train_feature_drafter
 from .loop import model_device, to_device
 
 
@@ -43,16 +43,33 @@ def target_samples(target, layout, n: int, cfg_scale: float, seed: int, batch_si
     return torch.cat(rows)
 
 
-def sequence_batches(seqs: torch.LongTensor, batch_size: int, seed: int):
-    """``batches(step, multimodal_prob)`` over fixed-length sequences (the image target has no images in)."""
+def sequence_batches(seqs: torch.LongTensor, batch_size: int, seed: int, features: torch.Tensor | None = None):
+    """``batches(step, multimodal_prob)`` over fixed-length sequences (the image target has no images in), each
+    with its rows' precomputed target ``features`` [len(seqs), T, H] when given."""
 
     def batches(step: int, multimodal_prob: float = 0.0) -> dict:
         rng = random.Random(seed * 1_000_003 + step)
         pick = torch.tensor([rng.randrange(len(seqs)) for _ in range(batch_size)])
         ids = seqs[pick]
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        if features is not None:
+            batch["features"] = features[pick]
+        return batch
 
     return batches
+
+
+@torch.no_grad()
+def guided_features(guided, seqs: torch.LongTensor, batch_size: int = 64, progress: bool = True) -> torch.Tensor:
+    """The guided target's last-layer features of every sequence [N, T, H], on the CPU, computed once: the
+    target is frozen, so the features a training step needs are the same every epoch. Computing them per step
+    ran the 12-layer guided target (two rows per sequence) inside every drafter step, the larger part of its
+    cost."""
+    out = []
+    for i in tqdm(range(0, len(seqs), batch_size), desc="target features", disable=not progress, leave=False):
+        ids = seqs[i:i + batch_size]
+        out.append(target_features(guided, {"input_ids": ids, "attention_mask": torch.ones_like(ids)})[0].cpu())
+    return torch.cat(out)
 
 
 def train_image_drafter(target, layout, cfg_scale: float = 3.0, sar_tokens: int = 1, samples: int = 4096,
@@ -87,7 +104,8 @@ def train_image_drafter(target, layout, cfg_scale: float = 3.0, sar_tokens: int 
         net = FeatureDraftModel(FeatureDrafterConfig.for_target(guided, "eagle", sar_tokens=sar_tokens,
                                                                 guidance_scale=cfg_scale))
         net = net.to(device)  # made on the CPU (the same initial weights whatever the device), trained there
-        report = train_feature_drafter(net, guided, sequence_batches(train, cfg.batch_size, seed), val_batches,
+        feats = guided_features(guided, train, progress=progress)
+        report = train_feature_drafter(net, guided, sequence_batches(train, cfg.batch_size, seed, feats), val_batches,
                                        cfg, progress=progress, checkpoint=checkpoint,
                                        checkpoint_every_s=checkpoint_every_s)
     report.update(samples=samples, val_samples=val_samples, cfg_scale=cfg_scale, sample_seconds=sample_seconds,
@@ -95,4 +113,4 @@ def train_image_drafter(target, layout, cfg_scale: float = 3.0, sar_tokens: int 
     return net, report
 
 
-__all__ = ["target_samples", "sequence_batches", "train_image_drafter"]
+__all__ = ["target_samples", "sequence_batches", "guided_features", "train_image_drafter"]

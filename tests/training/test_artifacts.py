@@ -127,8 +127,8 @@ def test_image_drafter_trained_then_used_by_pipeline_cli_and_eval(zoo_env, tmp_p
             "--sar-tokens", "2", "--checkpoint-every", "0", "--out", str(out)]
     real = image_feature.sequence_batches
 
-    def dying(seqs, batch_size, seed):  # the training batches die at step 2
-        fn = real(seqs, batch_size, seed)
+    def dying(seqs, batch_size, seed, features=None):  # the training batches die at step 2
+        fn = real(seqs, batch_size, seed, features)
 
         def batches(step, mix=0.0):
             if batch_size == 4 and step == 2:

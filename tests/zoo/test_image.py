@@ -281,3 +281,31 @@ def test_feature_drafters_ship_in_fp16(micro_zoo):
     for name in ("image-eagle", "image-sar"):
         tensors = load_file(str(home / name / "model.safetensors"))
         assert tensors and all(t.dtype == torch.float16 for t in tensors.values())
+
+
+def test_precomputed_training_features_are_the_guided_targets(micro_zoo):
+    """Feature drafters train on the guided target's features computed once per sequence: a batch carries the
+    features the target's own forward gives its rows, and the step's loss on them is the loss on a fresh forward."""
+    from mmspec.guidance import CFGModel
+    from mmspec.training.feature import FeatureTrainConfig, batch_features, feature_loss, target_features
+    from mmspec.training.image_feature import guided_features, sequence_batches, target_samples
+    from mmspec.drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
+
+    home, _ = micro_zoo
+    entry = image_loader.load("image-target", home / "image-target")
+    target, layout = entry.model, entry.extras["layout"]
+    codes = torch.arange(layout.code_offset, layout.code_offset + layout.codebook_size)
+    guided = CFGModel(target, 3.0, layout.null_id, codes)
+    seqs = target_samples(target, layout, 6, 3.0, seed=0, batch_size=6, progress=False)
+    feats = guided_features(guided, seqs, batch_size=4, progress=False)
+    assert feats.shape[:2] == seqs.shape
+    batch = sequence_batches(seqs, 3, seed=0, features=feats)(5)
+    plain = {k: v for k, v in batch.items() if k != "features"}
+    fresh = target_features(guided, plain)[0]
+    torch.testing.assert_close(batch_features(guided, batch)[0], fresh, rtol=1e-5, atol=1e-5)
+    torch.manual_seed(0)
+    net = FeatureDraftModel(FeatureDrafterConfig.for_target(guided, "eagle", sar_tokens=2, guidance_scale=3.0)).eval()
+    cfg = FeatureTrainConfig(feature_noise=0.0)
+    embed, head = guided.get_input_embeddings(), guided.get_output_embeddings()
+    cached = feature_loss(net, embed, head, batch, batch["features"], None, None, cfg)
+    torch.testing.assert_close(cached, feature_loss(net, embed, head, plain, fresh, None, None, cfg), rtol=1e-5, atol=1e-6)
