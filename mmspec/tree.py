@@ -239,6 +239,20 @@ class TreeTemplate:
         """Node indices (1-based, root = 0) at depth ``d``."""
         return [i for i, p in enumerate(self.rank_paths, start=1) if len(p) == d]
 
+    @property
+    def label(self) -> str:
+        """A short name: the branching per depth for a :meth:`full` tree ("2x2x1x1x1"), else nodes and depth."""
+        children: dict[tuple[int, ...], int] = {}
+        for p in self.rank_paths:
+            children[p[:-1]] = children.get(p[:-1], 0) + 1
+        branching = []
+        for d in range(self.depth):
+            counts = {children.get(p, 0) for p in ([()] if d == 0 else [q for q in self.rank_paths if len(q) == d])}
+            if len(counts) != 1:
+                return f"{self.num_nodes - 1}nodes-depth{self.depth}"
+            branching.append(counts.pop())
+        return "x".join(map(str, branching))
+
     def max_children(self) -> int:
         counts: dict[tuple[int, ...], int] = {}
         for p in self.rank_paths:

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from ..guidance import DEFAULT_CFG_SCALE
 from ..image_gen import ImageGenerator
+from ..tree import TreeTemplate
 from ..zoo import load
 from ..zoo.image_data import image_grid
 from .image_quality import class_fidelity, features, frechet_distance, precision_recall
@@ -63,6 +64,25 @@ def sweep_methods(drafter: str = "ar") -> list[tuple[str, str, dict]]:
     return out
 
 
+# LANTERN++ static tree shapes (the registry's LANTERN_TREE is 2x2x1x1x1): narrower, wider, deeper
+TREE_SHAPES = ((2, 1, 1, 1), (2, 2, 1, 1, 1), (3, 2, 1, 1, 1), (2, 2, 2, 1, 1, 1), (4, 2, 1, 1))
+
+
+def tree_sweep_methods(drafter: str = "feature") -> list[tuple[str, str, dict]]:
+    """LANTERN++ λ = 2 over static tree shapes with a one-token-per-forward drafter (``feature``: image-eagle, or
+    ``ar``): what the default tree is chosen from. A tree of depth d costs d drafter forwards and one verify
+    forward over all its nodes, so the best shape depends on the machine as much as on acceptance."""
+    tag = "" if drafter == "ar" else "eagle: "
+    d = {} if drafter == "ar" else dict(drafter=drafter)
+    return [(f"{tag}LANTERN++ λ=2 tree {TreeTemplate.full(b).label}", "lantern++",
+             dict(lam=2.0, lantern_k=8, tree=TreeTemplate.full(b), **d)) for b in TREE_SHAPES]
+
+
+def tree_name(tree) -> str | None:
+    """How a method's tree setting is written in reports: its name, or a template's label."""
+    return tree.label if isinstance(tree, TreeTemplate) else tree
+
+
 def _same_drafter_spec(results: list[dict], r: dict) -> dict | None:
     """The plain speculative chain run with r's drafter (the 'vs spec' baseline)."""
     want = r.get("drafter", "ar")
@@ -93,6 +113,7 @@ def run_image_suite(per_class: int = 8, cfg_scale: float = DEFAULT_CFG_SCALE, sw
     methods += [m for m in FEATURE_METHODS if m[2]["drafter"] in have]
     if sweep:
         methods += sweep_methods() + (sweep_methods("sar") if "sar" in have else [])
+        methods += tree_sweep_methods("feature" if "feature" in have else "ar")
     if only is not None:
         unknown = set(only) - {name for name, _, _ in methods}
         if unknown:
@@ -149,7 +170,8 @@ def run_image_suite(per_class: int = 8, cfg_scale: float = DEFAULT_CFG_SCALE, sw
             b, t = moved[name], tv[name]
             relaxed = method in ("lantern", "lantern++")
             results.append({
-                "name": name, "method": method, **kw, "seconds_per_image": statistics.mean(seconds[name]),
+                "name": name, "method": method, **kw, "tree": tree_name(kw.get("tree")),
+                "seconds_per_image": statistics.mean(seconds[name]),
                 "tau": statistics.mean(taus[name]) if taus[name] else 1.0,
                 "max_moved_mass": max(b) if b else (0.0 if relaxed else None),
                 "max_output_tv": max(t) if t else None, "mean_output_tv": statistics.mean(t) if t else None,
@@ -264,4 +286,5 @@ def write_image_report(report: dict, results: list[dict], out: Path, gen: ImageG
             image_grid(r["images"], nrow=gen.layout.num_classes, scale=3).save(out / f"samples_{slug}.png")
 
 
-__all__ = ["run_image_suite", "to_markdown", "plot_speed_quality", "MAIN_METHODS", "FEATURE_METHODS", "sweep_methods"]
+__all__ = ["run_image_suite", "to_markdown", "plot_speed_quality", "MAIN_METHODS", "FEATURE_METHODS", "sweep_methods",
+           "tree_sweep_methods", "tree_name", "TREE_SHAPES"]

@@ -31,7 +31,7 @@ from .code_suite import CODE_METHODS, diffusion_factories
 from .config import EvalConfig
 from .cost_model import OWN_PLAIN
 from .datasets import Item, chat_items, code_items, image_items, sample_questions, vlm_items
-from .image_suite import FEATURE_METHODS, MAIN_METHODS, sweep_methods
+from .image_suite import FEATURE_METHODS, MAIN_METHODS, sweep_methods, tree_name, tree_sweep_methods
 from .vlm_suite import VLM_METHODS, feature_factories, vlm_prompts
 
 NEEDS_DRAFT = ("hf-assisted", "chain", "tree", "dynamic")
@@ -297,7 +297,7 @@ def vlm_text(processor, question: str, zoo: bool) -> str:
 
 def image_slug(method: str, kw: dict) -> str:
     """A command-line name for an image-suite entry: method, tree, then any bound or k off its default."""
-    parts = [method] + ([kw["tree"]] if kw.get("tree") else [])
+    parts = [method] + ([tree_name(kw["tree"])] if kw.get("tree") else [])
     if kw.get("delta") not in (None, 0.1):
         parts.append(f"d{kw['delta']}")
     if kw.get("lam") not in (None, 2.0):
@@ -315,6 +315,7 @@ def image_table(sweep: bool, have: list[str]) -> dict[str, tuple[str, str, dict]
     rows = MAIN_METHODS + [m for m in FEATURE_METHODS if m[2]["drafter"] in have]
     if sweep:
         rows += sweep_methods() + (sweep_methods("sar") if "sar" in have else [])
+        rows += tree_sweep_methods("feature" if "feature" in have else "ar")
     return {image_slug(m, kw): (name, m, kw) for name, m, kw in rows}
 
 

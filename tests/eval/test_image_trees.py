@@ -1,0 +1,37 @@
+"""The image suite sweeps LANTERN++ static tree shapes (what the default tree is chosen from) and reports each
+shape by its label."""
+
+import json
+
+import pytest
+
+from mmspec.eval.image_suite import TREE_SHAPES, run_image_suite, tree_sweep_methods
+from mmspec.eval.suites import image_table
+from mmspec.tree import TreeTemplate
+
+
+def test_tree_labels():
+    assert TreeTemplate.full((2, 2, 1, 1, 1)).label == "2x2x1x1x1"
+    assert TreeTemplate.chain(3).label == "1x1x1"
+    # not every node at a depth has the same number of children: counted instead
+    assert TreeTemplate(((0,), (1,), (0, 0))).label == "3nodes-depth2"
+
+
+@pytest.mark.parametrize("have", [["feature", "sar"], []])
+def test_tree_shapes_in_the_eval_table(have):
+    """One command-line entry per shape, with the feature drafter when it is built, else the AR drafter."""
+    table = image_table(True, have)
+    rows = {slug: kw for slug, (_, method, kw) in table.items() if isinstance(kw.get("tree"), TreeTemplate)}
+    assert len(rows) == len(TREE_SHAPES) == len(tree_sweep_methods())
+    for slug, kw in rows.items():
+        assert kw["tree"].label in slug and kw["lam"] == 2.0
+        assert kw.get("drafter", "ar") == ("feature" if have else "ar")
+
+
+def test_a_tree_shape_runs_through_the_suite(tmp_path):
+    name = tree_sweep_methods()[0][0]
+    report = run_image_suite(per_class=1, sweep=True, latency_images=1, out_dir=tmp_path, progress=False, only=[name])
+    row = next(r for r in report["results"] if r["name"] == name)
+    assert row["tree"] == "2x1x1x1" and row["tau"] >= 1.0 and row["max_output_tv"] is not None
+    saved = json.loads((tmp_path / "image_bench.json").read_text())
+    assert any(r["name"] == name and r["tree"] == "2x1x1x1" for r in saved["results"])
