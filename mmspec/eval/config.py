@@ -48,7 +48,7 @@ class EvalConfig:
     image_cfg_scale: float = DEFAULT_CFG_SCALE
     image_temperature: float = 1.0  # 0: greedy (then exactness against plain AR is checked)
     image_quality: bool = True  # run the image suite's FD / precision / recall measurement
-    image_per_class: int = 2
+    image_per_class: int = 8  # 96 pictures: at 24, plain AR's own run-to-run FD spread 0.16-4.0
     image_latency: int = 2  # pictures the image suite itself times (its own table)
     image_sweep: bool = False
     device_map: str | None = None  # checkpoint targets: from_pretrained(device_map=...), e.g. "auto"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import time
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
@@ -24,22 +25,33 @@ from ..guidance import CFGModel
 from ..image_codes import generate_codes
 from .artifact import cached
 from .feature import FeatureTrainConfig, target_features, train_feature_drafter
-from .loop import model_device, to_device
+from .loop import load_checkpoint, model_device, save_checkpoint, to_device
 
 
 @torch.no_grad()
 def target_samples(target, layout, n: int, cfg_scale: float, seed: int, batch_size: int = 256,
-                   temperature: float = 1.0, progress: bool = True) -> torch.LongTensor:
+                   temperature: float = 1.0, progress: bool = True, partial: Path | None = None) -> torch.LongTensor:
     """``n`` sequences ``[class token] + codes`` sampled from the guided target, classes cycled evenly.
     The target samples on its own device from the CPU generator; the sequences are returned on the CPU (they are
-    the drafters' training data, cached to disk and drawn from by CPU batch samplers)."""
+    the drafters' training data, cached to disk and drawn from by CPU batch samplers). With ``partial`` the rows
+    drawn so far and the generator's state are saved after every batch, so a killed run goes on from the last
+    finished batch with the same draws (a CPU build samples for about 20 minutes)."""
     g = torch.Generator().manual_seed(seed)
     classes = [i % layout.num_classes for i in range(n)]
     rows = []
-    for i in tqdm(range(0, n, batch_size), desc="target samples", disable=not progress, leave=False):
+    saved = load_checkpoint(partial) if partial is not None else None
+    if saved is not None and saved["n"] == n and saved["seed"] == seed and saved["batch_size"] == batch_size:
+        rows = saved["rows"]
+        g.set_state(saved["generator"])
+    starts = range(0, n, batch_size)
+    for i in tqdm(starts[len(rows):], desc="target samples", disable=not progress, leave=False,
+                  initial=len(rows), total=len(starts)):
         ids = classes[i:i + batch_size]
         codes = generate_codes(target, ids, cfg_scale, temperature, 0, g, layout).cpu()
         rows.append(torch.cat([layout.class_tokens(ids)[:, None], layout.codes_to_tokens(codes)], dim=1))
+        if partial is not None:
+            save_checkpoint(partial, {"rows": rows, "generator": g.get_state(), "n": n, "seed": seed,
+                                      "batch_size": batch_size})
     return torch.cat(rows)
 
 

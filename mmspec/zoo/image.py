@@ -128,13 +128,16 @@ class Plan:
 
 # 64 px pictures, a 4x-downsampling VQ: a 16x16 grid, 256 codes per picture (LlamaGen's count at 256 px).
 # The target is 12 layers (a 4-layer base grown 3x): its CFG decode step costs >= 6x a drafter forward on a
-# CPU, where per-layer overhead dominates; 5.5M parameters, 10.5 MB in fp16.
+# CPU, where per-layer overhead dominates; 5.5M parameters, 10.5 MB in fp16. The plan is the one this family's
+# GPU build used (every model's zoo.json records it): VQ, classifier, target and the AR drafter on one H100 (the
+# AR drafter's validation was still falling at its 1000 steps; the feature drafters are the image methods' main
+# drafters, and zoo/image_drafters.py sizes them for a CPU build).
 FULL = Plan(image_size=64, n_train=16000, n_val=256, n_test=512,
             vq_channels=(16, 32, 64), vq_latent=4, codebook_size=512, vq_batch=8, vq_steps=4000, vq_budget=900.0,
             vq_lr=2e-3,
             ar_hidden=192, ar_layers=12, ar_base_layers=4, ar_heads=4, ar_inter=512,
             dr_hidden=192, dr_layers=1, dr_heads=4, dr_inter=512,
-            ar_batch=32, ar_base_steps=2400, ar_steps=500, dr_steps=6000, ar_budget=4 * 3600.0, dr_budget=4 * 3600.0,
+            ar_batch=32, ar_base_steps=2400, ar_steps=500, dr_steps=1000, ar_budget=4 * 3600.0, dr_budget=3600.0,
             ar_lr=2e-3, ar_grow_lr=5e-4, ar_eval_every=200,
             cls_width=24, cls_steps=2000, cls_budget=150.0, n_cls_recon=2000, per_class=10, eval_every=100)
 

@@ -66,7 +66,8 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
         # the samples and the checkpoints belong to this target: a rebuilt target starts them over
         work = _bound_dir(build_dir(home, "image-feature-drafters"), target_entry.config["checksum"])
         seqs = cached(work / "samples.pt", lambda: target_samples(target, layout, samples + val_samples, CFG_SCALE,
-                                                                  SEED, batch_size=SAMPLE_BATCH, progress=progress))
+                                                                  SEED, batch_size=SAMPLE_BATCH, progress=progress,
+                                                                  partial=work / "samples.partial.pt"))
         for name in names:
             seed_everything(SEED)
             net, report = train_image_drafter(target, layout, CFG_SCALE, SAR_TOKENS[name], samples, val_samples,

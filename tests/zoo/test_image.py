@@ -309,3 +309,33 @@ def test_precomputed_training_features_are_the_guided_targets(micro_zoo):
     embed, head = guided.get_input_embeddings(), guided.get_output_embeddings()
     cached = feature_loss(net, embed, head, batch, batch["features"], None, None, cfg)
     torch.testing.assert_close(cached, feature_loss(net, embed, head, plain, fresh, None, None, cfg), rtol=1e-5, atol=1e-6)
+
+
+def test_target_samples_resume_after_a_kill(micro_zoo, tmp_path, monkeypatch):
+    """Sampling the drafters' training data saves each finished batch with the generator's state: a run killed
+    after the first batch goes on from there and ends with exactly the uninterrupted run's samples."""
+    from mmspec.training import image_feature
+
+    home, _ = micro_zoo
+    entry = image_loader.load("image-target", home / "image-target")
+    target, layout = entry.model, entry.extras["layout"]
+    whole = image_feature.target_samples(target, layout, 6, 3.0, seed=4, batch_size=2, progress=False)
+    partial = tmp_path / "samples.partial.pt"
+    real, calls = image_feature.generate_codes, []
+
+    def dies_on_second_batch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("killed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(image_feature, "generate_codes", dies_on_second_batch)
+    with pytest.raises(KeyboardInterrupt):
+        image_feature.target_samples(target, layout, 6, 3.0, seed=4, batch_size=2, progress=False, partial=partial)
+    monkeypatch.setattr(image_feature, "generate_codes", real)
+    assert partial.exists()
+    calls.clear()
+    monkeypatch.setattr(image_feature, "generate_codes", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    resumed = image_feature.target_samples(target, layout, 6, 3.0, seed=4, batch_size=2, progress=False,
+                                           partial=partial)
+    assert len(calls) == 2 and torch.equal(resumed, whole)
