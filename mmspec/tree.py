@@ -239,12 +239,17 @@ class TreeTemplate:
         """Node indices (1-based, root = 0) at depth ``d``."""
         return [i for i, p in enumerate(self.rank_paths, start=1) if len(p) == d]
 
+    def _child_counts(self) -> dict[tuple[int, ...], int]:
+        """Children per parent path (the root is ``()``)."""
+        counts: dict[tuple[int, ...], int] = {}
+        for p in self.rank_paths:
+            counts[p[:-1]] = counts.get(p[:-1], 0) + 1
+        return counts
+
     @property
     def label(self) -> str:
         """A short name: the branching per depth for a :meth:`full` tree ("2x2x1x1x1"), else nodes and depth."""
-        children: dict[tuple[int, ...], int] = {}
-        for p in self.rank_paths:
-            children[p[:-1]] = children.get(p[:-1], 0) + 1
+        children = self._child_counts()
         branching = []
         for d in range(self.depth):
             counts = {children.get(p, 0) for p in ([()] if d == 0 else [q for q in self.rank_paths if len(q) == d])}
@@ -254,10 +259,7 @@ class TreeTemplate:
         return "x".join(map(str, branching))
 
     def max_children(self) -> int:
-        counts: dict[tuple[int, ...], int] = {}
-        for p in self.rank_paths:
-            counts[p[:-1]] = counts.get(p[:-1], 0) + 1
-        return max(counts.values())
+        return max(self._child_counts().values())
 
 
 # A LANTERN++/EAGLE-like depth-5 shape: wide near the root, thin deeper down.

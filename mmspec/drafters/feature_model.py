@@ -27,7 +27,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import LlamaConfig, LlamaModel
 
-from ..verifiers.tree_forward import hides_nothing, text_config
+from ..verifiers.tree_forward import text_config, to_model_mask
 from ..vision import image_token_id
 
 METHODS = ("eagle", "msd", "flash")
@@ -143,7 +143,7 @@ class FeatureDraftModel(nn.Module):
         The same stock modules as ``self.body(...)``, called directly: the drafter runs several times per
         step, and the model-level wrappers (output capture, mask construction) cost more than the layer."""
         positions, mask = cache.prepare_append(parents, valid)
-        mask = None if hides_nothing(mask) else mask  # SDPA's faster unmasked path (tree_forward.hides_nothing)
+        mask = to_model_mask(mask, self.body, x.dtype)  # None for a decode step: SDPA's faster unmasked path
         rope = self.body.rotary_emb(x, position_ids=positions)
         h = x
         for layer in self.body.layers:

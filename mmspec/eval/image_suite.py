@@ -47,11 +47,17 @@ FEATURE_METHODS = [
 ]
 
 
+def _drafter_tag(drafter: str) -> tuple[str, dict]:
+    """A method name's drafter prefix ("eagle: ", "sar: "; none for the AR drafter) and its settings."""
+    if drafter == "ar":
+        return "", {}
+    return f"{'eagle' if drafter == 'feature' else drafter}: ", dict(drafter=drafter)
+
+
 def sweep_methods(drafter: str = "ar") -> list[tuple[str, str, dict]]:
     """δ, λ and k sweeps: LANTERN on chains; LANTERN++ on the static tree (AR drafter) or on chains (the
     SAR drafter, whose chain is one drafter forward and beats its lattice on a CPU)."""
-    tag = "" if drafter == "ar" else f"{'eagle' if drafter == 'feature' else drafter}: "
-    d = {} if drafter == "ar" else dict(drafter=drafter)
+    tag, d = _drafter_tag(drafter)
     tree = "chain" if drafter == "sar" else "static"
     out = [(f"{tag}LANTERN δ={x} chain", "lantern", dict(delta=x, lantern_k=8, tree="chain", **d))
            for x in (0.05, 0.2, 0.4)]
@@ -72,10 +78,19 @@ def tree_sweep_methods(drafter: str = "feature") -> list[tuple[str, str, dict]]:
     """LANTERN++ λ = 2 over static tree shapes with a one-token-per-forward drafter (``feature``: image-eagle, or
     ``ar``): what the default tree is chosen from. A tree of depth d costs d drafter forwards and one verify
     forward over all its nodes, so the best shape depends on the machine as much as on acceptance."""
-    tag = "" if drafter == "ar" else "eagle: "
-    d = {} if drafter == "ar" else dict(drafter=drafter)
+    tag, d = _drafter_tag(drafter)
     return [(f"{tag}LANTERN++ λ=2 tree {TreeTemplate.full(b).label}", "lantern++",
              dict(lam=2.0, lantern_k=8, tree=TreeTemplate.full(b), **d)) for b in TREE_SHAPES]
+
+
+def suite_methods(sweep: bool, have: list[str]) -> list[tuple[str, str, dict]]:
+    """The suite's (name, method, settings) list: the main methods, the entries of the feature drafters that are
+    built (``have``: "feature", "sar"), and with ``sweep`` the δ / λ / k and tree-shape sweeps."""
+    methods = MAIN_METHODS + [m for m in FEATURE_METHODS if m[2]["drafter"] in have]
+    if sweep:
+        methods += sweep_methods() + (sweep_methods("sar") if "sar" in have else [])
+        methods += tree_sweep_methods("feature" if "feature" in have else "ar")
+    return methods
 
 
 def tree_name(tree) -> str | None:
@@ -108,12 +123,8 @@ def run_image_suite(per_class: int = 8, cfg_scale: float = DEFAULT_CFG_SCALE, sw
     clf = load("image-classifier", home).model
     n_cls = gen.layout.num_classes
     classes = [c for _ in range(per_class) for c in range(n_cls)]  # a grid row per round
-    methods = list(MAIN_METHODS)
     have = [k for k, net in gen.feature_drafters.items() if net is not None]
-    methods += [m for m in FEATURE_METHODS if m[2]["drafter"] in have]
-    if sweep:
-        methods += sweep_methods() + (sweep_methods("sar") if "sar" in have else [])
-        methods += tree_sweep_methods("feature" if "feature" in have else "ar")
+    methods = suite_methods(sweep, have)
     if only is not None:
         unknown = set(only) - {name for name, _, _ in methods}
         if unknown:
@@ -287,4 +298,4 @@ def write_image_report(report: dict, results: list[dict], out: Path, gen: ImageG
 
 
 __all__ = ["run_image_suite", "to_markdown", "plot_speed_quality", "MAIN_METHODS", "FEATURE_METHODS", "sweep_methods",
-           "tree_sweep_methods", "tree_name", "TREE_SHAPES"]
+           "tree_sweep_methods", "suite_methods", "tree_name", "TREE_SHAPES"]

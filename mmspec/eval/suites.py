@@ -31,7 +31,7 @@ from .code_suite import CODE_METHODS, diffusion_factories
 from .config import EvalConfig
 from .cost_model import OWN_PLAIN
 from .datasets import Item, chat_items, code_items, image_items, sample_questions, vlm_items
-from .image_suite import FEATURE_METHODS, MAIN_METHODS, sweep_methods, tree_name, tree_sweep_methods
+from .image_suite import suite_methods, tree_name
 from .vlm_suite import VLM_METHODS, feature_factories, vlm_prompts
 
 NEEDS_DRAFT = ("hf-assisted", "chain", "tree", "dynamic")
@@ -312,11 +312,7 @@ def image_slug(method: str, kw: dict) -> str:
 def image_table(sweep: bool, have: list[str]) -> dict[str, tuple[str, str, dict]]:
     """slug -> (the image suite's name, method, settings): the image suite's own method list, with its feature
     drafter entries when those drafters are built (``have``)."""
-    rows = MAIN_METHODS + [m for m in FEATURE_METHODS if m[2]["drafter"] in have]
-    if sweep:
-        rows += sweep_methods() + (sweep_methods("sar") if "sar" in have else [])
-        rows += tree_sweep_methods("feature" if "feature" in have else "ar")
-    return {image_slug(m, kw): (name, m, kw) for name, m, kw in rows}
+    return {image_slug(m, kw): (name, m, kw) for name, m, kw in suite_methods(sweep, have)}
 
 
 def _vlm_drafter_methods(cfg: EvalConfig, target, proc, drafter_device) -> dict:
