@@ -129,7 +129,7 @@ def cmd_image(args) -> int:
     grid = out / "grid.png"
     image_grid(images, nrow=min(len(classes), gen.layout.num_classes), scale=3).save(grid)
     applied = {k: v for k, v in res.config.items() if k not in ("class_ids", "seed")}
-    if args.drafter not in ("ar", "feature", "sar") and args.method != "ar":
+    if args.drafter not in (None, "ar", "feature", "sar") and args.method != "ar":
         applied["drafter_path"] = args.drafter
     summary = {**applied, "classes": classes, "seed": args.seed, "batch": args.batch, "images": len(classes),
                "seconds": stats["seconds"],
@@ -263,9 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "on each candidate, p̃(x) <= λ·p(x) (default 2)")
     img.add_argument("--tree", choices=["chain", "static", "dynamic"], default="static")
     img.add_argument("--num-tokens", type=int, default=4, help="chain length")
-    img.add_argument("--drafter", default="ar", help="ar: the zoo's small AR drafter (run with CFG); feature: "
+    img.add_argument("--drafter", default=None, help="ar: the zoo's small AR drafter (run with CFG); feature: "
                      "image-eagle, a feature drafter on the guided target's features; sar: image-sar, the same "
-                     "drafting 4 tokens per forward; or a directory written by `mmspec train image-drafter`")
+                     "drafting 4 tokens per forward; or a directory written by `mmspec train image-drafter`. "
+                     "Default: feature when image-eagle is built, else ar")
     img.add_argument("--seed", type=int, default=0)
     img.add_argument("--batch", type=int, default=12)
     img.add_argument("--out", default="runs/image")

@@ -67,8 +67,8 @@ class GenerationStats:
         """A relaxed verification's measures over the generating rows (nothing for a lossless one)."""
         if result.moved_mass is not None:
             self.moved_mass.append(float(result.moved_mass[active].max()))
-        if result.output_tv is not None:
-            tv = result.output_tv[active]
+        if result.output_tv is not None:  # it may cover the first rows only (measure_output_tv=n)
+            tv = result.output_tv[active[: result.output_tv.shape[0]]]
             self.output_tv += [float(v) for v in tv[~tv.isnan()]]
             self.output_tv_skipped += int(tv.isnan().sum())
 
@@ -126,19 +126,21 @@ class SpeculativeGenerator:
     returns), so calls share only the models' weights."""
 
     def __init__(self, target_model, drafter: Drafter, max_cache_len: int | None = None, relaxation=None,
-                 measure_output_tv: bool = False):
+                 measure_output_tv: bool | int = False):
         """``relaxation``: None (lossless) or a :class:`~mmspec.verifiers.relaxed.Relaxation` (LANTERN /
         LANTERN++: lossy by design; the mass moved per candidate is reported in ``stats.moved_mass``).
         ``measure_output_tv`` (relaxed only): also compute the exact distortion of each step's first emitted token
         (``stats.output_tv``; costs O(V·k) per row and step, O(V²·k) for two sampled siblings; its time is kept
-        out of ``total_time``).
+        out of ``total_time``): True for every row, an int n for the first n rows of the batch.
         Models the loop cannot drive exactly (recurrent layers, ALiBi, ...) are refused here (``mmspec.compat``)."""
         check_supported(target_model, "target")
         self.target = target_model.eval()
         self.drafter = drafter
         self.max_cache_len = max_cache_len
         self.relaxation = relaxation
-        self.measure_output_tv = bool(measure_output_tv)
+        if isinstance(measure_output_tv, int) and not isinstance(measure_output_tv, bool) and measure_output_tv < 0:
+            raise ValueError(f"measure_output_tv must be a bool or a row count >= 0, got {measure_output_tv}")
+        self.measure_output_tv = measure_output_tv if isinstance(measure_output_tv, int) else bool(measure_output_tv)
         self.vocab_size = text_config(target_model).vocab_size
         self._prefill_names = prefill_names(target_model)  # the forward's signature does not change: read it once
         if drafter.vocab_size is not None and drafter.vocab_size != self.vocab_size:

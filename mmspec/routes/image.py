@@ -75,7 +75,6 @@ def image_pipeline(target: Target, drafter, method: str | None, home=None, devic
     resolve_bound(method, opts["delta"], opts["lam"])  # a bound the method does not use is refused here
     if opts["temperature"] < 0:
         raise ValueError(f"temperature must be >= 0 (0: greedy), got {opts['temperature']}")
-    drafter = "ar" if drafter is None else drafter
     if target.zoo == "image-target":
         gen = ImageGenerator.from_zoo(home)
         if device is not None:
@@ -83,7 +82,9 @@ def image_pipeline(target: Target, drafter, method: str | None, home=None, devic
         for name, kind in (("feature_drafter", "feature"), ("sar_drafter", "sar")):  # replace the zoo's own
             if opts[name] is not None:
                 gen.set_feature_drafter(_feature_net(opts[name], target, home, device, name), kind)
-        if isinstance(drafter, str) and drafter in IMAGE_DRAFTERS:
+        if drafter is None:
+            kind = gen.default_drafter
+        elif isinstance(drafter, str) and drafter in IMAGE_DRAFTERS:
             kind = drafter
         else:  # a trained feature drafter (`mmspec train image-drafter`): its head decides feature or sar
             net = _feature_net(drafter, target, home, device, "drafter")
@@ -92,7 +93,7 @@ def image_pipeline(target: Target, drafter, method: str | None, home=None, devic
     else:  # a checkpoint over [class token] + VQ codes: an AR drafter over the same layout and the VQ decoder
         if opts["vq"] is None:
             raise ValueError("an image target from a checkpoint needs vq= (a diffusers VQModel or its directory)")
-        model = load_drafter(drafter, target, home, device) if drafter != "ar" else None
+        model = load_drafter(drafter, target, home, device) if drafter not in (None, "ar") else None
         if model is not None and drafter_kind(model) != "causal" or model is None and method != "ar":
             raise ValueError("an image target from a checkpoint needs drafter= (a small AR model over its codes)")
         if model is not None:

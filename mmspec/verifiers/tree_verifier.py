@@ -34,11 +34,14 @@ class TreeVerifier:
     The cache is left with the tree as pending nodes; the caller commits the accepted path.
     """
 
-    def __init__(self, sampling: SamplingConfig, relaxation=None, measure_output_tv: bool = False):
+    def __init__(self, sampling: SamplingConfig, relaxation=None, measure_output_tv: bool | int = False):
         self.sampling = sampling
         self.relaxation = relaxation  # None: lossless; a Relaxation: LANTERN / LANTERN++
-        # relaxed only: also compute the exact TV of each step's first emitted token (result.output_tv)
+        # relaxed only: also compute the exact TV of each step's first emitted token (result.output_tv), for every
+        # row (True) or the first n rows (an int n: two sampled siblings cost O(V²·k) per row, too much for a
+        # large batch's every row)
         self.measure_output_tv = measure_output_tv
+        self.output_tv_rows = None if measure_output_tv is True else int(measure_output_tv) or None
         self.output_tv_time = 0.0  # seconds spent on it (callers keep it out of their timings)
 
     def verify(self, model, cache: SpecKVCache, tree: DraftTree, generator: torch.Generator | None = None,
@@ -66,6 +69,6 @@ class TreeVerifier:
         result = sampling_accept(tree, probs, generator, relax=relax)
         if self.measure_output_tv:
             t0 = time.perf_counter()
-            result.output_tv = output_tv(tree, probs, relax)
+            result.output_tv = output_tv(tree, probs, relax, self.output_tv_rows)
             self.output_tv_time += time.perf_counter() - t0
         return result

@@ -160,6 +160,29 @@ def test_loop_measures_the_output_tv(do_sample):
     assert figures[0.5]["max_output_tv"] > 0.0 and figures[0.5]["mean_output_tv"] <= figures[0.5]["max_output_tv"]
 
 
+def test_output_tv_on_the_first_rows_only():
+    """measure_output_tv=n measures the batch's first n rows, with the figures all rows would give them, and
+    does not change what is generated."""
+    target, draft = _models()
+    allowed = torch.arange(CODES)
+    t, d = CFGModel(target, 2.0, NULL, allowed), CFGModel(draft, 2.0, NULL, allowed)
+    cls = torch.tensor([CODES, CODES + 1, CODES + 2, CODES])
+    runs = []  # (True and 1 are one dict key)
+    for measure in (True, 1):
+        out = SpeculativeGenerator(t, AutoregressiveDrafter(d, tree=TreeTemplate.full((2, 1, 1))),
+                                   relaxation=_relax(delta=0.5, k=8), measure_output_tv=measure).generate(
+            cls[:, None], max_new_tokens=16, do_sample=True, eos_token_id=[],
+            generator=torch.Generator().manual_seed(0))
+        runs.append(out)
+    every, first = runs[0].stats, runs[1].stats
+    assert torch.equal(runs[0].sequences, runs[1].sequences)
+    steps = every.target_forwards - 1  # the prefill drafts nothing
+    assert len(every.output_tv) == steps * len(cls) and len(first.output_tv) == steps
+    assert first.output_tv == pytest.approx(every.output_tv[:: len(cls)], abs=1e-12)  # row 0 of every step
+    with pytest.raises(ValueError, match="measure_output_tv"):
+        SpeculativeGenerator(t, AutoregressiveDrafter(d), measure_output_tv=-1)
+
+
 def _feature_net(guided: CFGModel, sar: int = 1, seed: int = 7):
     from mmspec.drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
 
