@@ -16,6 +16,7 @@ import transformers
 from ..cli_errors import EXPECTED_ERRORS, error_line
 from .aggregate import merge_shards, summarise_suite
 from .config import EvalConfig, add_eval_arguments, config_from_args
+from .cost_model import OWN_PLAIN
 from .datasets import sample_questions
 from .distributed import Processes
 from .image_suite import run_image_suite
@@ -108,7 +109,8 @@ def image_quality(cfg: EvalConfig, suite, out: Path) -> dict:
     report = run_image_suite(per_class=cfg.image_per_class, cfg_scale=cfg.image_cfg_scale, sweep=cfg.image_sweep,
                              latency_images=cfg.image_latency, home=cfg.home, out_dir=out / "image",
                              progress=cfg.progress,
-                             only=[name for slug, (name, _, _) in suite.table.items() if slug in suite.methods])
+                             only=[name for slug, (name, _, _) in suite.table.items()
+                                   if slug in suite.methods and slug != OWN_PLAIN])  # a latency baseline only
     by_name = {r["name"]: r for r in report["results"]}
     joined = {slug: by_name[name] for slug, (name, _, _) in suite.table.items()
               if name in by_name and slug in suite.methods}
