@@ -1,7 +1,7 @@
 """Class-conditional pictures from the zoo's visual AR model, plain or with LANTERN++ relaxed acceptance.
 
-    python examples/generate_images.py                       # LANTERN++ (λ = 2, lantern_k = 8, static tree) vs plain AR
-    python examples/generate_images.py --lam 3 --classes 0,1,2 --out runs/my_images
+    python examples/generate_images.py                       # LANTERN++ (its defaults: λ = 10, k = 16, static tree) vs plain AR
+    python examples/generate_images.py --lam 5 --classes 0,1,2 --out runs/my_images
     python examples/generate_images.py --drafter sar --tree chain    # image-sar: 4 drafts per drafter forward
 """
 
@@ -15,10 +15,10 @@ from mmspec.zoo.image_data import image_grid
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--classes", default=None, help="comma list of class ids; default: every class")
-    p.add_argument("--lam", type=float, default=2.0)
-    p.add_argument("--lantern-k", type=int, default=8, help="latent neighbours per code")
-    p.add_argument("--drafter", choices=["ar", "feature", "sar"], default="ar",
-                   help="the zoo's small AR drafter, image-eagle (feature) or image-sar")
+    p.add_argument("--lam", type=float, default=None, help="LANTERN++'s bound λ (default: the library's, 10)")
+    p.add_argument("--lantern-k", type=int, default=None, help="latent neighbours per code (default 16)")
+    p.add_argument("--drafter", choices=["ar", "feature", "sar"], default=None,
+                   help="the zoo's small AR drafter, image-eagle (feature; the default when built) or image-sar")
     p.add_argument("--tree", choices=["chain", "static", "dynamic"], default="static")
     p.add_argument("--cfg-scale", type=float, default=3.0)
     p.add_argument("--seed", type=int, default=0)

@@ -255,12 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
     img.add_argument("--classes", default=None, help="comma list of class ids (-1: unconditional); default all")
     img.add_argument("--cfg-scale", type=float, default=DEFAULT_CFG_SCALE)
     img.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0: greedy)")
-    img.add_argument("--lantern-k", type=int, default=8, help="--method lantern / lantern++: latent neighbours per "
-                     "code that mass may move onto")
+    img.add_argument("--lantern-k", type=int, default=None, help="--method lantern / lantern++: latent neighbours "
+                     "per code that mass may move onto (default 8 for lantern, 16 for lantern++)")
     img.add_argument("--delta", type=float, default=None, help="--method lantern only: the most mass moved onto "
                      "one candidate, S_m <= δ (default 0.1; the output's own distance is reported as output TV)")
     img.add_argument("--lam", type=float, default=None, help="--method lantern++ only: multiplicative bound λ "
-                     "on each candidate, p̃(x) <= λ·p(x) (default 2)")
+                     "on each candidate, p̃(x) <= λ·p(x) (default 10, chosen on the zoo: README, Image generation)")
     img.add_argument("--tree", choices=["chain", "static", "dynamic"], default="static")
     img.add_argument("--num-tokens", type=int, default=4, help="chain length")
     img.add_argument("--drafter", default=None, help="ar: the zoo's small AR drafter (run with CFG); feature: "

@@ -1,8 +1,8 @@
 """Image generation with a visual AR target: plain AR, lossless speculative decoding, LANTERN, LANTERN++.
 
-    gen = ImageGenerator.from_zoo()                        # image-target, image-drafter, image-vq
-    out = gen.generate([0, 5, 11], method="lantern++", lam=2.0, lantern_k=8, tree="static", seed=0)
-    out = gen.generate([0, 5, 11], method="lantern++", drafter="feature")   # the zoo's image-eagle drafter
+    gen = ImageGenerator.from_zoo()                        # image-target, its drafters, image-vq
+    out = gen.generate([0, 5, 11], method="lantern++", seed=0)  # λ 10, k 16, static tree, image-eagle drafter
+    out = gen.generate([0, 5, 11], method="lantern++", lam=2.0, lantern_k=8, drafter="ar")  # tighter, small AR drafter
     out.images          # [B, 3, H, W] in [-1, 1]
     out.stats           # tau, mass moved per candidate, times; with measure_output_tv=True the output's true
                         # distortion (stats.output_tv: exact TV of each step's first emitted token)
@@ -29,7 +29,7 @@ from .frontend import ImageOutput, call_generator
 from .generator import SpeculativeGenerator
 from .guidance import DEFAULT_CFG_SCALE, CFGModel
 from .image_codes import codebook, decode_codes, generate_codes
-from .registry import IMAGE_DRAFTERS, LANTERN_K, check_image_method, image_drafter, resolve_bound
+from .registry import IMAGE_DRAFTERS, check_image_method, image_drafter, resolve_bound
 from .verifiers.relaxed import Relaxation
 from .zoo import load as zoo_load, zoo_home
 
@@ -116,7 +116,7 @@ class ImageGenerator:
 
     @torch.no_grad()
     def generate(self, class_ids, method: str | None = None, cfg_scale: float = DEFAULT_CFG_SCALE,
-                 temperature: float = 1.0, lantern_k: int = LANTERN_K, delta: float | None = None,
+                 temperature: float = 1.0, lantern_k: int | None = None, delta: float | None = None,
                  lam: float | None = None, tree="static", num_tokens: int = 4, generator: torch.Generator | None = None,
                  seed: int | None = None, drafter: str | None = None, measure_output_tv: bool | int = False,
                  **unknown) -> ImageOutput:
@@ -128,9 +128,8 @@ class ImageGenerator:
         drafter = self.default_drafter if drafter is None else drafter
         method = method or self.method
         check_image_method(method)
-        for name, value in (("lantern_k", lantern_k), ("num_tokens", num_tokens)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 1:
+            raise ValueError(f"num_tokens must be an int >= 1, got {num_tokens!r}")
         class_ids = [int(c) for c in class_ids]
         n_classes = self.layout.num_classes
         bad = [c for c in class_ids if not (c == -1 or 0 <= c < n_classes)]
@@ -138,7 +137,7 @@ class ImageGenerator:
             raise ValueError(f"class ids must be in [0, {n_classes}) (or -1: unconditional), got {class_ids}")
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature}")
-        bound = resolve_bound(method, delta, lam)  # before any work: a bound the method ignores is refused
+        bound = resolve_bound(method, delta, lam, lantern_k)  # before any work: a setting the method ignores is refused
         if drafter == NO_DRAFTER and method != "spec":
             raise ValueError(f"drafter={NO_DRAFTER!r} (no drafts) runs with method 'spec' only, not {method!r}")
         rng = call_generator(generator, seed, self.target.device)
@@ -147,7 +146,7 @@ class ImageGenerator:
         if method == "ar":
             codes = generate_codes(self.target, class_ids, cfg_scale, temperature, 0, rng, self.layout)
         else:
-            relax = self.relaxation(lantern_k, **bound) if bound else None
+            relax = self.relaxation(**bound) if bound else None
             engine = SpeculativeGenerator(self._guided(self.target, cfg_scale),
                                           self._drafter(drafter, cfg_scale, tree, num_tokens), relaxation=relax,
                                           measure_output_tv=measure_output_tv)
@@ -161,8 +160,6 @@ class ImageGenerator:
         config = dict(method=method, cfg_scale=cfg_scale, temperature=temperature, seed=seed, class_ids=class_ids)
         if method != "ar":  # only what this method applied, bounds resolved to their defaults
             config.update(drafter=drafter, tree=str(tree), **bound)
-            if bound:
-                config["lantern_k"] = lantern_k
             if tree == "chain" and drafter != "sar":
                 config["num_tokens"] = num_tokens
         return ImageOutput(images, codes, stats, seconds, config)

@@ -25,7 +25,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from .frontend import ImageOutput, call_generator, hf_sampling_rng
 from .generator import SpeculativeGenerator
 from .guidance import DEFAULT_CFG_SCALE, CFGModel
-from .registry import LANTERN_K, check_image_method, image_drafter, resolve_bound
+from .registry import check_image_method, image_drafter, resolve_bound
 from .verifiers.relaxed import Relaxation
 
 
@@ -138,7 +138,7 @@ class JanusImageGenerator:
     @torch.no_grad()
     def generate(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
                  method: str | None = None, cfg_scale: float = DEFAULT_CFG_SCALE, do_sample: bool = False,
-                 temperature: float = 1.0, lantern_k: int = LANTERN_K, delta: float | None = None,
+                 temperature: float = 1.0, lantern_k: int | None = None, delta: float | None = None,
                  lam: float | None = None, tree=None, num_tokens: int = 4, generator: torch.Generator | None = None,
                  seed: int | None = None, decode: bool = True, measure_output_tv: bool = False) -> ImageOutput:
         """``tree``: as the image generator's (``"chain"``, ``"static"``, ``"dynamic"`` or a TreeTemplate); None is
@@ -160,9 +160,10 @@ class JanusImageGenerator:
         else:
             if self.draft_lm is None:
                 raise ValueError(f"method {method!r} needs a drafter Janus model")
-            bound = resolve_bound(method, delta, lam)
-            relax = Relaxation.from_codebook(self.target.codebook(), self.target.config.vocab_size, lantern_k,
-                                             self.target.text_vocab, **bound) if bound else None
+            bound = resolve_bound(method, delta, lam, lantern_k)
+            relax = Relaxation.from_codebook(self.target.codebook(), self.target.config.vocab_size, bound["lantern_k"],
+                                             self.target.text_vocab, delta=bound.get("delta"),
+                                             lam=bound.get("lam")) if bound else None
             if tree is None:
                 tree = "static" if method == "lantern++" else "chain"
             drafter = image_drafter(self._guided(self.draft_lm, cfg_scale), tree=tree, num_tokens=num_tokens)
@@ -175,7 +176,7 @@ class JanusImageGenerator:
         images = self.target.janus.decode_image_tokens(codes) if decode else None
         config = dict(method=method, cfg_scale=cfg_scale, do_sample=do_sample, temperature=temperature, seed=seed)
         if method != "ar":
-            config.update(tree=str(tree), **bound, **({"lantern_k": lantern_k} if bound else {}))
+            config.update(tree=str(tree), **bound)
         return ImageOutput(images, codes, stats, seconds, config)
 
 

@@ -81,7 +81,11 @@ DYNAMIC_TREE = dict(top_k=4, num_nodes=16)  # EAGLE-2 expansion width and kept n
 # n-gram; here the 4-gram (3.48 nats/token) is weaker than the dLM, and held-out *validation* prompts
 # (8 × 64 tokens, greedy, k = 8) gave τ 1.82 / 2.04 / 2.18 / 1.97 for λ = 0.5 / 0.7 / 0.85 / 1.0.
 CPS_LAMBDA = 0.85
-LANTERN_K = 8  # latent neighbours per code that LANTERN / LANTERN++ may move mass onto
+# Each relaxed method's default bound and neighbour count (``lantern_k``: latent neighbours per code that mass may
+# move onto). LANTERN++'s were chosen on the zoo (`mmspec eval --suite image --repeats 2`, 2026-11-23, 2-core CPU,
+# image-eagle, static tree): lambda 2 / k 8 ran at 0.90x plain AR (tau 2.43), lambda 5 / k 16 at 1.02x (tau 2.75),
+# lambda 10 / k 16 at 1.17x (tau 3.23) with FD 0.48 against a plain-AR run-to-run range of 0.28-0.90 (96 pictures).
+BOUND_DEFAULTS = {"lantern": dict(delta=0.1, lantern_k=8), "lantern++": dict(lam=10.0, lantern_k=16)}
 # LANTERN++'s static tree: depth 5, wider near the root (all draft probabilities are low). Kept to 18 nodes:
 # on a CPU the verify forward costs in proportion to the nodes (a (4, 2, 2, 1, 1) tree of 60 nodes made a
 # 48-image batch 30x slower than plain AR in the first measurement)
@@ -91,9 +95,9 @@ OPTIONS = {  # what each route takes (mmspec.pipeline's **options), with its def
     "text": dict(num_tokens=None, tree=None, top_k=DYNAMIC_TREE["top_k"], num_nodes=DYNAMIC_TREE["num_nodes"],
                  causal=None, cps=True, adl=True, lattice=False, cps_config=None, adl_config=None),
     "vlm": dict(num_tokens=None, tree=None, top_k=DYNAMIC_TREE["top_k"], num_nodes=None, compress_to=None),
-    "image": dict(cfg_scale=DEFAULT_CFG_SCALE, temperature=1.0, lantern_k=LANTERN_K, delta=None, lam=None,
+    "image": dict(cfg_scale=DEFAULT_CFG_SCALE, temperature=1.0, lantern_k=None, delta=None, lam=None,
                   tree="static", num_tokens=4, vq=None, feature_drafter=None, sar_drafter=None),
-    "janus": dict(cfg_scale=DEFAULT_CFG_SCALE, do_sample=False, temperature=1.0, lantern_k=LANTERN_K, delta=None,
+    "janus": dict(cfg_scale=DEFAULT_CFG_SCALE, do_sample=False, temperature=1.0, lantern_k=None, delta=None,
                   lam=None, tree=None, num_tokens=4, decode=True),
 }
 
@@ -237,20 +241,26 @@ def lattice_tree(depth: int) -> TreeTemplate:
     return TreeTemplate.full((2, 2, 1, 1, 1)[:depth]) if depth < 5 else LANTERN_TREE
 
 
-def resolve_bound(method: str, delta: float | None, lam: float | None) -> dict:
-    """The bound a method relaxes acceptance by: LANTERN's δ or LANTERN++'s λ (defaults 0.1 and 2); ``{}`` for
-    the lossless methods. A bound the method does not use is an error, not silently dropped."""
+def resolve_bound(method: str, delta: float | None, lam: float | None, lantern_k: int | None = None) -> dict:
+    """The bound a method relaxes acceptance by and its neighbour count: LANTERN's δ or LANTERN++'s λ with
+    ``lantern_k``, each defaulting to :data:`BOUND_DEFAULTS`; ``{}`` for the lossless methods. A setting the
+    method does not use is an error, not silently dropped."""
     if delta is not None and method != "lantern":
         raise ValueError(f"delta (LANTERN's cap δ on the mass moved per candidate) does not apply to method "
                          f"{method!r}; it is used by method 'lantern' only")
     if lam is not None and method != "lantern++":
         raise ValueError(f"lam (LANTERN++'s multiplicative bound) does not apply to method {method!r}; "
                          "it is used by method 'lantern++' only")
-    if method == "lantern":
-        return {"delta": 0.1 if delta is None else delta}
-    if method == "lantern++":
-        return {"lam": 2.0 if lam is None else lam}
-    return {}
+    if lantern_k is not None and method not in BOUND_DEFAULTS:
+        raise ValueError(f"lantern_k (latent neighbours that mass may move onto) does not apply to method "
+                         f"{method!r}; it is used by methods 'lantern' and 'lantern++' only")
+    if lantern_k is not None and (isinstance(lantern_k, bool) or not isinstance(lantern_k, int) or lantern_k < 1):
+        raise ValueError(f"lantern_k must be an int >= 1, got {lantern_k!r}")
+    if method not in BOUND_DEFAULTS:
+        return {}
+    given = {"delta": delta} if method == "lantern" else {"lam": lam}
+    given["lantern_k"] = lantern_k
+    return {name: default if given[name] is None else given[name] for name, default in BOUND_DEFAULTS[method].items()}
 
 
 def tree_options(tree, num_tokens: int, top_k: int, num_nodes: int, sar: int = 1) -> dict:
@@ -285,6 +295,6 @@ def check_image_method(method: str) -> None:
 
 __all__ = ["METHODS", "TEXT_METHODS", "VLM_METHODS", "IMAGE_METHODS", "CAUSAL_METHODS", "DIFFUSION_METHODS",
            "FEATURE_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "DRAFT_TOKENS", "draft_length", "DYNAMIC_TREE", "CPS_LAMBDA",
-           "LANTERN_K", "LANTERN_TREE", "OPTIONS", "take_options", "wrong_method",
+           "BOUND_DEFAULTS", "LANTERN_TREE", "OPTIONS", "take_options", "wrong_method",
            "drafter_kind", "check_vocab", "check_feature", "causal_method", "NEEDS", "build_drafter", "zoo_diffuspec",
            "engine", "lattice_tree", "resolve_bound", "tree_options", "image_drafter", "check_image_method"]

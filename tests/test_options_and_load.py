@@ -53,6 +53,7 @@ def test_image_options_that_do_not_apply_are_refused(tmp_path, capsys):
     for argv, message in ((["--method", "spec", "--delta", "0.9"], "delta"),
                           (["--method", "lantern", "--lam", "5"], "lam"),
                           (["--method", "ar", "--delta", "0.2"], "delta"),
+                          (["--method", "spec", "--lantern-k", "4"], "lantern_k"),
                           (["--temperature", "-1"], "--temperature must be >= 0")):
         assert main(["image", *argv, "--out", str(tmp_path / "x")]) == 2, argv
         assert message in capsys.readouterr().err, argv
@@ -71,6 +72,11 @@ def test_image_run_records_what_it_applied(tmp_path):
     stats = json.loads((out / "stats.json").read_text())
     assert stats["delta"] == 0.1 and stats["lantern_k"] == 8 and "lam" not in stats  # the default bound, resolved
     assert stats["method"] == "lantern" and stats["num_tokens"] == 4 and stats["drafter"] == "feature"  # image-eagle is built: the default drafter
+    out = tmp_path / "lpp"
+    assert main(["image", "--classes", "0", "--out", str(out)]) == 0  # the default method, LANTERN++
+    stats = json.loads((out / "stats.json").read_text())
+    assert (stats["method"], stats["lam"], stats["lantern_k"], stats["drafter"]) == ("lantern++", 10.0, 16, "feature")
+    assert "delta" not in stats and stats["tree"] == "static"
     out = tmp_path / "ar"
     assert main(["image", "--method", "ar", "--classes", "0", "--out", str(out)]) == 0
     stats = json.loads((out / "stats.json").read_text())

@@ -72,7 +72,7 @@ def image_pipeline(target: Target, drafter, method: str | None, home=None, devic
     method = method or DEFAULT_METHOD
     if method not in IMAGE_METHODS:
         raise wrong_method(method, "image", target.name, target.model)
-    resolve_bound(method, opts["delta"], opts["lam"])  # a bound the method does not use is refused here
+    resolve_bound(method, opts["delta"], opts["lam"], opts["lantern_k"])  # a setting the method does not use is refused here
     if opts["temperature"] < 0:
         raise ValueError(f"temperature must be >= 0 (0: greedy), got {opts['temperature']}")
     if target.zoo == "image-target":

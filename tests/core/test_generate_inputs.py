@@ -80,6 +80,8 @@ def test_pipelines_name_unknown_keywords():
     image = mmspec.pipeline("zoo:image-target", method="spec")
     with pytest.raises(ValueError, match=r"unknown keyword argument\(s\) \['guidance'\]"):
         image.generate([0], guidance=2.0)
-    for bad in ({"lantern_k": 0}, {"num_tokens": 0}):
+    for bad in ({"lantern_k": 0, "method": "lantern"}, {"num_tokens": 0}):
         with pytest.raises(ValueError, match=f"{next(iter(bad))} must be an int >= 1"):
             image.generate([0], **bad)
+    with pytest.raises(ValueError, match="lantern_k .*does not apply to method 'spec'"):
+        image.generate([0], lantern_k=8)  # a neighbour count the lossless method would ignore

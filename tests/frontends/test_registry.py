@@ -84,11 +84,17 @@ def test_image_drafters_and_bounds(tiny_pair):
     sar = _feature_net(target, "flash")
     lattice = reg.image_drafter(net=sar, guided_target=target, tree="static")
     assert type(lattice) is FeatureDrafter and lattice.tree.depth == 2
-    assert reg.resolve_bound("lantern", None, None) == {"delta": 0.1}
-    assert reg.resolve_bound("lantern++", None, None) == {"lam": 2.0}
+    assert reg.resolve_bound("lantern", None, None) == {"delta": 0.1, "lantern_k": 8}
+    assert reg.resolve_bound("lantern++", None, None) == {"lam": 10.0, "lantern_k": 16}  # chosen on the zoo
+    assert reg.resolve_bound("lantern++", None, 2.0, 4) == {"lam": 2.0, "lantern_k": 4}
     assert reg.resolve_bound("spec", None, None) == {}
     with pytest.raises(ValueError, match="delta"):
         reg.resolve_bound("spec", 0.1, None)
+    with pytest.raises(ValueError, match="lantern_k .*does not apply to method 'spec'"):
+        reg.resolve_bound("spec", None, None, 8)
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="lantern_k must be an int >= 1"):
+            reg.resolve_bound("lantern", None, None, bad)
     with pytest.raises(ValueError, match="tree must be"):
         reg.image_drafter(guided, tree="bushy")
 
