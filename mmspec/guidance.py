@@ -38,11 +38,12 @@ class CFGModel(nn.Module):
         self.scale = float(scale)
         self.null_token_id = null_token_id
         vocab = text_config(self.model).vocab_size
-        allowed = torch.zeros(vocab, dtype=torch.bool)
+        device = next(self.model.parameters()).device  # built per call: the mask goes where the model is
+        allowed = torch.zeros(vocab, dtype=torch.bool, device=device)
         if allowed_ids is None:
             allowed[:] = True
         else:
-            allowed[torch.as_tensor(allowed_ids, dtype=torch.long)] = True
+            allowed[torch.as_tensor(allowed_ids, dtype=torch.long, device=device)] = True
         self.register_buffer("allowed", allowed, persistent=False)
 
     # what the engine reads from a model

@@ -30,6 +30,7 @@ from .generator import SpeculativeGenerator
 from .guidance import DEFAULT_CFG_SCALE, CFGModel
 from .image_codes import codebook, decode_codes, generate_codes
 from .registry import IMAGE_DRAFTERS, check_image_method, image_drafter, resolve_bound
+from .timing import synchronize
 from .verifiers.relaxed import Relaxation
 from .zoo import load as zoo_load, zoo_home
 
@@ -73,6 +74,14 @@ class ImageGenerator:
 
         return cls(t.model, d.model, t.extras["vq"], t.extras["layout"], t.extras.get("classes"),
                    optional("image-eagle"), optional("image-sar"), method)
+
+    def to(self, device) -> "ImageGenerator":
+        """Every model (target, drafters, VQ decoder) and the codebook on ``device``."""
+        for model in (self.target, self.drafter_model, self.vq, *self.feature_drafters.values()):
+            if model is not None:
+                model.to(device)
+        self.codebook = self.codebook.to(device)
+        return self
 
     @property
     def default_drafter(self) -> str:
@@ -150,11 +159,12 @@ class ImageGenerator:
             engine = SpeculativeGenerator(self._guided(self.target, cfg_scale),
                                           self._drafter(drafter, cfg_scale, tree, num_tokens), relaxation=relax,
                                           measure_output_tv=measure_output_tv)
-            ids = self.layout.class_tokens(class_ids)[:, None]
+            ids = self.layout.class_tokens(class_ids)[:, None].to(self.target.device)
             out = engine.generate(ids, max_new_tokens=self.layout.num_codes, do_sample=temperature > 0,
                                   temperature=max(temperature, 1e-5), eos_token_id=[], generator=rng)
             codes = self.layout.tokens_to_codes(out.sequences[:, 1:])
             stats = out.stats
+        synchronize(codes.device)  # a GPU's queued work belongs to this call's time
         seconds = time.perf_counter() - t0 - (stats.output_tv_time if stats is not None else 0.0)
         images = decode_codes(self.vq, codes, self.layout.grid)
         config = dict(method=method, cfg_scale=cfg_scale, temperature=temperature, seed=seed, class_ids=class_ids)

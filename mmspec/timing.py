@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 
+import torch
+
 
 @contextmanager
 def timed(record, *fields: str):
@@ -19,4 +21,13 @@ def timed(record, *fields: str):
             setattr(record, name, getattr(record, name) + elapsed)
 
 
-__all__ = ["timed"]
+def synchronize(device=None) -> None:
+    """Wait until the GPU has run the work queued so far (no-op on a CPU): kernels run asynchronously, so a clock
+    read without it can miss them. ``device``: a device or None (every CUDA device this process has used)."""
+    if device is not None and torch.device(device).type != "cuda":
+        return
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize(device)
+
+
+__all__ = ["timed", "synchronize"]

@@ -22,6 +22,7 @@ from ..generator import SpeculativeGenerator
 from ..loading import load_target
 from ..registry import CAUSAL_METHODS, build_drafter
 from ..tiny import ARCHITECTURES, tiny_model
+from ..timing import synchronize
 from .cost_model import cost_table, cost_model
 from .load import load_average, load_check
 
@@ -162,6 +163,7 @@ def time_methods(runners: dict, prompts: list, repeats: int = 1, warmup: int = 1
                     with hf_sampling_rng(rng):
                         t0 = time.perf_counter()
                         out, stats = runner(prompt)
+                        synchronize()  # on a GPU, the method's queued kernels are part of its time
                         runs[method]["times"][-1].append(time.perf_counter() - t0)
                     if round_ == 0:
                         runs[method]["outputs"].append(out)

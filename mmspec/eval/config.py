@@ -10,6 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+import torch
 import yaml
 
 from ..guidance import DEFAULT_CFG_SCALE
@@ -50,6 +51,7 @@ class EvalConfig:
     image_quality: bool = True  # run the image suite's FD / precision / recall measurement
     image_per_class: int = 8  # 96 pictures: at 24, plain AR's own run-to-run FD spread 0.16-4.0
     image_latency: int = 2  # pictures the image suite itself times (its own table)
+    image_device: str | None = None  # where the zoo's image family runs (e.g. cuda); None: the CPU
     image_sweep: bool = False
     device_map: str | None = None  # checkpoint targets: from_pretrained(device_map=...), e.g. "auto"
     drafter_device: str | None = None
@@ -68,6 +70,13 @@ class EvalConfig:
             self.image_classes = [int(c) for c in self.image_classes.split(",") if c]
         if self.num_prompts < 0 or self.max_new_tokens < 1 or self.repeats < 1 or self.warmup < 0:
             raise ValueError("num_prompts >= 0, max_new_tokens >= 1, repeats >= 1 and warmup >= 0 are required")
+        if self.image_device is not None:
+            try:
+                torch.device(self.image_device)
+            except RuntimeError as e:
+                raise ValueError(f"--image-device: {self.image_device!r} is not a device ({e})") from None
+            if "image" not in self.suites:
+                raise ValueError("--image-device places the image suite's models, and the run has no image suite")
         if self.num_tokens < 1 or self.block_tokens < 1 or (self.feature_tokens is not None and self.feature_tokens < 1):
             raise ValueError("num_tokens, block_tokens and feature_tokens (draft lengths) must be >= 1")
 
@@ -169,6 +178,7 @@ FLAGS = [
     ("--image-temperature", "image_temperature", float, "image suite: 1 samples, 0 is greedy"),
     ("--per-class", "image_per_class", int, "image quality: pictures per class"),
     ("--image-latency", "image_latency", int, "pictures the image suite's own table times"),
+    ("--image-device", "image_device", str, "image suite: where the zoo's image models run (e.g. cuda)"),
     ("--device-map", "device_map", str, "checkpoint targets: e.g. auto"),
     ("--drafter-device", "drafter_device", str, "where drafter models go (e.g. cuda:1)"),
     ("--home", "home", str, "zoo home"),

@@ -118,7 +118,7 @@ def _same_drafter_spec(results: list[dict], r: dict) -> dict | None:
 
 def run_image_suite(per_class: int = 8, cfg_scale: float = DEFAULT_CFG_SCALE, sweep: bool = True, latency_images: int = 12,
                     quality_batch: int = 48, home=None, out_dir: str | Path | None = None, progress: bool = True,
-                    only: list[str] | None = None) -> dict:
+                    only: list[str] | None = None, device=None) -> dict:
     """Two measurements per method:
 
     * latency (the papers' setting): ``latency_images`` pictures generated one at a time (batch 1, i.e. one
@@ -128,9 +128,11 @@ def run_image_suite(per_class: int = 8, cfg_scale: float = DEFAULT_CFG_SCALE, sw
       plain-AR reference set (seed 0); plain AR with seed 1 gives the run-to-run baseline.
 
     ``only``: run just these entries (by name); plain AR and each drafter's plain speculative chain, the
-    baselines, always run.
+    baselines, always run. ``device``: where the image models run (the classifier judges on the CPU).
     """
     gen = ImageGenerator.from_zoo(home)
+    if device is not None:
+        gen.to(device)
     clf = load("image-classifier", home).model
     n_cls = gen.layout.num_classes
     classes = [c for _ in range(per_class) for c in range(n_cls)]  # a grid row per round
@@ -148,7 +150,7 @@ def run_image_suite(per_class: int = 8, cfg_scale: float = DEFAULT_CFG_SCALE, sw
         measure = {"measure_output_tv": OUTPUT_TV_ROWS} if method in ("lantern", "lantern++") else {}
         outs = [gen.generate(classes[i: i + quality_batch], method=method, cfg_scale=cfg_scale, seed=seed + i,
                              **kw, **measure) for i in range(0, len(classes), quality_batch)]
-        return torch.cat([o.images for o in outs]), outs
+        return torch.cat([o.images.cpu() for o in outs]), outs
 
     with torch.inference_mode():
         for _, method, kw in methods:  # warm-up (and the neighbour tables' first computation)
@@ -207,6 +209,7 @@ def run_image_suite(per_class: int = 8, cfg_scale: float = DEFAULT_CFG_SCALE, sw
         r["speedup_vs_spec"] = spec["seconds_per_image"] / r["seconds_per_image"] if spec else None
     report = {
         "config": dict(per_class=per_class, images=len(classes), latency_images=latency_images, cfg_scale=cfg_scale,
+                       device=str(gen.target.device),
                        temperature=1.0, torch=torch.__version__, threads=torch.get_num_threads(),
                        tokens_per_image=gen.layout.num_codes, reference="plain AR, seed 0",
                        output_tv_pictures=sum(min(OUTPUT_TV_ROWS, len(classes[i: i + quality_batch]))
@@ -230,7 +233,8 @@ def to_markdown(report: dict) -> str:
         "# mmspec bench --suite image — zoo image-target (CFG), image-drafter",
         "",
         f"Latency: {cfg['latency_images']} pictures one at a time (batch 1: a conditional and an unconditional row), "
-        f"{cfg['tokens_per_image']} codes each, CFG {cfg['cfg_scale']}, T = 1, {cfg['threads']} threads; speedups measured "
+        f"{cfg['tokens_per_image']} codes each, CFG {cfg['cfg_scale']}, T = 1, on {cfg.get('device', 'cpu')} "
+        f"({cfg['threads']} CPU threads); speedups measured "
         f"in the same run. Quality: {cfg['images']} pictures ({cfg['per_class']} per class), FD / precision / recall "
         f"on the zoo classifier's features (standardised by the reference set) against a plain-AR reference run; "
         f"plain AR's own run-to-run FD, 4 other seeds: mean **{report['ar_run_to_run_fd']:.2f}** "

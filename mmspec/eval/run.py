@@ -108,6 +108,7 @@ def image_quality(cfg: EvalConfig, suite, out: Path) -> dict:
     own files under ``image/``, joined to this run's method names."""
     report = run_image_suite(per_class=cfg.image_per_class, cfg_scale=cfg.image_cfg_scale, sweep=cfg.image_sweep,
                              latency_images=cfg.image_latency, home=cfg.home, out_dir=out / "image",
+                             device=cfg.image_device,
                              progress=cfg.progress,
                              only=[name for slug, (name, _, _) in suite.table.items()
                                    if slug in suite.methods and slug != OWN_PLAIN])  # a latency baseline only

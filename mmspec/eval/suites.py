@@ -339,7 +339,7 @@ def image_suite(cfg: EvalConfig) -> Suite:
     """Class-conditional pictures one at a time (batch 1, the papers' latency setting), per class. With
     ``image_drafter`` (a ``mmspec train image-drafter`` directory) its rows replace the zoo's feature or sar
     drafter's."""
-    pipe = pipeline("zoo:image-target", drafter=cfg.image_drafter, home=cfg.home)
+    pipe = pipeline("zoo:image-target", drafter=cfg.image_drafter, home=cfg.home, drafter_device=cfg.image_device)
     have = [k for k, net in pipe.generator.feature_drafters.items() if net is not None]
     table = image_table(cfg.image_sweep, have)
     # the loop without drafts: the own-engine baseline whose step time the cost model divides by

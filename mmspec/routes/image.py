@@ -72,13 +72,11 @@ def image_pipeline(target: Target, drafter, method: str | None, home=None, devic
     method = method or DEFAULT_METHOD
     if method not in IMAGE_METHODS:
         raise wrong_method(method, "image", target.name, target.model)
-    resolve_bound(method, opts["delta"], opts["lam"], opts["lantern_k"])  # a setting the method does not use is refused here
+    resolve_bound(method, opts["delta"], opts["lam"], opts["lantern_k"])  # refused here: a setting the method ignores
     if opts["temperature"] < 0:
         raise ValueError(f"temperature must be >= 0 (0: greedy), got {opts['temperature']}")
     if target.zoo == "image-target":
         gen = ImageGenerator.from_zoo(home)
-        if device is not None:
-            gen.target.to(device)
         for name, kind in (("feature_drafter", "feature"), ("sar_drafter", "sar")):  # replace the zoo's own
             if opts[name] is not None:
                 gen.set_feature_drafter(_feature_net(opts[name], target, home, device, name), kind)
@@ -101,6 +99,8 @@ def image_pipeline(target: Target, drafter, method: str | None, home=None, devic
         gen = ImageGenerator(target.model, model, _vq_model(opts["vq"]), layout_of(target.model), None,
                              opts["feature_drafter"], opts["sar_drafter"])
         kind = "ar"
+    if device is not None:
+        gen.to(device)  # every model of the route (target, drafters, VQ decoder) where it was asked for
     if method != "ar" and kind != "ar" and gen.feature_drafters.get(kind) is None:
         name = "image-eagle" if kind == "feature" else "image-sar"
         raise ValueError(f"no {kind} drafter loaded for this target: build it (`mmspec zoo build --only {name}`)")
