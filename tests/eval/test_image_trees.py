@@ -21,11 +21,15 @@ def test_tree_labels():
 def test_tree_shapes_in_the_eval_table(have):
     """One command-line entry per shape, with the feature drafter when it is built, else the AR drafter."""
     table = image_table(True, have)
-    rows = {slug: kw for slug, (_, method, kw) in table.items() if isinstance(kw.get("tree"), TreeTemplate)}
+    shaped = {slug: kw for slug, (_, method, kw) in table.items() if isinstance(kw.get("tree"), TreeTemplate)}
+    rows = {slug: kw for slug, kw in shaped.items() if kw["lam"] == 2.0}  # the sweep
     assert len(rows) == len(TREE_SHAPES) == len(tree_sweep_methods())
     for slug, kw in rows.items():
-        assert kw["tree"].label in slug and kw["lam"] == 2.0
+        assert kw["tree"].label in slug
         assert kw.get("drafter", "ar") == ("feature" if have else "ar")
+    # besides the sweep: the default bound on the narrow tree, with image-eagle only
+    others = sorted(set(shaped) - set(rows))
+    assert others == (["lantern++-2x1x1x1x1-lam10.0-k16-feature"] if have else [])
 
 
 def test_a_tree_shape_runs_through_the_suite(tmp_path):
