@@ -138,7 +138,7 @@ class SpeculativeGenerator:
         self.drafter = drafter
         self.max_cache_len = max_cache_len
         self.relaxation = relaxation
-        if isinstance(measure_output_tv, int) and not isinstance(measure_output_tv, bool) and measure_output_tv < 0:
+        if isinstance(measure_output_tv, int) and measure_output_tv < 0:
             raise ValueError(f"measure_output_tv must be a bool or a row count >= 0, got {measure_output_tv}")
         self.measure_output_tv = measure_output_tv if isinstance(measure_output_tv, int) else bool(measure_output_tv)
         self.vocab_size = text_config(target_model).vocab_size

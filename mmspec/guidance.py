@@ -38,7 +38,7 @@ class CFGModel(nn.Module):
         self.scale = float(scale)
         self.null_token_id = null_token_id
         vocab = text_config(self.model).vocab_size
-        device = next(self.model.parameters()).device  # built per call: the mask goes where the model is
+        device = self.device  # built per call: the mask goes where the model is
         allowed = torch.zeros(vocab, dtype=torch.bool, device=device)
         if allowed_ids is None:
             allowed[:] = True

@@ -161,9 +161,8 @@ class JanusImageGenerator:
             if self.draft_lm is None:
                 raise ValueError(f"method {method!r} needs a drafter Janus model")
             bound = resolve_bound(method, delta, lam, lantern_k)
-            relax = Relaxation.from_codebook(self.target.codebook(), self.target.config.vocab_size, bound["lantern_k"],
-                                             self.target.text_vocab, delta=bound.get("delta"),
-                                             lam=bound.get("lam")) if bound else None
+            relax = Relaxation.from_codebook(self.target.codebook(), self.target.config.vocab_size,
+                                             code_offset=self.target.text_vocab, **bound) if bound else None
             if tree is None:
                 tree = "static" if method == "lantern++" else "chain"
             drafter = image_drafter(self._guided(self.draft_lm, cfg_scale), tree=tree, num_tokens=num_tokens)

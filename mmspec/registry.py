@@ -256,11 +256,9 @@ def resolve_bound(method: str, delta: float | None, lam: float | None, lantern_k
                          f"{method!r}; it is used by methods 'lantern' and 'lantern++' only")
     if lantern_k is not None and (isinstance(lantern_k, bool) or not isinstance(lantern_k, int) or lantern_k < 1):
         raise ValueError(f"lantern_k must be an int >= 1, got {lantern_k!r}")
-    if method not in BOUND_DEFAULTS:
-        return {}
-    given = {"delta": delta} if method == "lantern" else {"lam": lam}
-    given["lantern_k"] = lantern_k
-    return {name: default if given[name] is None else given[name] for name, default in BOUND_DEFAULTS[method].items()}
+    given = {"delta": delta, "lam": lam, "lantern_k": lantern_k}  # the checks above leave only the method's own
+    return {name: default if given[name] is None else given[name]
+            for name, default in BOUND_DEFAULTS.get(method, {}).items()}
 
 
 def tree_options(tree, num_tokens: int, top_k: int, num_nodes: int, sar: int = 1) -> dict:

@@ -75,6 +75,11 @@ class DraftTree:
     def root_only(cls, root: torch.LongTensor) -> "DraftTree":
         return cls(root.view(-1, 1), torch.full_like(root.view(-1, 1), -1))
 
+    def first_rows(self, n: int) -> "DraftTree":
+        """The same trees for the first ``n`` rows of the batch (derived views are recomputed for them)."""
+        return DraftTree(self.tokens[:n], self.parents[:n], self.valid[:n], None if self.q is None else self.q[:n],
+                         self.sibling_rule)
+
     # ------------------------------------------------------------------ derived views
     @property
     def is_chain(self) -> bool:

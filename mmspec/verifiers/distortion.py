@@ -55,10 +55,8 @@ def first_token_distribution(tree: DraftTree, target_probs: torch.Tensor, relax=
 def output_tv(tree: DraftTree, target_probs: torch.Tensor, relax=None, rows: int | None = None) -> torch.Tensor:
     """[B] (or [rows]: the first ``rows`` rows only): total variation between the first emitted token's
     distribution and the target's (NaN: no closed form)."""
-    if rows is not None and rows < tree.tokens.shape[0]:
-        tree = DraftTree(tree.tokens[:rows], tree.parents[:rows], tree.valid[:rows],
-                         None if tree.q is None else tree.q[:rows], tree.sibling_rule)
-        target_probs = target_probs[:rows]
+    if rows is not None and rows < tree.batch_size:
+        tree, target_probs = tree.first_rows(rows), target_probs[:rows]
     dist = first_token_distribution(tree, target_probs, relax)
     return 0.5 * (dist - target_probs[:, 0].double()).abs().sum(-1)
 

@@ -107,16 +107,17 @@ class Relaxation:
             raise ValueError(f"lam must be >= 1, got {self.lam}")
 
     @classmethod
-    def from_codebook(cls, codebook: torch.Tensor, vocab_size: int, k: int, code_offset: int = 0,
+    def from_codebook(cls, codebook: torch.Tensor, vocab_size: int, lantern_k: int, code_offset: int = 0,
                       delta: float | None = None, lam: float | None = None,
                       cache_dir: str | Path | None = None) -> "Relaxation":
-        """Token-level table for a model whose code ids are ``code_offset + codebook index``."""
+        """Token-level table for a model whose code ids are ``code_offset + codebook index``, over each code's
+        ``lantern_k`` nearest neighbours (``**registry.resolve_bound(...)`` fits the keywords)."""
         n = codebook.shape[0]
         if code_offset < 0 or code_offset + n > vocab_size:
             raise ValueError(f"codebook of {n} codes at offset {code_offset} does not fit the target's "
                              f"vocabulary of {vocab_size} ids")
-        codes = cached_neighbours(codebook, k, cache_dir)
-        table = torch.full((vocab_size, k), -1, dtype=torch.long, device=codebook.device)
+        codes = cached_neighbours(codebook, lantern_k, cache_dir)
+        table = torch.full((vocab_size, lantern_k), -1, dtype=torch.long, device=codebook.device)
         table[code_offset: code_offset + n] = codes + code_offset
         return cls(table, delta, lam)
 
