@@ -18,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..guidance import DEFAULT_CFG_SCALE
+from ..registry import BOUND_DEFAULTS
 from ..image_gen import ImageGenerator
 from ..tree import TreeTemplate
 from ..zoo import load
@@ -83,17 +84,19 @@ def sweep_methods(drafter: str = "ar") -> list[tuple[str, str, dict]]:
     return out
 
 
-# LANTERN++ static tree shapes (the registry's LANTERN_TREE is 2x2x1x1x1): narrower, wider, deeper
-TREE_SHAPES = ((2, 1, 1, 1), (2, 2, 1, 1, 1), (3, 2, 1, 1, 1), (2, 2, 2, 1, 1, 1), (4, 2, 1, 1))
+# LANTERN++ static tree shapes besides the registry's LANTERN_TREE (2x2x1x1x1) and the 2x1x1x1x1 entry above:
+# narrower, deeper, wider
+TREE_SHAPES = ((2, 1, 1, 1), (2, 1, 1, 1, 1, 1), (3, 1, 1, 1, 1), (2, 2, 1, 1, 1, 1), (3, 2, 1, 1, 1), (4, 2, 1, 1))
 
 
 def tree_sweep_methods(drafter: str = "feature") -> list[tuple[str, str, dict]]:
-    """LANTERN++ λ = 2 over static tree shapes with a one-token-per-forward drafter (``feature``: image-eagle, or
-    ``ar``): what the default tree is chosen from. A tree of depth d costs d drafter forwards and one verify
-    forward over all its nodes, so the best shape depends on the machine as much as on acceptance."""
+    """LANTERN++ at its default bound over static tree shapes with a one-token-per-forward drafter (``feature``:
+    image-eagle, or ``ar``): what the default tree is chosen from. A tree of depth d costs d drafter forwards and
+    one verify forward over all its nodes, so the best shape depends on the machine as much as on acceptance."""
     tag, d = _drafter_tag(drafter)
-    return [(f"{tag}LANTERN++ λ=2 tree {TreeTemplate.full(b).label}", "lantern++",
-             dict(lam=2.0, lantern_k=8, tree=TreeTemplate.full(b), **d)) for b in TREE_SHAPES]
+    bound = BOUND_DEFAULTS["lantern++"]
+    return [(f"{tag}LANTERN++ λ={bound['lam']:g} k={bound['lantern_k']} tree {TreeTemplate.full(b).label}",
+             "lantern++", dict(**bound, tree=TreeTemplate.full(b), **d)) for b in TREE_SHAPES]
 
 
 def suite_methods(sweep: bool, have: list[str]) -> list[tuple[str, str, dict]]:

@@ -7,6 +7,7 @@ import pytest
 
 from mmspec.eval.image_suite import TREE_SHAPES, run_image_suite, tree_sweep_methods
 from mmspec.eval.suites import image_table
+from mmspec.registry import BOUND_DEFAULTS
 from mmspec.tree import TreeTemplate
 
 
@@ -22,11 +23,14 @@ def test_tree_shapes_in_the_eval_table(have):
     """One command-line entry per shape, with the feature drafter when it is built, else the AR drafter."""
     table = image_table(True, have)
     shaped = {slug: kw for slug, (_, method, kw) in table.items() if isinstance(kw.get("tree"), TreeTemplate)}
-    rows = {slug: kw for slug, kw in shaped.items() if kw["lam"] == 2.0}  # the sweep
-    assert len(rows) == len(TREE_SHAPES) == len(tree_sweep_methods())
+    sweep_names = {name for name, _, _ in tree_sweep_methods("feature" if have else "ar")}
+    rows = {slug: kw for slug, (name, _, kw) in table.items() if name in sweep_names}
+    assert len(rows) == len(TREE_SHAPES) == len(sweep_names)
     for slug, kw in rows.items():
         assert kw["tree"].label in slug
         assert kw.get("drafter", "ar") == ("feature" if have else "ar")
+        # at LANTERN++'s default bound, the one the default tree serves
+        assert (kw["lam"], kw["lantern_k"]) == (BOUND_DEFAULTS["lantern++"]["lam"], BOUND_DEFAULTS["lantern++"]["lantern_k"])
     # besides the sweep: the default bound on the narrow tree, with image-eagle only
     others = sorted(set(shaped) - set(rows))
     assert others == (["lantern++-2x1x1x1x1-lam10.0-k16-feature"] if have else [])
