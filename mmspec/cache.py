@@ -22,6 +22,8 @@ For models mixing sliding-window and full-attention layers it returns one mask p
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
@@ -35,7 +37,10 @@ class _PreallocatedLayer(CacheLayerMixin):
 
     def __init__(self, owner: "SpecKVCache"):
         super().__init__()
-        self._owner = owner
+        # a weak reference: a strong one makes a cycle (cache -> layers -> cache), and a cycle's buffers (GBs for a
+        # large batch) are freed only when the garbage collector next runs, so every generate call held on to
+        # its cache: sampling 512 pictures at a time grew by the cache's 5 GB per call until the build ran out
+        self._owner = weakref.proxy(owner)
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         B, H, _, D = key_states.shape
