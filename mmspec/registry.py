@@ -85,6 +85,8 @@ CPS_LAMBDA = 0.85
 # move onto). LANTERN++'s were chosen on the zoo (`mmspec eval --suite image --repeats 2`, 2026-11-23, 2-core CPU,
 # image-eagle, static tree): lambda 2 / k 8 ran at 0.90x plain AR (tau 2.43), lambda 5 / k 16 at 1.02x (tau 2.75),
 # lambda 10 / k 16 at 1.17x (tau 3.23) with FD 0.48 against a plain-AR run-to-run range of 0.28-0.90 (96 pictures).
+# With image-eagle rebuilt on 8192 samples lambda 10 / k 16 runs at 1.33-1.35x (tau 3.41), FD 0.95 (outside that
+# range by 0.05; FD of one relaxed run moves by about 1 between drafters, see the README).
 BOUND_DEFAULTS = {"lantern": dict(delta=0.1, lantern_k=8), "lantern++": dict(lam=10.0, lantern_k=16)}
 # LANTERN++'s static tree: depth 5, wider near the root (all draft probabilities are low). Kept to 18 nodes:
 # on a CPU the verify forward costs in proportion to the nodes (a (4, 2, 2, 1, 1) tree of 60 nodes made a
