@@ -27,6 +27,7 @@ import weakref
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from .kernels.dispatch import backend_for
 from .kernels.kv_compaction import compact_kv_
 from .layer_masks import AttentionLayout, attention_layout, masks_by_type, map_masks
 from .tree import ancestor_mask
@@ -212,13 +213,18 @@ class SpecKVCache(Cache):
         if int(dst.max()) > self.max_len:
             raise ValueError("sequence longer than the cache while committing accepted tokens")
         if (src != dst).any():
+            moves, backends = {}, {}  # per row repeat and per device: the same for every layer
             for layer in self.layers:
                 if layer.is_initialized:
                     # a model that runs each row several times (classifier-free guidance: cond and uncond
                     # copies, stacked) stores rep * B rows that all keep the same path
                     rep = layer.keys.shape[0] // B
-                    s, d = (src, dst) if rep == 1 else (src.repeat(rep, 1), dst.repeat(rep, 1))
-                    compact_kv_(layer.keys, layer.values, s, d)
+                    if rep not in moves:
+                        moves[rep] = (src, dst) if rep == 1 else (src.repeat(rep, 1), dst.repeat(rep, 1))
+                    s, d = moves[rep]
+                    if layer.keys.device not in backends:
+                        backends[layer.keys.device] = backend_for(layer.keys, s)
+                    compact_kv_(layer.keys, layer.values, s, d, backends[layer.keys.device])
         self.lengths = self.lengths + path_lengths
         self.discard_pending()
 

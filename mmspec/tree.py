@@ -16,6 +16,7 @@ buffers idea, computed with tensor ops rather than per-node Python.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal, Sequence
 
 import torch
@@ -265,6 +266,63 @@ class TreeTemplate:
 
     def max_children(self) -> int:
         return max(self._child_counts().values())
+
+    def layout(self, device) -> "TemplateLayout":
+        """The index tensors a drafter expands this shape with, built once per template and device."""
+        return _template_layout(self, str(torch.device(device)))
+
+
+@dataclass(frozen=True)
+class TemplateLevel:
+    """One depth of a static template: its nodes' parents as rows of the previous level's frontier (``local``)
+    and their sibling ranks, how many ranked tokens that takes, and the nodes at this depth that get children
+    (global node ids, the next frontier; None at the last depth)."""
+
+    local: torch.LongTensor
+    ranks: torch.LongTensor
+    need_k: int
+    expand: torch.LongTensor | None
+
+
+@dataclass(frozen=True)
+class TemplateLayout:
+    """A static template's fixed tensors (parents, ancestor mask, depth of every node, and each depth's
+    :class:`TemplateLevel`): a drafter drafting the same shape every step builds none of them per step."""
+
+    parents: torch.LongTensor  # [N]
+    ancestors: torch.BoolTensor  # [N, N]
+    depth: torch.LongTensor  # [N]
+    levels: tuple[TemplateLevel, ...]
+
+    def tree(self, tokens: torch.LongTensor, q: torch.Tensor | None = None,
+             sibling_rule: SiblingRule = "deterministic") -> DraftTree:
+        """The DraftTree of this shape holding ``tokens`` [B, N], its derived views already filled in."""
+        B, N = tokens.shape
+        tree = DraftTree(tokens, self.parents.expand(B, N).contiguous(), q=q, sibling_rule=sibling_rule)
+        tree._cache.update(anc=self.ancestors.expand(B, N, N), depth=self.depth.expand(B, N).contiguous(),
+                           max_depth=int(self.depth.max()))
+        return tree
+
+
+@lru_cache(maxsize=64)
+def _template_layout(template: TreeTemplate, device: str) -> TemplateLayout:
+    dev = torch.device(device)
+    parents = template.parents
+    ranks = template.ranks
+    frontier = [0]  # the nodes whose next-token logits the drafter holds, in row order
+    levels = []
+    for d in range(1, template.depth + 1):
+        level = template.level(d)
+        row = {node: i for i, node in enumerate(frontier)}
+        expand = sorted({parents[i] for i in template.level(d + 1)}) if d < template.depth else None
+        levels.append(TemplateLevel(torch.tensor([row[parents[i]] for i in level], device=dev),
+                                    torch.tensor([ranks[i] for i in level], device=dev),
+                                    max(ranks[i] for i in level) + 1,
+                                    None if expand is None else torch.tensor(expand, device=dev)))
+        frontier = expand
+    par = torch.tensor(parents, device=dev)
+    anc = ancestor_mask(par[None])[0]
+    return TemplateLayout(par, anc, anc.sum(-1) - 1, tuple(levels))
 
 
 # A LANTERN++/EAGLE-like depth-5 shape: wide near the root, thin deeper down.

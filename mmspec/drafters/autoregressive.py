@@ -155,71 +155,75 @@ class AutoregressiveDrafter(Drafter):
         return DraftTree.chain(roots, torch.stack(drafts, 1), q=q)
 
     def _tree(self, run: AutoregressiveRun, roots, root_logits, sampling, generator) -> DraftTree:
-        """Level-by-level expansion shared by static templates and dynamic trees."""
+        if self.tree == "dynamic":
+            return self._dynamic_tree(run, roots, root_logits)
+        return self._static_tree(run, roots, root_logits, sampling, generator)
+
+    def _static_tree(self, run: AutoregressiveRun, roots, root_logits, sampling, generator) -> DraftTree:
+        """A static template, level by level: each node's children are its top-ranked tokens (drawn without
+        replacement, Gumbel top-k, when sampling); only the nodes that get children are fed."""
         B, dev = roots.shape[0], roots.device
-        dynamic = self.tree == "dynamic"
-        template = None if dynamic else self.tree
-        stochastic = sampling.do_sample and not dynamic
+        layout = self.tree.layout(dev)
+        stochastic = sampling.do_sample
+        tokens = [roots[:, None]]
+        qs = [torch.zeros(B, 1, root_logits.shape[-1], device=dev)] if stochastic else None
+        node_to_pending = torch.full((B, self.tree.num_nodes), -1, dtype=torch.long, device=dev)
+        frontier_logits = root_logits[:, None]  # [B, F, V]: next-token logits of the level's frontier
+        n_pending = 0
+        for level in layout.levels:
+            if stochastic:
+                q = sampling.probs(frontier_logits)  # [B, F, V]
+                u = torch.rand(q.shape, generator=generator, device=dev).clamp_(1e-20, 1.0)
+                ranked = (torch.log(q) - torch.log(-torch.log(u))).topk(level.need_k, dim=-1).indices
+                qs.append(q[:, level.local])
+            else:
+                ranked = frontier_logits.topk(level.need_k, dim=-1).indices
+            tokens.append(ranked[:, level.local, level.ranks])
+            if level.expand is None:
+                break
+            fed = level.expand
+            feed_par = node_to_pending[:, layout.parents[fed]]  # -1 when the parent is the root
+            frontier_logits = self.feed_nodes(run, torch.cat(tokens, 1)[:, fed], feed_par)
+            node_to_pending[:, fed] = n_pending + torch.arange(fed.shape[0], device=dev)
+            n_pending += fed.shape[0]
+        run.node_to_pending = node_to_pending
+        tok = torch.cat(tokens, 1)
+        if stochastic:
+            return layout.tree(tok, torch.cat(qs, 1), "without_replacement")
+        return layout.tree(tok)
+
+    def _dynamic_tree(self, run: AutoregressiveRun, roots, root_logits) -> DraftTree:
+        """EAGLE-2: expand the ``top_k`` best frontier nodes by cumulative log-probability, ``top_k`` children
+        each, then keep the ``num_nodes`` best nodes overall (deterministic children)."""
+        B, dev = roots.shape[0], roots.device
         tokens = [roots[:, None]]
         parents = [torch.full((B, 1), -1, dtype=torch.long, device=dev)]
         scores = [torch.zeros(B, 1, device=dev)]
-        qs = [torch.zeros(B, 1, root_logits.shape[-1], device=dev)] if stochastic else None
         node_to_pending = [torch.full((B, 1), -1, dtype=torch.long, device=dev)]
         # frontier: global node ids [B, F] whose next-token logits are [B, F, V]
         frontier = torch.zeros(B, 1, dtype=torch.long, device=dev)
         frontier_logits = root_logits[:, None]
         n_nodes, n_pending = 1, 0
-        frontier_slot = {0: 0}  # template node -> its row in frontier_logits (static trees)
         for d in range(1, self.depth + 1):
             logp = torch.log_softmax(frontier_logits, -1)
             F = frontier.shape[1]
-            if dynamic:
-                top_lp, top_tok = logp.topk(self.top_k, dim=-1)  # [B, F, k]
-                par_scores = torch.cat(scores, 1).gather(1, frontier)
-                child_tok = top_tok.reshape(B, -1)
-                child_par = frontier[:, :, None].expand(B, F, self.top_k).reshape(B, -1)
-                child_score = (par_scores[:, :, None] + top_lp).reshape(B, -1)
-                child_q = None
-            else:
-                level = template.level(d)
-                t_par = template.parents
-                local = [frontier_slot[t_par[i]] for i in level]
-                ranks = torch.tensor([template.ranks[i] for i in level], device=dev)
-                local = torch.tensor(local, device=dev)
-                need_k = int(ranks.max()) + 1
-                if stochastic:
-                    q = sampling.probs(frontier_logits)  # [B, F, V]
-                    u = torch.rand(q.shape, generator=generator, device=dev).clamp_(1e-20, 1.0)
-                    keys = torch.log(q) - torch.log(-torch.log(u))
-                    ranked = keys.topk(need_k, dim=-1).indices
-                    child_q = q[:, local]
-                else:
-                    ranked = frontier_logits.topk(need_k, dim=-1).indices
-                    child_q = None
-                child_tok = ranked[:, local, ranks]
-                child_par = frontier[:, local]
-                child_score = torch.cat(scores, 1).gather(1, child_par) + logp[:, local].gather(
-                    2, child_tok[..., None]).squeeze(-1)
+            top_lp, top_tok = logp.topk(self.top_k, dim=-1)  # [B, F, k]
+            par_scores = torch.cat(scores, 1).gather(1, frontier)
+            child_tok = top_tok.reshape(B, -1)
+            child_par = frontier[:, :, None].expand(B, F, self.top_k).reshape(B, -1)
+            child_score = (par_scores[:, :, None] + top_lp).reshape(B, -1)
             n_new = child_tok.shape[1]
             new_ids = n_nodes + torch.arange(n_new, device=dev)
             tokens.append(child_tok)
             parents.append(child_par)
             scores.append(child_score)
-            if qs is not None:
-                qs.append(child_q)
             node_to_pending.append(torch.full((B, n_new), -1, dtype=torch.long, device=dev))
             n_nodes += n_new
             if d == self.depth:
                 break
             # choose the nodes to expand next and feed them to the drafter
-            if dynamic:
-                pick = child_score.topk(min(self.top_k, n_new), dim=-1).indices  # [B, F']
-                frontier = new_ids[pick]
-            else:
-                next_level = template.level(d + 1)
-                expand = sorted({t_par[i] for i in next_level})
-                frontier_slot = {node: s for s, node in enumerate(expand)}
-                frontier = torch.tensor(expand, device=dev).expand(B, -1)
+            pick = child_score.topk(min(self.top_k, n_new), dim=-1).indices  # [B, F']
+            frontier = new_ids[pick]
             all_par = torch.cat(parents, 1)
             all_n2p = torch.cat(node_to_pending, 1)
             feed_tok = torch.cat(tokens, 1).gather(1, frontier)
@@ -233,14 +237,9 @@ class AutoregressiveDrafter(Drafter):
         tok = torch.cat(tokens, 1)
         par = torch.cat(parents, 1)
         n2p = torch.cat(node_to_pending, 1)
-        if dynamic:
-            depth = torch.cat([torch.full_like(t, i) for i, t in enumerate(tokens)], 1)
-            keep = select_best_nodes(torch.cat(scores, 1), par, depth, torch.ones_like(par, dtype=torch.bool),
-                                     self.num_nodes + 1)
-            tok, par, _, _ = subtree(tok, par, keep)
-            run.node_to_pending = n2p.gather(1, keep)
-            return DraftTree(tok, par)
-        run.node_to_pending = n2p
-        if stochastic:
-            return DraftTree(tok, par, q=torch.cat(qs, 1), sibling_rule="without_replacement")
+        depth = torch.cat([torch.full_like(t, i) for i, t in enumerate(tokens)], 1)
+        keep = select_best_nodes(torch.cat(scores, 1), par, depth, torch.ones_like(par, dtype=torch.bool),
+                                 self.num_nodes + 1)
+        tok, par, _, _ = subtree(tok, par, keep)
+        run.node_to_pending = n2p.gather(1, keep)
         return DraftTree(tok, par)

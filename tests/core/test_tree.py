@@ -42,6 +42,30 @@ def test_templates():
         TreeTemplate(((0, 0),))
 
 
+@pytest.mark.parametrize("branching", [(1,), (3, 2, 1, 1, 1), (2, 2, 1, 1, 1), (4, 2, 1, 1), (1, 3, 2)])
+def test_template_layout_matches_the_computed_views(branching):
+    """A template's precomputed tensors (what static drafting uses every step) equal the views a DraftTree
+    computes from its parents, and each depth's frontier rows point at the right parents."""
+    t = TreeTemplate.full(branching)
+    layout = t.layout("cpu")
+    tokens = torch.randint(0, 50, (3, t.num_nodes))
+    fast, slow = layout.tree(tokens), DraftTree(tokens, torch.tensor(t.parents).expand(3, -1).clone())
+    assert torch.equal(fast.parents, slow.parents)
+    assert torch.equal(fast.ancestor_mask, slow.ancestor_mask)
+    assert torch.equal(fast.depth, slow.depth) and fast.max_depth == slow.max_depth == t.depth
+    frontier = [0]
+    for d, level in enumerate(layout.levels, start=1):
+        nodes = t.level(d)
+        assert [frontier[i] for i in level.local.tolist()] == [t.parents[i] for i in nodes]
+        assert level.ranks.tolist() == [t.ranks[i] for i in nodes]
+        if level.expand is None:
+            assert d == t.depth
+        else:  # the next frontier: this depth's nodes that have children, in node order
+            frontier = level.expand.tolist()
+            assert frontier == sorted({t.parents[i] for i in t.level(d + 1)})
+    assert t.layout("cpu") is layout  # built once
+
+
 def test_best_nodes_are_ancestor_closed():
     torch.manual_seed(0)
     B, N = 4, 30
