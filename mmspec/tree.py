@@ -274,10 +274,11 @@ class TreeTemplate:
 
 @dataclass(frozen=True)
 class TemplateLevel:
-    """One depth of a static template: its nodes' parents as rows of the previous level's frontier (``local``)
+    """One depth of a static template: its node ids, their parents as rows of the previous level's frontier (``local``)
     and their sibling ranks, how many ranked tokens that takes, and the nodes at this depth that get children
     (global node ids, the next frontier; None at the last depth)."""
 
+    nodes: slice  # this depth's node ids (breadth-first order keeps them contiguous)
     local: torch.LongTensor
     ranks: torch.LongTensor
     need_k: int
@@ -292,6 +293,7 @@ class TemplateLayout:
     parents: torch.LongTensor  # [N]
     ancestors: torch.BoolTensor  # [N, N]
     depth: torch.LongTensor  # [N]
+    max_depth: int
     levels: tuple[TemplateLevel, ...]
 
     def tree(self, tokens: torch.LongTensor, q: torch.Tensor | None = None,
@@ -300,7 +302,7 @@ class TemplateLayout:
         B, N = tokens.shape
         tree = DraftTree(tokens, self.parents.expand(B, N).contiguous(), q=q, sibling_rule=sibling_rule)
         tree._cache.update(anc=self.ancestors.expand(B, N, N), depth=self.depth.expand(B, N).contiguous(),
-                           max_depth=int(self.depth.max()))
+                           max_depth=self.max_depth)
         return tree
 
 
@@ -315,14 +317,15 @@ def _template_layout(template: TreeTemplate, device: str) -> TemplateLayout:
         level = template.level(d)
         row = {node: i for i, node in enumerate(frontier)}
         expand = sorted({parents[i] for i in template.level(d + 1)}) if d < template.depth else None
-        levels.append(TemplateLevel(torch.tensor([row[parents[i]] for i in level], device=dev),
+        levels.append(TemplateLevel(slice(level[0], level[-1] + 1),
+                                    torch.tensor([row[parents[i]] for i in level], device=dev),
                                     torch.tensor([ranks[i] for i in level], device=dev),
                                     max(ranks[i] for i in level) + 1,
                                     None if expand is None else torch.tensor(expand, device=dev)))
         frontier = expand
     par = torch.tensor(parents, device=dev)
     anc = ancestor_mask(par[None])[0]
-    return TemplateLayout(par, anc, anc.sum(-1) - 1, tuple(levels))
+    return TemplateLayout(par, anc, anc.sum(-1) - 1, template.depth, tuple(levels))
 
 
 # A LANTERN++/EAGLE-like depth-5 shape: wide near the root, thin deeper down.

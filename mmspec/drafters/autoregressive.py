@@ -165,7 +165,8 @@ class AutoregressiveDrafter(Drafter):
         B, dev = roots.shape[0], roots.device
         layout = self.tree.layout(dev)
         stochastic = sampling.do_sample
-        tokens = [roots[:, None]]
+        tokens = torch.empty(B, self.tree.num_nodes, dtype=torch.long, device=dev)
+        tokens[:, 0] = roots
         qs = [torch.zeros(B, 1, root_logits.shape[-1], device=dev)] if stochastic else None
         node_to_pending = torch.full((B, self.tree.num_nodes), -1, dtype=torch.long, device=dev)
         frontier_logits = root_logits[:, None]  # [B, F, V]: next-token logits of the level's frontier
@@ -178,19 +179,18 @@ class AutoregressiveDrafter(Drafter):
                 qs.append(q[:, level.local])
             else:
                 ranked = frontier_logits.topk(level.need_k, dim=-1).indices
-            tokens.append(ranked[:, level.local, level.ranks])
+            tokens[:, level.nodes] = ranked[:, level.local, level.ranks]
             if level.expand is None:
                 break
             fed = level.expand
             feed_par = node_to_pending[:, layout.parents[fed]]  # -1 when the parent is the root
-            frontier_logits = self.feed_nodes(run, torch.cat(tokens, 1)[:, fed], feed_par)
+            frontier_logits = self.feed_nodes(run, tokens[:, fed], feed_par)
             node_to_pending[:, fed] = n_pending + torch.arange(fed.shape[0], device=dev)
             n_pending += fed.shape[0]
         run.node_to_pending = node_to_pending
-        tok = torch.cat(tokens, 1)
         if stochastic:
-            return layout.tree(tok, torch.cat(qs, 1), "without_replacement")
-        return layout.tree(tok)
+            return layout.tree(tokens, torch.cat(qs, 1), "without_replacement")
+        return layout.tree(tokens)
 
     def _dynamic_tree(self, run: AutoregressiveRun, roots, root_logits) -> DraftTree:
         """EAGLE-2: expand the ``top_k`` best frontier nodes by cumulative log-probability, ``top_k`` children

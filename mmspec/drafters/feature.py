@@ -82,11 +82,11 @@ class FeatureDrafter(AutoregressiveDrafter):
 
     def _lattice_layout(self, t: TreeTemplate) -> None:
         """A lattice template's fixed index tensors, built once: each non-root node's slot (its depth - 1)
-        and sibling rank, the parents row, and per parent its children in draw order with their slot."""
+        and sibling rank, and per parent its children in draw order with their slot (parents and ancestor mask:
+        the template's own layout)."""
         dev = self.net.fc.weight.device
         self._slot = torch.tensor([len(p) - 1 for p in t.rank_paths], device=dev)
         self._rank = torch.tensor([p[-1] for p in t.rank_paths], device=dev)
-        self._lattice_parents = torch.tensor(t.parents, device=dev)
         kids: dict[int, list[int]] = {}
         for node, par in enumerate(t.parents[1:], start=1):
             kids.setdefault(par, []).append(node)
@@ -213,15 +213,14 @@ class FeatureDrafter(AutoregressiveDrafter):
     def _lattice(self, run: FeatureRun, roots, sampling, generator) -> DraftTree:
         """FLASH lattice (beyond the paper): the slots are independent given the context, so a static tree
         whose depth-d nodes take slot d's tokens covers several combinations in one target pass."""
-        parents = self._lattice_parents.expand(roots.shape[0], -1).contiguous()
+        layout = self.tree.layout(roots.device)
         if sampling.do_sample:
-            return self._sampled_lattice(run, roots, parents, sampling, generator)
+            return self._sampled_lattice(run, roots, layout, sampling, generator)
         # greedy: slot d's ranked tokens; deterministic drafts (point-mass proposals) are lossless anyway
         ranked = run.slot_logits[:, : self.tree.depth].topk(int(self._rank.max()) + 1, dim=-1).indices
-        tokens = torch.cat([roots[:, None], ranked[:, self._slot, self._rank]], dim=1)
-        return DraftTree(tokens, parents)
+        return layout.tree(torch.cat([roots[:, None], ranked[:, self._slot, self._rank]], dim=1))
 
-    def _sampled_lattice(self, run: FeatureRun, roots, parents, sampling, generator) -> DraftTree:
+    def _sampled_lattice(self, run: FeatureRun, roots, layout, sampling, generator) -> DraftTree:
         """Under sampling, each node's children are drawn from its depth's slot distribution q_d without
         replacement (SpecInfer-style multi-draft): point-mass drafts of a high-entropy target (image codes) are
         rarely accepted, while drawn ones are accepted with probability ~ 1 - TV(p, q). The slots do not
@@ -229,12 +228,12 @@ class FeatureDrafter(AutoregressiveDrafter):
         is what the verifier is given, which keeps it lossless."""
         B = roots.shape[0]
         q = sampling.probs(run.slot_logits[:, : self.tree.depth])  # [B, D, V]
-        tokens = torch.empty(B, parents.shape[1], dtype=torch.long, device=roots.device)
+        tokens = torch.empty(B, self.tree.num_nodes, dtype=torch.long, device=roots.device)
         tokens[:, 0] = roots
         for slot, kids in self._sibling_groups:  # siblings in draw order = the order the verifier tries them
             tokens[:, kids] = torch.multinomial(q[:, slot], len(kids), replacement=False, generator=generator)
         node_q = torch.cat([q[:, :1], q[:, self._slot]], dim=1)  # the root's entry is never read
-        return DraftTree(tokens, parents, q=node_q, sibling_rule="without_replacement")
+        return layout.tree(tokens, node_q, "without_replacement")
 
 
 __all__ = ["FeatureDrafter"]
