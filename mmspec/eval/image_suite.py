@@ -50,6 +50,11 @@ FEATURE_METHODS = [
     ("eagle: LANTERN++ λ=5 k=16 static", "lantern++", dict(lam=5.0, lantern_k=16, tree="static", drafter="feature")),
     ("eagle: LANTERN++ λ=10 k=16 static", "lantern++", dict(lam=10.0, lantern_k=16, tree="static", drafter="feature")),
     ("eagle: LANTERN δ=0.2 k=64 chain", "lantern", dict(delta=0.2, lantern_k=64, tree="chain", drafter="feature")),
+    # looser bounds: more steps compressed, more distortion (the quality columns say how much)
+    ("eagle: LANTERN++ λ=20 k=16 static", "lantern++", dict(lam=20.0, lantern_k=16, tree="static", drafter="feature")),
+    ("eagle: LANTERN++ λ=50 k=16 static", "lantern++", dict(lam=50.0, lantern_k=16, tree="static", drafter="feature")),
+    ("eagle: LANTERN++ λ=50 k=16 tree 2x1x1x1x1x1", "lantern++",
+     dict(lam=50.0, lantern_k=16, tree=TreeTemplate.full((2, 1, 1, 1, 1, 1)), drafter="feature")),
     # the default bound on a narrower tree (10 nodes instead of 18): where a verify forward costs per node
     ("eagle: LANTERN++ λ=10 k=16 tree 2x1x1x1x1", "lantern++",
      dict(lam=10.0, lantern_k=16, tree=TreeTemplate.full((2, 1, 1, 1, 1)), drafter="feature")),

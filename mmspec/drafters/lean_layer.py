@@ -1,0 +1,89 @@
+"""A feature drafter's decoder layer run as a few tensor ops on the stock layer's own weights.
+
+A feature drafter (:mod:`mmspec.drafters.feature_model`) is one ``LlamaDecoderLayer`` that runs five or six
+times per speculative step, over one or two tokens each time. Through the stock module that costs about
+1.8 ms on a 2-core CPU, most of it Python: module calls, keyword plumbing, the attention-interface lookup and
+the rotary embedding recomputed from its frequencies. :func:`lean_layer_forward` computes the same function
+(RMSNorm -> q/k/v -> rotary -> cache -> SDPA -> o_proj -> residual, RMSNorm -> SwiGLU MLP -> residual) with
+the layer's parameters read directly, and :class:`RotaryTable` looks cos / sin up in a table built once.
+
+This is for *drafters* only, where it is safe: a draft only has to be a good guess (the verifier decides
+what is emitted, exactly, from the stock target's own forward). Its numbers agree with the stock layer's to
+float rounding (``F.rms_norm`` instead of HF's explicit float32 RMSNorm; tested). Targets always run their
+stock modules. :func:`lean_supported` says whether a layer's config is one this covers (no biases, SiLU MLP,
+plain rotary, full attention); anything else keeps the stock module.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+# rope types whose cos / sin depend on the position alone (a "dynamic" rope rescales with the sequence length)
+_STATIC_ROPE = ("default", "linear", "llama3", "yarn")
+
+
+def lean_supported(config) -> bool:
+    """True for a Llama decoder-layer config :func:`lean_layer_forward` computes exactly as the stock layer."""
+    rope = getattr(config, "rope_parameters", None) or {}
+    return (not getattr(config, "attention_bias", False) and not getattr(config, "mlp_bias", False)
+            and getattr(config, "hidden_act", "silu") == "silu"
+            and rope.get("rope_type", "default") in _STATIC_ROPE
+            and getattr(config, "sliding_window", None) is None
+            and getattr(config, "_attn_implementation", "sdpa") in ("sdpa", "eager"))
+
+
+class RotaryTable:
+    """cos / sin of a stock rotary embedding for positions 0 .. n-1, computed once and indexed per call
+    (grown when a longer sequence comes; replaced whole, so concurrent readers never see a half-built one)."""
+
+    def __init__(self, rotary_emb):
+        self.rotary_emb = rotary_emb
+        self._table: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def __call__(self, x: torch.Tensor, positions: torch.LongTensor, max_position: int):
+        """(cos, sin), each [B, T, head_dim] in ``x``'s dtype, for ``positions`` [B, T] all below ``max_position``."""
+        table = self._table
+        if table is None or table[0].shape[0] < max_position or table[0].device != x.device \
+                or table[0].dtype != x.dtype:
+            n = max(max_position, 2 * table[0].shape[0] if table is not None else 0)
+            ids = torch.arange(n, device=x.device)[None, :]
+            cos, sin = self.rotary_emb(x[:1, :1], position_ids=ids)
+            table = self._table = (cos[0], sin[0])
+        return table[0][positions], table[1][positions]
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoFormer rotary embedding in the half-split layout HF's Llama uses (x: [B, heads, T, D])."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+def lean_layer_forward(layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache,
+                       mask: torch.Tensor | None) -> torch.Tensor:
+    """One decoder layer over ``h`` [B, T, H]: K / V are written to ``cache`` (a SpecKVCache with the nodes
+    already registered by ``prepare_append``) and the layer's output is returned. ``mask``: [B, 1, T, S]
+    boolean (True = attend), or None for a single query that sees every key."""
+    attn, mlp = layer.self_attn, layer.mlp
+    B, T, _ = h.shape
+    D = attn.head_dim
+    eps_in, eps_post = layer.input_layernorm.variance_epsilon, layer.post_attention_layernorm.variance_epsilon
+    x = F.rms_norm(h, h.shape[-1:], layer.input_layernorm.weight, eps_in)
+    q = F.linear(x, attn.q_proj.weight).view(B, T, -1, D).transpose(1, 2)
+    k = F.linear(x, attn.k_proj.weight).view(B, T, -1, D).transpose(1, 2)
+    v = F.linear(x, attn.v_proj.weight).view(B, T, -1, D).transpose(1, 2)
+    cos, sin = cos[:, None], sin[:, None]
+    q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+    k, v = cache.layers[attn.layer_idx].update(k, v)
+    if k.shape[1] != q.shape[1]:  # grouped K/V heads
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling)
+    h = h + F.linear(o.transpose(1, 2).reshape(B, T, -1), attn.o_proj.weight)
+    x = F.rms_norm(h, h.shape[-1:], layer.post_attention_layernorm.weight, eps_post)
+    return h + F.linear(F.silu(F.linear(x, mlp.gate_proj.weight)) * F.linear(x, mlp.up_proj.weight),
+                        mlp.down_proj.weight)
+
+
+__all__ = ["lean_supported", "RotaryTable", "lean_layer_forward"]

@@ -1,0 +1,74 @@
+"""The feature drafter's lean layer forward computes what the stock Llama modules compute."""
+
+import pytest
+import torch
+
+from mmspec.cache import SpecKVCache
+from mmspec.drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
+from mmspec.drafters.lean_layer import lean_supported
+from mmspec.verifiers.tree_forward import chain_parents
+
+
+def sharp_net(kv_heads: int, seed: int = 0) -> FeatureDraftModel:
+    """A random drafter with std-0.2 weights (at the default init outputs are nearly flat) and non-unit norms."""
+    torch.manual_seed(seed)
+    net = FeatureDraftModel(FeatureDrafterConfig(hidden_size=32, vocab_size=50, num_attention_heads=4,
+                                                 num_key_value_heads=kv_heads, intermediate_size=48,
+                                                 max_position_embeddings=64)).eval()
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            p.normal_(0.0, 0.2) if p.dim() > 1 else p.uniform_(0.5, 1.5)
+    return net
+
+
+def run(net: FeatureDraftModel, lean: bool):
+    """A left-padded prompt, then a chain of two unseen tokens, then a tree level hanging off pending nodes:
+    the features of every call and the cache's K/V of the committed prompt and the pending nodes."""
+    net.lean = lean
+    g = torch.Generator().manual_seed(1)
+    B, P = 2, 7
+    cache = SpecKVCache.for_model(net.body, B, 40)
+    valid = torch.ones(B, P, dtype=torch.bool)
+    valid[1, :3] = False  # row 1 is left padded
+    x = torch.randn(B, P, 32, generator=g)
+    parents = chain_parents(valid)
+    parents[1, :4] = -1
+    outs = [net.append(cache, x, parents, valid)[valid]]
+    cache.commit_first(torch.full((B,), P))
+    cache.starts = torch.tensor([0, 3])
+    ragged = torch.tensor([[True, True], [True, False]])
+    outs.append(net.append(cache, torch.randn(B, 2, 32, generator=g), chain_parents(ragged), ragged)[ragged])
+    cache.commit_first(ragged.sum(1))
+    outs.append(net.append(cache, torch.randn(B, 1, 32, generator=g), torch.full((B, 1), -1),
+                           torch.ones(B, 1, dtype=torch.bool)))  # a single query that sees every key: no mask
+    level = torch.tensor([[0, 0, -1], [0, -1, -1]])  # two children of the pending node, one more of the root
+    outs.append(net.append(cache, torch.randn(B, 3, 32, generator=g), level, torch.ones(B, 3, dtype=torch.bool)))
+    layer = cache.layers[0]
+    return outs, layer.keys.clone(), layer.values.clone()
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_lean_append_matches_the_stock_modules(kv_heads):
+    net = sharp_net(kv_heads)
+    assert lean_supported(net.body.config)
+    with torch.no_grad():
+        lean, k_lean, v_lean = run(net, True)
+        stock, k_stock, v_stock = run(net, False)
+    for a, b in zip(lean, stock):
+        assert a.abs().max() > 0.5  # sharpened: a wrong position or mask would show
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(k_lean, k_stock, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(v_lean, v_stock, rtol=1e-4, atol=1e-4)
+
+
+def test_lean_refuses_what_it_does_not_compute():
+    net = sharp_net(4)
+    cfg = net.body.config
+    cfg.attention_bias = True
+    assert not lean_supported(cfg)
+    cfg.attention_bias = False
+    cfg.hidden_act = "gelu"
+    assert not lean_supported(cfg)
+    cfg.hidden_act = "silu"
+    cfg.rope_parameters = {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}
+    assert not lean_supported(cfg)
