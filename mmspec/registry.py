@@ -86,7 +86,9 @@ CPS_LAMBDA = 0.85
 # image-eagle, static tree): lambda 2 / k 8 ran at 0.90x plain AR (tau 2.43), lambda 5 / k 16 at 1.02x (tau 2.75),
 # lambda 10 / k 16 at 1.17x (tau 3.23) with FD 0.48 against a plain-AR run-to-run range of 0.28-0.90 (96 pictures).
 # With image-eagle rebuilt on 8192 samples lambda 10 / k 16 runs at 1.33-1.35x (tau 3.41), FD 0.95 (outside that
-# range by 0.05; FD of one relaxed run moves by about 1 between drafters, see the README).
+# range by 0.05; FD of one relaxed run moves by about 1 between drafters, see the README). On 2026-11-24 (lean drafter
+# layer) lambda 20 / 50 raised tau to 3.60 / 3.85 (1.43x / 1.44x; lambda 50 on 2x1x1x1x1x1: 1.46-1.47x) at about the
+# default's FD and class fidelity but a higher mean output TV (0.24 / 0.28 against 0.19): the default stays lambda 10.
 BOUND_DEFAULTS = {"lantern": dict(delta=0.1, lantern_k=8), "lantern++": dict(lam=10.0, lantern_k=16)}
 # LANTERN++'s static tree: depth 5, wider near the root (all draft probabilities are low). Kept to 18 nodes:
 # on a CPU the verify forward costs in proportion to the nodes (a (4, 2, 2, 1, 1) tree of 60 nodes made a
