@@ -23,13 +23,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import LlamaConfig, LlamaModel
 
 from ..verifiers.tree_forward import text_config, to_model_mask
-from .lean_layer import RotaryTable, lean_layer_forward, lean_supported
+from .lean_layer import RotaryTable, lean_layer_forward, lean_supported, rms_norm
 from ..vision import image_token_id
 
 METHODS = ("eagle", "msd", "flash")
@@ -118,8 +117,10 @@ class FeatureDraftModel(nn.Module):
                            bos_token_id=None, eos_token_id=None, pad_token_id=None)
         body._attn_implementation = "sdpa"
         self.body = LlamaModel(body)
-        self.lean = True  # append() through mmspec.drafters.lean_layer (False: the stock modules)
-        self._rope_table = None
+        # append() through mmspec.drafters.lean_layer where the body's config allows (lean = False: the stock
+        # modules, e.g. to compare them)
+        self.lean = lean_supported(body)
+        self._rope_table = RotaryTable(self.body.rotary_emb)
         if config.compress_tokens:
             self.queries = nn.Parameter(torch.randn(config.compress_tokens, H) / math.sqrt(H))
         if config.sar_tokens > 1:
@@ -148,16 +149,14 @@ class FeatureDraftModel(nn.Module):
         step, and the model-level wrappers (output capture, mask construction) cost more than the layer."""
         positions, mask = cache.prepare_append(parents, valid)
         mask = to_model_mask(mask, self.body, x.dtype)  # None for a decode step: SDPA's faster unmasked path
-        if self.lean and lean_supported(self.body.config):
-            # the same function in a few tensor ops (mmspec.drafters.lean_layer): a third of the stock
-            # module's time per call on a CPU, where the drafter runs five or six times per step
-            if self._rope_table is None:
-                self._rope_table = RotaryTable(self.body.rotary_emb)
+        if self.lean:
+            # the same function in a few tensor ops (mmspec.drafters.lean_layer): the drafter runs five or six
+            # times per step, and the stock modules' plumbing costs more than its math on a CPU
             cos, sin = self._rope_table(x, positions, cache.max_len + 1)
             h = x
             for layer in self.body.layers:
                 h = lean_layer_forward(layer, h, cos, sin, cache, mask)
-            return F.rms_norm(h, h.shape[-1:], self.body.norm.weight, self.body.norm.variance_epsilon)
+            return rms_norm(self.body.norm, h)
         rope = self.body.rotary_emb(x, position_ids=positions)
         h = x
         for layer in self.body.layers:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..layer_masks import attention_layout
+
 # rope types whose cos / sin depend on the position alone (a "dynamic" rope rescales with the sequence length)
 _STATIC_ROPE = ("default", "linear", "llama3", "yarn")
 
@@ -29,7 +31,7 @@ def lean_supported(config) -> bool:
     return (not getattr(config, "attention_bias", False) and not getattr(config, "mlp_bias", False)
             and getattr(config, "hidden_act", "silu") == "silu"
             and rope.get("rope_type", "default") in _STATIC_ROPE
-            and getattr(config, "sliding_window", None) is None
+            and attention_layout(config).window is None  # one full-attention mask, as the cache builds it
             and getattr(config, "_attn_implementation", "sdpa") in ("sdpa", "eager"))
 
 
@@ -53,6 +55,11 @@ class RotaryTable:
         return table[0][positions], table[1][positions]
 
 
+def rms_norm(norm, h: torch.Tensor) -> torch.Tensor:
+    """A stock RMSNorm module's function as one fused op."""
+    return F.rms_norm(h, h.shape[-1:], norm.weight, norm.variance_epsilon)
+
+
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """RoFormer rotary embedding in the half-split layout HF's Llama uses (x: [B, heads, T, D])."""
     half = x.shape[-1] // 2
@@ -68,8 +75,7 @@ def lean_layer_forward(layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Ten
     attn, mlp = layer.self_attn, layer.mlp
     B, T, _ = h.shape
     D = attn.head_dim
-    eps_in, eps_post = layer.input_layernorm.variance_epsilon, layer.post_attention_layernorm.variance_epsilon
-    x = F.rms_norm(h, h.shape[-1:], layer.input_layernorm.weight, eps_in)
+    x = rms_norm(layer.input_layernorm, h)
     q = F.linear(x, attn.q_proj.weight).view(B, T, -1, D).transpose(1, 2)
     k = F.linear(x, attn.k_proj.weight).view(B, T, -1, D).transpose(1, 2)
     v = F.linear(x, attn.v_proj.weight).view(B, T, -1, D).transpose(1, 2)
@@ -81,9 +87,9 @@ def lean_layer_forward(layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Ten
         v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
     o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling)
     h = h + F.linear(o.transpose(1, 2).reshape(B, T, -1), attn.o_proj.weight)
-    x = F.rms_norm(h, h.shape[-1:], layer.post_attention_layernorm.weight, eps_post)
+    x = rms_norm(layer.post_attention_layernorm, h)
     return h + F.linear(F.silu(F.linear(x, mlp.gate_proj.weight)) * F.linear(x, mlp.up_proj.weight),
                         mlp.down_proj.weight)
 
 
-__all__ = ["lean_supported", "RotaryTable", "lean_layer_forward"]
+__all__ = ["lean_supported", "RotaryTable", "rms_norm", "lean_layer_forward"]
