@@ -36,8 +36,9 @@ from .tree import ancestor_mask
 class _PreallocatedLayer(CacheLayerMixin):
     """One layer's K/V buffers; writes go where the owning cache says."""
 
-    def __init__(self, owner: "SpecKVCache"):
+    def __init__(self, owner: "SpecKVCache", index: int):
         super().__init__()
+        self.index = index
         # a weak reference: a strong one makes a cycle (cache -> layers -> cache), and a cycle's buffers (GBs for a
         # large batch) are freed only when the garbage collector next runs, so every generate call held on to
         # its cache: sampling 512 pictures at a time grew by the cache's 5 GB per call until the build ran out
@@ -45,9 +46,13 @@ class _PreallocatedLayer(CacheLayerMixin):
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         B, H, _, D = key_states.shape
-        size = self._owner.max_len + 1
-        self.keys = key_states.new_zeros(B, H, size, D)
-        self.values = value_states.new_zeros(B, H, size, value_states.shape[-1])
+        shared = self._owner._shared_views(self.index, key_states, value_states)
+        if shared is not None:
+            self.keys, self.values = shared
+        else:
+            size = self._owner.max_len + 1
+            self.keys = key_states.new_zeros(B, H, size, D)
+            self.values = value_states.new_zeros(B, H, size, value_states.shape[-1])
         self.dtype, self.device = key_states.dtype, key_states.device
         self.is_initialized = True
 
@@ -87,7 +92,14 @@ class SpecKVCache(Cache):
             raise ValueError(f"layer_types names {len(layer_types)} layers, the cache has {num_layers}")
         self.layout = AttentionLayout(sliding_window, tuple(layer_types) if layer_types is not None
                                       and sliding_window is not None else None)
-        super().__init__(layers=[_PreallocatedLayer(self) for _ in range(num_layers)])
+        super().__init__(layers=[_PreallocatedLayer(self, i) for i in range(num_layers)])
+        # every layer's K and V in one buffer when their shapes agree (_shared_views): a commit then moves all
+        # layers with one gather and one scatter instead of two per layer
+        self._store: torch.Tensor | None = None
+        self._store_views: list = [None] * num_layers
+        # the committed-prefix part of the mask, kept while lengths, starts and the write base stay the same
+        self._prefix_key: tuple | None = None
+        self._prefix: torch.Tensor | None = None
         self.device = torch.device(device)
         self.lengths = torch.zeros(batch_size, dtype=torch.long, device=self.device)
         self.starts = torch.zeros(batch_size, dtype=torch.long, device=self.device)
@@ -107,6 +119,42 @@ class SpecKVCache(Cache):
         layout = attention_layout(cfg)
         return cls(cfg.num_hidden_layers, batch_size, max_len, device=model.device, sliding_window=layout.window,
                    layer_types=layout.layer_types)
+
+    def _shared_views(self, index: int, key_states: torch.Tensor, value_states: torch.Tensor):
+        """(K, V) views of layer ``index`` into the one buffer ``[B, 2 · layers · H, max_len + 1, D]``, allocated
+        by the first layer that writes; None (the layer gets its own buffers) for a layer whose shape, dtype
+        or device differs from the first one's."""
+        B, H, _, D = key_states.shape
+        if value_states.shape != key_states.shape or value_states.dtype != key_states.dtype:
+            return None
+        if self._store is None:
+            self._store = key_states.new_zeros(B, 2 * len(self.layers) * H, self.max_len + 1, D)
+        store = self._store
+        if (store.shape[0], store.shape[-1], store.shape[1] // (2 * len(self.layers))) != (B, D, H) \
+                or store.dtype != key_states.dtype or store.device != key_states.device:
+            return None
+        views = store[:, 2 * index * H: (2 * index + 1) * H], store[:, (2 * index + 1) * H: (2 * index + 2) * H]
+        self._store_views[index] = views[0]
+        return views
+
+    def _all_layers_in_store(self) -> bool:
+        """True when every layer written so far keeps its K and V in the shared buffer (a layer replaced by
+        code outside mmspec, e.g. ``Cache.reorder_cache``, no longer does)."""
+        return self._store is not None and all(
+            not layer.is_initialized or layer.keys is self._store_views[i] for i, layer in enumerate(self.layers))
+
+    def _prefix_mask(self, base: int) -> torch.BoolTensor:
+        """[B, base]: the committed, non-padding slots each row attends to (the same for every append
+        between two commits)."""
+        key = (base, self.lengths, self.starts, self.lengths._version, self.starts._version)
+        cached = self._prefix_key
+        if cached is not None and cached[0] == key[0] and cached[1] is key[1] and cached[2] is key[2] \
+                and cached[3:] == key[3:]:
+            return self._prefix
+        slot = torch.arange(base, device=self.device)
+        self._prefix = (slot[None, :] >= self.starts[:, None]) & (slot[None, :] < self.lengths[:, None])
+        self._prefix_key = key
+        return self._prefix
 
     @property
     def sliding_window(self) -> int | None:
@@ -175,10 +223,10 @@ class SpecKVCache(Cache):
         positions = self.seen_tokens[:, None] + depth
         positions = torch.where(valid, positions, torch.zeros_like(positions))
 
-        slot = torch.arange(base, device=self.device)
-        prefix = (slot[None, :] >= self.starts[:, None]) & (slot[None, :] < self.lengths[:, None])  # [B, base]
+        prefix = self._prefix_mask(base)  # [B, base]
         mask = torch.cat([prefix[:, None, :].expand(B, T, base), new_anc], dim=2)  # [B, T, base+old+T]
         if self.layout.window is not None:
+            slot = torch.arange(base, device=self.device)
             key_pos = torch.cat([slot[None, :] - self.starts[:, None], self._pending_pos, positions], dim=1)
             mask = masks_by_type(mask, key_pos, positions, self.layout)
         # padding nodes see themselves so no attention row is empty (their outputs are ignored)
@@ -213,6 +261,13 @@ class SpecKVCache(Cache):
         if int(dst.max()) > self.max_len:
             raise ValueError("sequence longer than the cache while committing accepted tokens")
         if (src != dst).any():
+            if self._all_layers_in_store():
+                rep = self._store.shape[0] // B  # classifier-free guidance: cond and uncond rows keep one path
+                s, d = (src, dst) if rep == 1 else (src.repeat(rep, 1), dst.repeat(rep, 1))
+                compact_kv_(self._store, None, s, d)
+                self.lengths = self.lengths + path_lengths
+                self.discard_pending()
+                return
             moves, backends = {}, {}  # per row repeat and per device: the same for every layer
             for layer in self.layers:
                 if layer.is_initialized:

@@ -118,6 +118,22 @@ class DraftTree:
             self._cache["max_depth"] = int((self.depth * self.valid).max())
         return self._cache["max_depth"]
 
+    @property
+    def children_in_order(self) -> tuple[torch.LongTensor, torch.LongTensor, torch.LongTensor]:
+        """(kids, first, count), each [B, N]: ``kids`` lists every real non-root node grouped by parent, in
+        index order (padding after them); node n's children, in the order a verifier tries them, are
+        ``kids[:, first[:, n] : first[:, n] + count[:, n]]``. One sort per tree instead of a scan of every node
+        per tried child."""
+        if "kids" not in self._cache:
+            B, N = self.tokens.shape
+            idx = torch.arange(N, device=self.parents.device)
+            real = self.valid & (idx > 0)
+            parent = self.parents.clamp(min=0)
+            kids = torch.where(real, parent * N + idx, N * N).sort(1).values % N
+            count = torch.zeros(B, N, dtype=torch.long, device=idx.device).scatter_add_(1, parent, real.long())
+            self._cache["kids"] = (kids, count.cumsum(1) - count, count)
+        return self._cache["kids"]
+
     def position_ids(self, committed: torch.LongTensor) -> torch.LongTensor:
         """Positions of the nodes for a target whose row ``b`` has ``committed[b]`` tokens in its cache."""
         return committed.view(-1, 1) + self.depth

@@ -95,73 +95,132 @@ def deepest_accepted(tree: DraftTree, match: torch.BoolTensor):
     return best, paths, lengths
 
 
+def sample_rows(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.LongTensor:
+    """One index per row of ``probs`` [B, V] (non-negative, not necessarily normalised), by inverse CDF: the first
+    index whose cumulative mass exceeds u · total. ``torch.multinomial`` does the same draw after validating its
+    input, which at batch 1 on a CPU costs more than the rest of a tree's acceptance step."""
+    cdf = probs.double().clamp_min(0).cumsum(-1)
+    u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=torch.float64)
+    total = cdf[:, -1:]
+    last = (cdf < total).sum(-1)  # the last index with mass: u · total may round up to the total itself
+    return torch.minimum(torch.searchsorted(cdf, u * total, right=True).squeeze(1), last)
+
+
 def sampling_accept(tree: DraftTree, target_probs: torch.Tensor,
                     generator: torch.Generator | None = None, relax=None) -> AcceptResult:
     """target_probs: [B, N, V] warped target distribution at every node. ``relax`` (a
     :class:`~mmspec.verifiers.relaxed.Relaxation`) judges each child against p̃, the current distribution
-    relaxed towards it (LANTERN); None is the lossless rule."""
+    relaxed towards it (LANTERN); None is the lossless rule.
+
+    A node's first child is judged against the target's distribution at the node itself (nothing has been
+    rejected there yet), so every first child's test is made at once, over the whole tree, before the walk;
+    each node gets its own uniform draw, used only if the walk reaches it. The walk then follows accepted
+    first children with a few gathers per level; only a rejection runs the sequential rule (residual, then the
+    next sibling). At batch 1 on a CPU each tensor op costs more in dispatch than in arithmetic, and most tried
+    children are first children."""
     B, N, V = target_probs.shape
     dev = target_probs.device
-    rows = torch.arange(B, device=dev)
+    p_all = target_probs.double()
+    q_all = None if tree.q is None else tree.q.double()
+    without_replacement = tree.sibling_rule == "without_replacement"
+    kids, first, count = tree.children_in_order
+
+    def proposal(q_rows, x, drawn):
+        """The proposal a child with token x was drawn from, its earlier siblings' draws removed."""
+        if q_rows is None:
+            return torch.nn.functional.one_hot(x, V).double()
+        q = q_rows
+        if without_replacement:
+            if drawn is not None:
+                q = q.masked_fill(drawn[:, :V], 0.0)
+            q = q / q.sum(-1, keepdim=True).clamp_min(1e-300)
+        # A child its own proposal gives no mass (e.g. more siblings than the draft support) was chosen
+        # deterministically given the earlier draws: verify it as a point mass.
+        point = q.gather(-1, x[..., None]).squeeze(-1) <= 0
+        if point.any():
+            q = torch.where(point[..., None], torch.nn.functional.one_hot(x, V).double(), q)
+        return q
+
+    # every node judged as its parent's first child: against p at the parent, relaxed towards the node's token
+    tokens = tree.tokens
+    at_parent = p_all.gather(1, tree.parents.clamp(min=0)[..., None].expand(B, N, V))
+    q_first = proposal(q_all, tokens, None)
+    p_x = at_parent.gather(2, tokens[..., None]).squeeze(-1)
+    moved_by_node = None
+    if relax is not None:
+        _, _, moved_by_node = relax.moved_neighbours(at_parent.view(B * N, V), tokens.reshape(-1))
+        moved_by_node = moved_by_node.view(B, N)
+        p_x = p_x + moved_by_node  # p̃(x) = p(x) + S_m
+    u = torch.rand(B, N, generator=generator, device=dev, dtype=torch.float64)
+    first_accepted = u < (p_x / q_first.gather(2, tokens[..., None]).squeeze(-1)).clamp(max=1.0)
+
+    def row_pick(t, node):  # t[b, node[b]] for t: [B, N, ...] (a gather: cheaper than advanced indexing)
+        return t.gather(1, node.view(B, 1, *([1] * (t.dim() - 2))).expand(B, 1, *t.shape[2:])).squeeze(1)
+
     cur = torch.zeros(B, dtype=torch.long, device=dev)
-    walking = torch.ones(B, dtype=torch.bool, device=dev)
-    residual = target_probs[:, 0].double()
+    residual = p_all[:, 0]  # where the bonus is drawn from if the walk stops here
+    moved_mass = torch.zeros(B, dtype=torch.float64, device=dev) if relax is not None else None
     width = tree.max_depth + 1
     paths = torch.zeros(B, width, dtype=torch.long, device=dev)
     lengths = torch.ones(B, dtype=torch.long, device=dev)
-    without_replacement = tree.sibling_rule == "without_replacement"
-    moved_mass = torch.zeros(B, dtype=torch.float64, device=dev)
+    walking = torch.ones(B, dtype=torch.bool, device=dev)
 
     for level in range(1, width):
-        children = (tree.parents == cur[:, None]) & tree.valid & walking[:, None]
-        children[:, 0] = False
-        rank = children.long().cumsum(1) - 1
-        n_children = children.sum(1)
-        moved = torch.zeros(B, dtype=torch.bool, device=dev)
-        drawn = torch.zeros(B, V, dtype=torch.bool, device=dev) if without_replacement else None
-        for i in range(int(n_children.max()) if n_children.numel() else 0):
-            trying = walking & ~moved & (n_children > i)
-            if not trying.any():
-                break
-            child = (children & (rank == i)).long().argmax(1)
-            x = tree.tokens[rows, child]
-            if tree.q is None:
-                q = torch.nn.functional.one_hot(x, V).double()
-            else:
-                q = tree.q[rows, child].double()
-                if without_replacement:
-                    q = q.masked_fill(drawn, 0.0)
-                    q = q / q.sum(-1, keepdim=True).clamp_min(1e-300)
-                # A child its own proposal gives no mass (e.g. more siblings than the draft support)
-                # was chosen deterministically given the earlier draws: verify it as a point mass.
-                point = q[rows, x] <= 0
-                if point.any():
-                    q = torch.where(point[:, None], torch.nn.functional.one_hot(x, V).double(), q)
-            judged = residual
-            if relax is not None:
-                judged, shifted = relax.apply(residual, x)
-                moved_mass = torch.where(trying, torch.maximum(moved_mass, shifted), moved_mass)
-            p_x = judged[rows, x]
-            ratio = p_x / q[rows, x]
-            u = torch.rand(B, generator=generator, device=dev, dtype=torch.float64)
-            accept = trying & (u < ratio.clamp(max=1.0))
-            reject = trying & ~accept
-            if reject.any():
-                leftover = (judged - q).clamp_min(0.0)
-                total = leftover.sum(-1, keepdim=True)
-                leftover = torch.where(total > 0, leftover / total.clamp_min(1e-300), residual)
-                residual = torch.where(reject[:, None], leftover, residual)
-            if accept.any():
-                residual = torch.where(accept[:, None], target_probs[rows, child].double(), residual)
-                cur = torch.where(accept, child, cur)
-                paths[:, level] = torch.where(accept, child, paths[:, level])
-                lengths = lengths + accept.long()
-                moved |= accept
-            if drawn is not None:
-                drawn[rows[trying], x[trying]] = True
-        walking &= moved
+        at = cur[:, None]
+        n_children = torch.where(walking, count.gather(1, at).squeeze(1), 0)
+        offset = first.gather(1, at).squeeze(1)
+        has = n_children > 0
+        if not has.any():
+            break
+        child = row_pick(kids, offset.clamp(max=N - 1))
+        if relax is not None:
+            moved_mass = torch.where(has, torch.maximum(moved_mass, row_pick(moved_by_node, child)), moved_mass)
+        accept = has & row_pick(first_accepted, child)
+        rejected = has & ~accept
+        if rejected.any():
+            # the sequential rule where the first child failed: residual norm(max(p̃ − q, 0)), then the next sibling
+            res = residual
+            drawn = torch.zeros(B, V + 1, dtype=torch.bool, device=dev) if without_replacement else None
+            trying = rejected
+            for i in range(int(n_children.max())):
+                if i > 0:
+                    trying = rejected & ~accept & (n_children > i)
+                    if not trying.any():
+                        break
+                    child_i = row_pick(kids, (offset + i).clamp(max=N - 1))
+                else:
+                    child_i = child
+                x = row_pick(tokens, child_i)
+                q = proposal(None if q_all is None else row_pick(q_all, child_i), x, drawn if i > 0 else None)
+                if relax is not None:
+                    idx, keep, shifted = relax.moved_neighbours(res, x)
+                    if i > 0:
+                        moved_mass = torch.where(trying, torch.maximum(moved_mass, shifted), moved_mass)
+                if i > 0:
+                    judged_x = row_pick(res, x) + (shifted if relax is not None else 0.0)
+                    ok = trying & (row_pick(u, child_i) < (judged_x / row_pick(q, x)).clamp(max=1.0))
+                    accept = accept | ok
+                    child = torch.where(ok, child_i, child)
+                    out = trying & ~ok
+                else:
+                    out = trying
+                if out.any():
+                    judged = res if relax is None else relax.relaxed(res, x, idx, keep, shifted)
+                    leftover = (judged - q).clamp_min(0.0)
+                    total = leftover.sum(-1, keepdim=True)
+                    leftover = torch.where(total > 0, leftover / total.clamp_min(1e-300), res)
+                    res = torch.where(out[:, None], leftover, res)
+                if drawn is not None:  # a row not trying marks the spare column V
+                    drawn.scatter_(1, torch.where(trying, x, V)[:, None], True)
+            residual = torch.where(rejected[:, None], res, residual)
+        if accept.any():
+            residual = torch.where(accept[:, None], row_pick(p_all, child), residual)
+            cur = torch.where(accept, child, cur)
+            paths[:, level] = torch.where(accept, child, paths[:, level])
+            lengths = lengths + accept.long()
+        walking = accept
         if not walking.any():
             break
 
-    bonus = torch.multinomial(residual.float().clamp_min(0), 1, generator=generator).squeeze(1)
-    return AcceptResult(paths, lengths, bonus, moved_mass=moved_mass if relax is not None else None)
+    bonus = sample_rows(residual, generator)
+    return AcceptResult(paths, lengths, bonus, moved_mass=moved_mass)

@@ -129,8 +129,7 @@ class Relaxation:
         """Which neighbours of each draft p̃ takes mass from: (neighbour ids [M, k] clamped to valid ids, kept
         [M, k] (a prefix of the sorted neighbours), S_m [M]) for p: [M, V] and draft tokens x: [M]."""
         idx, has = self.neighbour_ids(x, p.device)
-        rows = torch.arange(p.shape[0], device=p.device)
-        keep, moved = self.select(p.gather(1, idx), has, p[rows, x])
+        keep, moved = self.select(p.gather(1, idx), has, p.gather(1, x[:, None]).squeeze(1))
         return idx, keep, moved
 
     def select(self, pn: torch.Tensor, has: torch.BoolTensor, px: torch.Tensor):
@@ -145,17 +144,25 @@ class Relaxation:
 
     def neighbour_ids(self, x: torch.LongTensor, device) -> tuple[torch.LongTensor, torch.BoolTensor]:
         """Neighbour ids of drafts x [...] -> ([..., k] clamped to valid ids, [..., k] which exist)."""
-        nb = self.neighbours.to(device)[x]
+        table = self.neighbours.to(device)
+        nb = table.index_select(0, x.reshape(-1)).view(*x.shape, table.shape[1])
         return nb.clamp(min=0), nb >= 0
 
     def apply(self, p: torch.Tensor, x: torch.LongTensor) -> tuple[torch.Tensor, torch.Tensor]:
         """p: [M, V] distributions, x: [M] draft tokens -> (p̃ [M, V], moved mass S_m [M])."""
         idx, keep, moved = self.moved_neighbours(p, x)
+        return self.relaxed(p, x, idx, keep, moved), moved
+
+    @staticmethod
+    def relaxed(p: torch.Tensor, x: torch.LongTensor, idx: torch.LongTensor, keep: torch.BoolTensor,
+                moved: torch.Tensor) -> torch.Tensor:
+        """p̃ [M, V] from :meth:`moved_neighbours`' output: the kept neighbours' mass moved onto x. A draft is
+        never its own neighbour, so p̃(x) = p(x) + S_m: a verifier needs the whole of p̃ only on a rejection."""
         rows = torch.arange(p.shape[0], device=p.device)
         gone = torch.zeros_like(p, dtype=torch.bool).scatter_(1, idx, keep)
         out = p.masked_fill(gone, 0.0)
         out[rows, x] = out[rows, x] + moved
-        return out, moved
+        return out
 
 
 def relaxed_greedy_accept(tree: DraftTree, logits: torch.Tensor, relax: Relaxation) -> AcceptResult:

@@ -20,8 +20,11 @@ def sequential_kv(model, tokens: torch.LongTensor):
     return [(layer.keys[0], layer.values[0]) for layer in cache.layers]
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "mistral"])
-def test_commit_matches_sequential(arch):
+@pytest.mark.parametrize("arch,own_buffers", [("llama", False), ("qwen2", False), ("mistral", False),
+                                               ("llama", True)])
+def test_commit_matches_sequential(arch, own_buffers):
+    """``own_buffers``: layer 0's K/V replaced by copies after the prefill (as ``Cache.reorder_cache`` would do),
+    so commits can no longer move every layer through the one shared buffer and must take the per-layer path."""
     model = tiny_model(arch, seed=0, vocab_size=64, dtype=torch.float64)
     B, P = 3, 6
     g = torch.Generator().manual_seed(0)
@@ -34,6 +37,11 @@ def test_commit_matches_sequential(arch):
         tree_forward(model, cache, prompt, prefill_parents(mask), mask.bool())
     cache.commit(torch.arange(P).expand(B, P), torch.full((B,), P))
     cache.starts = (P - mask.sum(1))
+    assert cache._all_layers_in_store()  # every layer's K/V in the one buffer: commits take the one-move path
+    if own_buffers:
+        first = cache.layers[0]
+        first.keys, first.values = first.keys.clone(), first.values.clone()
+        assert not cache._all_layers_in_store()
 
     # a tree: root -> {a, b}; a -> {c}; c -> {d}; b -> {e}
     tokens = torch.randint(3, 64, (B, 6), generator=g)
@@ -173,3 +181,26 @@ def test_decode_steps_without_mask_equal_sequential(arch, monkeypatch):
             torch.testing.assert_close(out.logits[0, -1], ref, rtol=1e-9, atol=1e-9)
             if B == 2:
                 torch.testing.assert_close(out.logits[1, -1], ref_padded, rtol=1e-9, atol=1e-9)
+
+
+def test_prefix_mask_follows_in_place_changes():
+    """The committed-prefix mask is reused between appends; an in-place change of ``starts`` or ``lengths``
+    (not only a new tensor) must show in the next mask."""
+    model = tiny_model("llama", seed=0, vocab_size=64)
+    cache = SpecKVCache.for_model(model, 2, 16)
+    ones = torch.ones(2, 5, dtype=torch.bool)
+    with torch.no_grad():
+        tree_forward(model, cache, torch.randint(3, 64, (2, 5)), prefill_parents(ones.long()), ones)
+    cache.commit_first(torch.tensor([5, 5]))
+    one = torch.full((2, 1), -1)
+    valid = torch.ones(2, 1, dtype=torch.bool)
+    _, mask = cache.prepare_append(one, valid)
+    assert mask[:, 0, 0, :5].all()
+    cache.discard_pending()
+    cache.starts[1] = 2  # in place: two slots of row 1 become left padding
+    _, mask = cache.prepare_append(one, valid)
+    assert mask[0, 0, 0, :5].all() and mask[1, 0, 0, :5].tolist() == [False, False, True, True, True]
+    cache.discard_pending()
+    cache.lengths -= torch.tensor([0, 1])  # in place: row 1 forgets its last token
+    _, mask = cache.prepare_append(one, valid)
+    assert mask[1, 0, 0, :5].tolist() == [False, False, True, True, False]
