@@ -146,10 +146,13 @@ class SpecKVCache(Cache):
     def _prefix_mask(self, base: int) -> torch.BoolTensor:
         """[B, base]: the committed, non-padding slots each row attends to (the same for every append
         between two commits)."""
-        key = (base, self.lengths, self.starts, self.lengths._version, self.starts._version)
+        # keyed by the tensors and their version counters (an in-place change bumps them); inference tensors
+        # (torch.inference_mode) keep no counter, so their mask is rebuilt every time
+        versioned = not (self.lengths.is_inference() or self.starts.is_inference())
+        key = (base, self.lengths, self.starts, self.lengths._version, self.starts._version) if versioned else None
         cached = self._prefix_key
-        if cached is not None and cached[0] == key[0] and cached[1] is key[1] and cached[2] is key[2] \
-                and cached[3:] == key[3:]:
+        if key is not None and cached is not None and cached[0] == key[0] and cached[1] is key[1] \
+                and cached[2] is key[2] and cached[3:] == key[3:]:
             return self._prefix
         slot = torch.arange(base, device=self.device)
         self._prefix = (slot[None, :] >= self.starts[:, None]) & (slot[None, :] < self.lengths[:, None])

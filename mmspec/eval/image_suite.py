@@ -55,6 +55,12 @@ FEATURE_METHODS = [
     ("eagle: LANTERN++ λ=50 k=16 static", "lantern++", dict(lam=50.0, lantern_k=16, tree="static", drafter="feature")),
     ("eagle: LANTERN++ λ=50 k=16 tree 2x1x1x1x1x1", "lantern++",
      dict(lam=50.0, lantern_k=16, tree=TreeTemplate.full((2, 1, 1, 1, 1, 1)), drafter="feature")),
+    # a depth-7 spine with one alternative at the root (9 nodes): deeper and narrower than 2x1x1x1x1x1, at the default
+    # bound and the loosest one
+    ("eagle: LANTERN++ λ=10 k=16 tree spine7+1", "lantern++",
+     dict(lam=10.0, lantern_k=16, tree=TreeTemplate.spine(7, 1), drafter="feature")),
+    ("eagle: LANTERN++ λ=50 k=16 tree spine7+1", "lantern++",
+     dict(lam=50.0, lantern_k=16, tree=TreeTemplate.spine(7, 1), drafter="feature")),
     # the default bound on a narrower tree (10 nodes instead of 18): where a verify forward costs per node
     ("eagle: LANTERN++ λ=10 k=16 tree 2x1x1x1x1", "lantern++",
      dict(lam=10.0, lantern_k=16, tree=TreeTemplate.full((2, 1, 1, 1, 1)), drafter="feature")),

@@ -183,9 +183,15 @@ def test_decode_steps_without_mask_equal_sequential(arch, monkeypatch):
                 torch.testing.assert_close(out.logits[1, -1], ref_padded, rtol=1e-9, atol=1e-9)
 
 
-def test_prefix_mask_follows_in_place_changes():
+@pytest.mark.parametrize("inference_mode", [False, True])
+def test_prefix_mask_follows_in_place_changes(inference_mode):
     """The committed-prefix mask is reused between appends; an in-place change of ``starts`` or ``lengths``
-    (not only a new tensor) must show in the next mask."""
+    (not only a new tensor) must show in the next mask, also for inference tensors (no version counter)."""
+    with torch.inference_mode(inference_mode):
+        _check_prefix_mask_follows_in_place_changes()
+
+
+def _check_prefix_mask_follows_in_place_changes():
     model = tiny_model("llama", seed=0, vocab_size=64)
     cache = SpecKVCache.for_model(model, 2, 16)
     ones = torch.ones(2, 5, dtype=torch.bool)

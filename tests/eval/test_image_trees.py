@@ -15,7 +15,10 @@ def test_tree_labels():
     assert TreeTemplate.full((2, 2, 1, 1, 1)).label == "2x2x1x1x1"
     assert TreeTemplate.chain(3).label == "1x1x1"
     # not every node at a depth has the same number of children: counted instead
-    assert TreeTemplate(((0,), (1,), (0, 0))).label == "3nodes-depth2"
+    assert TreeTemplate(((0,), (1,), (0, 0), (0, 1), (1, 0))).label == "5nodes-depth2"
+    assert TreeTemplate.spine(7, 1).label == "spine7+1" and TreeTemplate.spine(7, 1).num_nodes == 9
+    assert TreeTemplate(((0,), (1,), (2,), (0, 0))).label == "spine2+2"
+    assert TreeTemplate.spine(3, 0).label == "1x1x1"  # no alternative: a chain
 
 
 @pytest.mark.parametrize("have", [["feature", "sar"], []])
@@ -34,7 +37,8 @@ def test_tree_shapes_in_the_eval_table(have):
     # besides the sweep, with image-eagle only: the default bound on the narrow tree, the loosest bound on the
     # fastest tree measured
     others = sorted(set(shaped) - set(rows))
-    assert others == (["lantern++-2x1x1x1x1-lam10.0-k16-feature", "lantern++-2x1x1x1x1x1-lam50.0-k16-feature"]
+    assert others == (["lantern++-2x1x1x1x1-lam10.0-k16-feature", "lantern++-2x1x1x1x1x1-lam50.0-k16-feature",
+                       "lantern++-spine7+1-lam10.0-k16-feature", "lantern++-spine7+1-lam50.0-k16-feature"]
                       if have else [])
 
 
