@@ -120,45 +120,51 @@ def sampling_accept(tree: DraftTree, target_probs: torch.Tensor,
     children are first children."""
     B, N, V = target_probs.shape
     dev = target_probs.device
-    p_all = target_probs.double()
-    q_all = None if tree.q is None else tree.q.double()
     without_replacement = tree.sibling_rule == "without_replacement"
     kids, first, count = tree.children_in_order
-
-    def proposal(q_rows, x, drawn):
-        """The proposal a child with token x was drawn from, its earlier siblings' draws removed."""
-        if q_rows is None:
-            return torch.nn.functional.one_hot(x, V).double()
-        q = q_rows
-        if without_replacement:
-            if drawn is not None:
-                q = q.masked_fill(drawn[:, :V], 0.0)
-            q = q / q.sum(-1, keepdim=True).clamp_min(1e-300)
-        # A child its own proposal gives no mass (e.g. more siblings than the draft support) was chosen
-        # deterministically given the earlier draws: verify it as a point mass.
-        point = q.gather(-1, x[..., None]).squeeze(-1) <= 0
-        if point.any():
-            q = torch.where(point[..., None], torch.nn.functional.one_hot(x, V).double(), q)
-        return q
-
-    # every node judged as its parent's first child: against p at the parent, relaxed towards the node's token
-    tokens = tree.tokens
-    at_parent = p_all.gather(1, tree.parents.clamp(min=0)[..., None].expand(B, N, V))
-    q_first = proposal(q_all, tokens, None)
-    p_x = at_parent.gather(2, tokens[..., None]).squeeze(-1)
-    moved_by_node = None
-    if relax is not None:
-        _, _, moved_by_node = relax.moved_neighbours(at_parent.view(B * N, V), tokens.reshape(-1))
-        moved_by_node = moved_by_node.view(B, N)
-        p_x = p_x + moved_by_node  # p̃(x) = p(x) + S_m
-    u = torch.rand(B, N, generator=generator, device=dev, dtype=torch.float64)
-    first_accepted = u < (p_x / q_first.gather(2, tokens[..., None]).squeeze(-1)).clamp(max=1.0)
 
     def row_pick(t, node):  # t[b, node[b]] for t: [B, N, ...] (a gather: cheaper than advanced indexing)
         return t.gather(1, node.view(B, 1, *([1] * (t.dim() - 2))).expand(B, 1, *t.shape[2:])).squeeze(1)
 
+    def proposal(node, x, drawn):
+        """[B, V] float64: the proposal node[b]'s token x[b] was drawn from, earlier siblings' draws removed."""
+        if tree.q is None:
+            return torch.nn.functional.one_hot(x, V).double()
+        q = row_pick(tree.q, node).double()
+        if without_replacement:
+            q = q.masked_fill(drawn[:, :V], 0.0)
+            q = q / q.sum(-1, keepdim=True).clamp_min(1e-300)
+        # A child its own proposal gives no mass (e.g. more siblings than the draft support) was chosen
+        # deterministically given the earlier draws: verify it as a point mass.
+        point = row_pick(q, x) <= 0
+        if point.any():
+            q = torch.where(point[:, None], torch.nn.functional.one_hot(x, V).double(), q)
+        return q
+
+    # every node judged as its parent's first child: p at the parent (relaxed towards the node's token) over the
+    # node's own proposal, read as [B, N] scalars (no [B, N, V] copy: a text vocabulary is large)
+    tokens = tree.tokens
+    flat = target_probs.reshape(B, N * V)
+    at_parent = tree.parents.clamp(min=0) * V  # [B, N] where each node's parent row starts in ``flat``
+    p_x = flat.gather(1, at_parent + tokens).double()
+    if tree.q is None:
+        q_x = torch.ones_like(p_x)
+    else:
+        q_x = tree.q.gather(2, tokens[..., None]).squeeze(-1).double()
+        if without_replacement:
+            q_x = q_x / tree.q.sum(-1, dtype=torch.float64).clamp_min(1e-300)
+        q_x = torch.where(q_x > 0, q_x, 1.0)  # point mass, as in ``proposal``
+    moved_by_node = None
+    if relax is not None:
+        idx, has = relax.neighbour_ids(tokens, dev)  # [B, N, k]
+        pn = flat.gather(1, (at_parent[..., None] + idx).view(B, -1)).view(idx.shape).double()
+        _, moved_by_node = relax.select(pn, has, p_x)
+        p_x = p_x + moved_by_node  # p̃(x) = p(x) + S_m
+    u = torch.rand(B, N, generator=generator, device=dev, dtype=torch.float64)
+    first_accepted = u < (p_x / q_x).clamp(max=1.0)
+
     cur = torch.zeros(B, dtype=torch.long, device=dev)
-    residual = p_all[:, 0]  # where the bonus is drawn from if the walk stops here
+    residual = target_probs[:, 0].double()  # where the bonus is drawn from if the walk stops here
     moved_mass = torch.zeros(B, dtype=torch.float64, device=dev) if relax is not None else None
     width = tree.max_depth + 1
     paths = torch.zeros(B, width, dtype=torch.long, device=dev)
@@ -191,7 +197,7 @@ def sampling_accept(tree: DraftTree, target_probs: torch.Tensor,
                 else:
                     child_i = child
                 x = row_pick(tokens, child_i)
-                q = proposal(None if q_all is None else row_pick(q_all, child_i), x, drawn if i > 0 else None)
+                q = proposal(child_i, x, drawn)
                 if relax is not None:
                     idx, keep, shifted = relax.moved_neighbours(res, x)
                     if i > 0:
@@ -214,7 +220,7 @@ def sampling_accept(tree: DraftTree, target_probs: torch.Tensor,
                     drawn.scatter_(1, torch.where(trying, x, V)[:, None], True)
             residual = torch.where(rejected[:, None], res, residual)
         if accept.any():
-            residual = torch.where(accept[:, None], row_pick(p_all, child), residual)
+            residual = torch.where(accept[:, None], row_pick(target_probs, child).double(), residual)
             cur = torch.where(accept, child, cur)
             paths[:, level] = torch.where(accept, child, paths[:, level])
             lengths = lengths + accept.long()
