@@ -89,6 +89,8 @@ CPS_LAMBDA = 0.85
 # range by 0.05; FD of one relaxed run moves by about 1 between drafters, see the README). On 2026-11-24 (lean drafter
 # layer) lambda 20 / 50 raised tau to 3.60 / 3.85 (1.43x / 1.44x; lambda 50 on 2x1x1x1x1x1: 1.46-1.47x) at about the
 # default's FD and class fidelity but a higher mean output TV (0.24 / 0.28 against 0.19): the default stays lambda 10.
+# After the cheaper verification step (same day) lambda 10 ran at 1.28-1.35x on this tree and 1.41-1.47x on the 9-node
+# TreeTemplate.spine(7, 1) at the same output TV (mean 0.18 / 0.19); lambda 50 on the spine at 1.72-1.77x (tau 4.10).
 BOUND_DEFAULTS = {"lantern": dict(delta=0.1, lantern_k=8), "lantern++": dict(lam=10.0, lantern_k=16)}
 # LANTERN++'s static tree: depth 5, wider near the root (all draft probabilities are low). Kept to 18 nodes:
 # on a CPU the verify forward costs in proportion to the nodes (a (4, 2, 2, 1, 1) tree of 60 nodes made a
