@@ -69,4 +69,11 @@ def class_fidelity(classifier, images: torch.Tensor, labels) -> float:
     return float((classifier.predict(images[keep]) == labels[keep]).double().mean())
 
 
-__all__ = ["features", "frechet_distance", "precision_recall", "class_fidelity"]
+def fd_against_spread(fd: float, ar_fds: list[float]) -> str:
+    """Where an FD lies against plain AR's run-to-run FDs (a relaxed method's distortion is judged against this noise): "inside" their
+    range, or how far above its top."""
+    top = max(ar_fds)
+    return "inside" if fd <= top else f"+{fd - top:.2f} above"
+
+
+__all__ = ["fd_against_spread", "features", "frechet_distance", "precision_recall", "class_fidelity"]
