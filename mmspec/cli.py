@@ -261,7 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "one candidate, S_m <= δ (default 0.1; the output's own distance is reported as output TV)")
     img.add_argument("--lam", type=float, default=None, help="--method lantern++ only: multiplicative bound λ "
                      "on each candidate, p̃(x) <= λ·p(x) (default 10, chosen on the zoo: README, Image generation)")
-    img.add_argument("--tree", choices=["chain", "static", "dynamic"], default="static")
+    img.add_argument("--tree", default="static", help="chain, static (the default tree: README, Image generation), "
+                     "dynamic, or a shape's label as the image suite reports it: branching per depth (2x1x1x1x1x1) or "
+                     "spine<depth>+<alternatives at the root> (spine7+1)")
     img.add_argument("--num-tokens", type=int, default=4, help="chain length")
     img.add_argument("--drafter", default=None, help="ar: the zoo's small AR drafter (run with CFG); feature: "
                      "image-eagle, a feature drafter on the guided target's features; sar: image-sar, the same "

@@ -270,7 +270,7 @@ def resolve_bound(method: str, delta: float | None, lam: float | None, lantern_k
 def tree_options(tree, num_tokens: int, top_k: int, num_nodes: int, sar: int = 1) -> dict:
     """Drafter keyword arguments for an image tree choice: ``"chain"`` (``num_tokens``, or a semi-autoregressive
     drafter's ``sar`` slots), ``"static"`` (LANTERN_TREE, or the SAR drafter's lattice), ``"dynamic"``
-    (EAGLE-2) or a TreeTemplate."""
+    (EAGLE-2), a TreeTemplate or its label (``TreeTemplate.from_label``: "2x1x1x1x1x1", "spine7+1")."""
     if tree == "chain":
         return dict(num_tokens=sar if sar > 1 else num_tokens)
     if tree == "static":
@@ -279,7 +279,13 @@ def tree_options(tree, num_tokens: int, top_k: int, num_nodes: int, sar: int = 1
         return dict(num_tokens=5, tree="dynamic", top_k=top_k, num_nodes=num_nodes)
     if isinstance(tree, TreeTemplate):
         return dict(tree=tree)
-    raise ValueError(f"tree must be 'chain', 'static', 'dynamic' or a TreeTemplate, got {tree!r}")
+    if isinstance(tree, str):  # a shape's label, as the image suite reports it ("2x1x1x1x1x1", "spine7+1")
+        try:
+            return dict(tree=TreeTemplate.from_label(tree))
+        except ValueError as err:
+            raise ValueError(f"tree must be 'chain', 'static', 'dynamic', a TreeTemplate or a shape's label: {err}") \
+                from None
+    raise ValueError(f"tree must be 'chain', 'static', 'dynamic', a TreeTemplate or a shape's label, got {tree!r}")
 
 
 def image_drafter(guided_drafter=None, *, net: FeatureDraftModel | None = None, guided_target=None, tree="static",

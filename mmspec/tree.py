@@ -248,6 +248,23 @@ class TreeTemplate:
             raise ValueError(f"a spine needs depth >= 1 and root_alternatives >= 0, got {depth}, {root_alternatives}")
         return cls(tuple((0,) * d for d in range(1, depth + 1)) + tuple((r,) for r in range(1, root_alternatives + 1)))
 
+    @classmethod
+    def from_label(cls, label: str) -> "TreeTemplate":
+        """The template a :attr:`label` names: "2x2x1x1x1" (:meth:`full`) or "spine7+1" (:meth:`spine`), so a
+        command line can name any shape the image suite reports."""
+        text = str(label).strip()
+        try:
+            if text.startswith("spine"):
+                depth, _, alternatives = text[len("spine"):].partition("+")
+                return cls.spine(int(depth), int(alternatives or 0))
+            branching = [int(k) for k in text.split("x")]
+        except ValueError:
+            branching = []
+        if not branching or min(branching) < 1:
+            raise ValueError(f"tree {label!r}: name a shape as its branching per depth (e.g. '2x2x1x1x1') or as "
+                             "'spine<depth>+<alternatives at the root>' (e.g. 'spine7+1')")
+        return cls.full(branching)
+
     @property
     def num_nodes(self) -> int:
         """Nodes including the root."""

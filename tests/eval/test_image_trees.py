@@ -21,6 +21,34 @@ def test_tree_labels():
     assert TreeTemplate.spine(3, 0).label == "1x1x1"  # no alternative: a chain
 
 
+@pytest.mark.parametrize("template", [TreeTemplate.full((2, 2, 1, 1, 1)), TreeTemplate.full((2, 1, 1, 1, 1, 1)),
+                                      TreeTemplate.spine(7, 1), TreeTemplate.spine(2, 2), TreeTemplate.chain(4)])
+def test_a_label_names_its_template(template):
+    assert TreeTemplate.from_label(template.label) == template
+
+
+@pytest.mark.parametrize("bad", ["", "2x0x1", "spine", "spine0+1", "2x", "x2", "tree7", "spine7+-1"])
+def test_a_label_that_names_no_shape_is_refused(bad):
+    with pytest.raises(ValueError, match="tree"):
+        TreeTemplate.from_label(bad)
+
+
+def test_the_image_cli_takes_a_tree_label(tmp_path, capsys):
+    """`mmspec image --tree spine3+1` drafts on that shape and stats.json records its label; a label that names
+    no shape is refused before any picture is drawn."""
+    from mmspec.cli import main
+
+    out = tmp_path / "img"
+    assert main(["image", "--method", "lantern++", "--tree", "spine3+1", "--temperature", "0", "--classes", "0",
+                 "--out", str(out)]) == 0
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["tree"] == "spine3+1" and stats["tau"] >= 1.0
+    assert main(["image", "--method", "lantern++", "--tree", "wide", "--classes", "0", "--out",
+                 str(tmp_path / "bad")]) == 2
+    assert "spine<depth>+<alternatives at the root>" in capsys.readouterr().err
+    assert not (tmp_path / "bad" / "grid.png").exists()
+
+
 @pytest.mark.parametrize("have", [["feature", "sar"], []])
 def test_tree_shapes_in_the_eval_table(have):
     """One command-line entry per shape, with the feature drafter when it is built, else the AR drafter."""
