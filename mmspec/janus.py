@@ -26,6 +26,7 @@ from .frontend import ImageOutput, call_generator, hf_sampling_rng
 from .generator import SpeculativeGenerator
 from .guidance import DEFAULT_CFG_SCALE, CFGModel
 from .registry import check_image_method, image_drafter, resolve_bound
+from .tree import TreeTemplate
 from .verifiers.relaxed import Relaxation
 
 
@@ -141,8 +142,8 @@ class JanusImageGenerator:
                  temperature: float = 1.0, lantern_k: int | None = None, delta: float | None = None,
                  lam: float | None = None, tree=None, num_tokens: int = 4, generator: torch.Generator | None = None,
                  seed: int | None = None, decode: bool = True, measure_output_tv: bool = False) -> ImageOutput:
-        """``tree``: as the image generator's (``"chain"``, ``"static"``, ``"dynamic"`` or a TreeTemplate); None is
-        LANTERN++'s static tree for ``lantern++`` and a chain of ``num_tokens`` otherwise."""
+        """``tree``: as the image generator's (``"chain"``, ``"static"``, ``"dynamic"``, a TreeTemplate or its
+        label); None is LANTERN++'s static tree for ``lantern++`` and a chain of ``num_tokens`` otherwise."""
         method = method or self.method
         check_image_method(method)
         self._check_prompts(input_ids, attention_mask)
@@ -175,7 +176,7 @@ class JanusImageGenerator:
         images = self.target.janus.decode_image_tokens(codes) if decode else None
         config = dict(method=method, cfg_scale=cfg_scale, do_sample=do_sample, temperature=temperature, seed=seed)
         if method != "ar":
-            config.update(tree=str(tree), **bound)
+            config.update(tree=tree.label if isinstance(tree, TreeTemplate) else str(tree), **bound)
         return ImageOutput(images, codes, stats, seconds, config)
 
 

@@ -70,8 +70,8 @@ def class_fidelity(classifier, images: torch.Tensor, labels) -> float:
 
 
 def fd_against_spread(fd: float, ar_fds: list[float]) -> str:
-    """Where an FD lies against plain AR's run-to-run FDs (a relaxed method's distortion is judged against this noise): "inside" their
-    range, or how far above its top."""
+    """Where an FD lies against plain AR's run-to-run FDs, the noise a relaxed method's distortion is judged
+    against: "inside" their range, or how far above its top."""
     top = max(ar_fds)
     return "inside" if fd <= top else f"+{fd - top:.2f} above"
 
