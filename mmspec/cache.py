@@ -264,25 +264,20 @@ class SpecKVCache(Cache):
         if int(dst.max()) > self.max_len:
             raise ValueError("sequence longer than the cache while committing accepted tokens")
         if (src != dst).any():
-            if self._all_layers_in_store():
-                rep = self._store.shape[0] // B  # classifier-free guidance: cond and uncond rows keep one path
-                s, d = (src, dst) if rep == 1 else (src.repeat(rep, 1), dst.repeat(rep, 1))
-                compact_kv_(self._store, None, s, d)
-                self.lengths = self.lengths + path_lengths
-                self.discard_pending()
-                return
-            moves, backends = {}, {}  # per row repeat and per device: the same for every layer
-            for layer in self.layers:
-                if layer.is_initialized:
-                    # a model that runs each row several times (classifier-free guidance: cond and uncond
-                    # copies, stacked) stores rep * B rows that all keep the same path
-                    rep = layer.keys.shape[0] // B
-                    if rep not in moves:
-                        moves[rep] = (src, dst) if rep == 1 else (src.repeat(rep, 1), dst.repeat(rep, 1))
-                    s, d = moves[rep]
-                    if layer.keys.device not in backends:
-                        backends[layer.keys.device] = backend_for(layer.keys, s)
-                    compact_kv_(layer.keys, layer.values, s, d, backends[layer.keys.device])
+            # all layers at once through the shared buffer when they all live there, else layer by layer
+            buffers = [(self._store, None)] if self._all_layers_in_store() else \
+                [(layer.keys, layer.values) for layer in self.layers if layer.is_initialized]
+            moves, backends = {}, {}  # per row repeat and per device: the same for every buffer
+            for keys, values in buffers:
+                # a model that runs each row several times (classifier-free guidance: cond and uncond copies,
+                # stacked) stores rep * B rows that all keep the same path
+                rep = keys.shape[0] // B
+                if rep not in moves:
+                    moves[rep] = (src, dst) if rep == 1 else (src.repeat(rep, 1), dst.repeat(rep, 1))
+                s, d = moves[rep]
+                if keys.device not in backends:
+                    backends[keys.device] = backend_for(keys, s)
+                compact_kv_(keys, values, s, d, backends[keys.device])
         self.lengths = self.lengths + path_lengths
         self.discard_pending()
 

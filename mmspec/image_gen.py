@@ -31,7 +31,7 @@ from .guidance import DEFAULT_CFG_SCALE, CFGModel
 from .image_codes import codebook, decode_codes, generate_codes
 from .registry import IMAGE_DRAFTERS, check_image_method, image_drafter, resolve_bound
 from .timing import synchronize
-from .tree import TreeTemplate
+from .tree import tree_label
 from .verifiers.relaxed import Relaxation
 from .zoo import load as zoo_load, zoo_home
 
@@ -170,7 +170,7 @@ class ImageGenerator:
         images = decode_codes(self.vq, codes, self.layout.grid)
         config = dict(method=method, cfg_scale=cfg_scale, temperature=temperature, seed=seed, class_ids=class_ids)
         if method != "ar":  # only what this method applied, bounds resolved to their defaults
-            config.update(drafter=drafter, tree=tree.label if isinstance(tree, TreeTemplate) else str(tree), **bound)
+            config.update(drafter=drafter, tree=str(tree_label(tree)), **bound)
             if tree == "chain" and drafter != "sar":
                 config["num_tokens"] = num_tokens
         return ImageOutput(images, codes, stats, seconds, config)

@@ -26,7 +26,7 @@ from .frontend import ImageOutput, call_generator, hf_sampling_rng
 from .generator import SpeculativeGenerator
 from .guidance import DEFAULT_CFG_SCALE, CFGModel
 from .registry import check_image_method, image_drafter, resolve_bound
-from .tree import TreeTemplate
+from .tree import tree_label
 from .verifiers.relaxed import Relaxation
 
 
@@ -176,7 +176,7 @@ class JanusImageGenerator:
         images = self.target.janus.decode_image_tokens(codes) if decode else None
         config = dict(method=method, cfg_scale=cfg_scale, do_sample=do_sample, temperature=temperature, seed=seed)
         if method != "ar":
-            config.update(tree=tree.label if isinstance(tree, TreeTemplate) else str(tree), **bound)
+            config.update(tree=str(tree_label(tree)), **bound)
         return ImageOutput(images, codes, stats, seconds, config)
 
 

@@ -185,6 +185,12 @@ def ancestor_mask(parents: torch.LongTensor) -> torch.BoolTensor:
         jump = torch.where(has, jump.gather(1, target), jump)
 
 
+def tree_label(tree):
+    """How a tree setting is written in configs and reports: a template's :attr:`~TreeTemplate.label`, else the
+    setting itself ("chain", "static", "dynamic", None)."""
+    return tree.label if isinstance(tree, TreeTemplate) else tree
+
+
 # ---------------------------------------------------------------------- static templates
 @dataclass(frozen=True)
 class TreeTemplate:

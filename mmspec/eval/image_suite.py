@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from ..guidance import DEFAULT_CFG_SCALE
 from ..registry import BOUND_DEFAULTS
 from ..image_gen import ImageGenerator
-from ..tree import TreeTemplate
+from ..tree import TreeTemplate, tree_label
 from ..zoo import load
 from ..zoo.image_data import image_grid
 from .image_quality import class_fidelity, fd_against_spread, features, frechet_distance, precision_recall
@@ -121,11 +121,6 @@ def suite_methods(sweep: bool, have: list[str]) -> list[tuple[str, str, dict]]:
     return [(name, m, kw if m == "ar" or "drafter" in kw else {**kw, "drafter": "ar"}) for name, m, kw in methods]
 
 
-def tree_name(tree) -> str | None:
-    """How a method's tree setting is written in reports: its name, or a template's label."""
-    return tree.label if isinstance(tree, TreeTemplate) else tree
-
-
 def _same_drafter_spec(results: list[dict], r: dict) -> dict | None:
     """The plain speculative chain run with r's drafter (the 'vs spec' baseline)."""
     want = r.get("drafter", "ar")
@@ -211,7 +206,7 @@ def run_image_suite(per_class: int = 8, cfg_scale: float = DEFAULT_CFG_SCALE, sw
             b, t = moved[name], tv[name]
             relaxed = method in ("lantern", "lantern++")
             results.append({
-                "name": name, "method": method, **kw, "tree": tree_name(kw.get("tree")),
+                "name": name, "method": method, **kw, "tree": tree_label(kw.get("tree")),
                 "seconds_per_image": statistics.mean(seconds[name]),
                 "tau": statistics.mean(taus[name]) if taus[name] else 1.0,
                 "max_moved_mass": max(b) if b else (0.0 if relaxed else None),
@@ -334,4 +329,4 @@ def write_image_report(report: dict, results: list[dict], out: Path, gen: ImageG
 
 
 __all__ = ["run_image_suite", "to_markdown", "plot_speed_quality", "MAIN_METHODS", "FEATURE_METHODS", "sweep_methods",
-           "tree_sweep_methods", "suite_methods", "tree_name", "TREE_SHAPES"]
+           "tree_sweep_methods", "suite_methods", "TREE_SHAPES"]

@@ -23,7 +23,7 @@ from ..loading import load_drafter, load_target
 from ..registry import draft_length, drafter_kind
 from ..routes.text import text_drafter
 from ..routes.vlm import vlm_drafter
-from ..tree import DEFAULT_TREE
+from ..tree import DEFAULT_TREE, tree_label
 from ..verifiers.tree_forward import text_config
 from ..zoo import vlm_data as vd
 from .bench import ALL_METHODS, compare, prompt_record, time_methods
@@ -31,7 +31,7 @@ from .code_suite import CODE_METHODS, diffusion_factories
 from .config import EvalConfig
 from .cost_model import OWN_PLAIN
 from .datasets import Item, chat_items, code_items, image_items, sample_questions, vlm_items
-from .image_suite import suite_methods, tree_name
+from .image_suite import suite_methods
 from .vlm_suite import VLM_METHODS, feature_factories, vlm_prompts
 
 NEEDS_DRAFT = ("hf-assisted", "chain", "tree", "dynamic")
@@ -297,7 +297,7 @@ def vlm_text(processor, question: str, zoo: bool) -> str:
 
 def image_slug(method: str, kw: dict) -> str:
     """A command-line name for an image-suite entry: method, tree, then any bound or k off its default."""
-    parts = [method] + ([tree_name(kw["tree"])] if kw.get("tree") else [])
+    parts = [method] + ([tree_label(kw["tree"])] if kw.get("tree") else [])
     if kw.get("delta") not in (None, 0.1):
         parts.append(f"d{kw['delta']}")
     if kw.get("lam") not in (None, 2.0):

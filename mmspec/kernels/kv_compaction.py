@@ -18,9 +18,9 @@ def compact_kv_reference(keys: torch.Tensor, values: torch.Tensor | None, src: t
     ``keys``/``values``: [B, H, S, D]. ``src``/``dst``: [B, L] slot indices. The gather happens before the
     scatter, so overlapping source and destination ranges are safe. Padding entries should point
     ``src == dst`` at a scratch slot (they then all write the value they read). ``values`` None: ``keys`` is
-    the only buffer (e.g. one holding every layer's K and V, :class:`mmspec.cache.SpecKVCache`). A gather and a scatter along
-    the slot axis: on a CPU half the time of advanced indexing (``buf[rows, :, src]``), which this runs per
-    layer and step.
+    the only buffer (e.g. one holding every layer's K and V, :class:`mmspec.cache.SpecKVCache`). A gather and a
+    scatter along the slot axis: on a CPU half the time of advanced indexing (``buf[rows, :, src]``), which this
+    runs per layer and step.
     """
     B, H, _, _ = keys.shape
     L = src.shape[1]

@@ -188,28 +188,21 @@ def sampling_accept(tree: DraftTree, target_probs: torch.Tensor,
             res = residual
             drawn = torch.zeros(B, V + 1, dtype=torch.bool, device=dev) if without_replacement else None
             trying = rejected
+            child_i, out = child, rejected  # the first child: judged before the walk, and rejected
             for i in range(int(n_children.max())):
-                if i > 0:
-                    trying = rejected & ~accept & (n_children > i)
-                    if not trying.any():
-                        break
-                    child_i = row_pick(kids, (offset + i).clamp(max=N - 1))
-                else:
-                    child_i = child
                 x = row_pick(tokens, child_i)
                 q = proposal(child_i, x, drawn)
+                shifted = 0.0
                 if relax is not None:
                     idx, keep, shifted = relax.moved_neighbours(res, x)
-                    if i > 0:
-                        moved_mass = torch.where(trying, torch.maximum(moved_mass, shifted), moved_mass)
                 if i > 0:
-                    judged_x = row_pick(res, x) + (shifted if relax is not None else 0.0)
+                    if relax is not None:
+                        moved_mass = torch.where(trying, torch.maximum(moved_mass, shifted), moved_mass)
+                    judged_x = row_pick(res, x) + shifted
                     ok = trying & (row_pick(u, child_i) < (judged_x / row_pick(q, x)).clamp(max=1.0))
                     accept = accept | ok
                     child = torch.where(ok, child_i, child)
                     out = trying & ~ok
-                else:
-                    out = trying
                 if out.any():
                     judged = res if relax is None else relax.relaxed(res, x, idx, keep, shifted)
                     leftover = (judged - q).clamp_min(0.0)
@@ -218,6 +211,10 @@ def sampling_accept(tree: DraftTree, target_probs: torch.Tensor,
                     res = torch.where(out[:, None], leftover, res)
                 if drawn is not None:  # a row not trying marks the spare column V
                     drawn.scatter_(1, torch.where(trying, x, V)[:, None], True)
+                trying = rejected & ~accept & (n_children > i + 1)  # the next sibling, where there is one
+                if not trying.any():
+                    break
+                child_i = row_pick(kids, (offset + i + 1).clamp(max=N - 1))
             residual = torch.where(rejected[:, None], res, residual)
         if accept.any():
             residual = torch.where(accept[:, None], row_pick(target_probs, child).double(), residual)
