@@ -101,3 +101,27 @@ def test_split_growth_uses_every_layer_and_keeps_the_base_update():
     assert all(abs(a) > 1e-4 for a in layer_ablation(deep, windows))
     with pytest.raises(ValueError, match="mode"):
         grow_depth(base, deep.config, mode="stack")
+
+
+def test_split_growth_with_uneven_copies():
+    """Base layer 0 kept single, layer 1 copied three times: each copy's outputs are divided by its own group's
+    size, so the grown model's first-order update per group is the base layer's; bad schedules are refused."""
+    base = sharpen(_tiny(2))
+    config = LlamaConfig(**{**base.config.to_dict(), "num_hidden_layers": 4})
+    deep = grow_depth(base, config, mode="split", copies=(1, 3))
+    source, group = [0, 1, 1, 1], [1, 3, 3, 3]
+    for j in range(4):
+        for name in ("self_attn.o_proj", "mlp.down_proj"):
+            got = deep.get_submodule(f"model.layers.{j}.{name}").weight
+            want = base.get_submodule(f"model.layers.{source[j]}.{name}").weight / group[j]
+            torch.testing.assert_close(got, want)
+        torch.testing.assert_close(deep.model.layers[j].mlp.up_proj.weight,
+                                   base.model.layers[source[j]].mlp.up_proj.weight)
+    # zero mode with the same schedule computes exactly the base function
+    zero = grow_depth(base, config, mode="zero", copies=(1, 3))
+    ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(zero(ids).logits, base(ids).logits, rtol=1e-5, atol=1e-5)
+    for bad in ((2, 3), (0, 4), (4,), (1, 1, 2)):
+        with pytest.raises(ValueError, match="copies"):
+            grow_depth(base, config, mode="split", copies=bad)
