@@ -53,14 +53,14 @@ MICRO_SIZES = {"code-target": (64, 4, 2, 1, 128), "code-target-base": (64, 2, 2,
 #     42 greedy completions fell into repetition loops), below the 4-layer model's 52.5%.
 # Hence (4): recipe 2 with base layer 0 kept single and its three copies given to layers 1-3.
 GROWTH_COPIES, MICRO_GROWTH_COPIES = (1, 5, 5, 5), (1, 3)
-MAX_STEPS = {"code-target-base": 3000, "code-target": 3000, "code-drafter": 6000}
+MAX_STEPS = {"code-target-base": 3000, "code-target": 3000, "code-drafter": 4000}
 BUDGET_S = {"code-target-base": 3 * 3600.0, "code-target": 12 * 3600.0, "code-drafter": 4 * 3600.0}
 LR = {"code-target-base": 2e-3, "code-target": 1e-3, "code-drafter": 2e-3}
 WEIGHT_DECAY = {"code-target-base": 0.01, "code-target": 0.1}
 WARMUP = {"code-target-base": 100, "code-target": 200}
 TARGET_EVAL_EVERY = 250
 STDLIB_ROWS = 6
-DRAFTER_BATCH = 64  # rows of target generations per step (65k rows: code_distill.FULL)
+DRAFTER_BATCH = 16  # rows of target generations per step: 4000 steps are 4 passes over code_distill.FULL's 16k
 MICRO_BUDGET_S = 6.0
 SEQ_LEN, BATCH = 256, 16
 

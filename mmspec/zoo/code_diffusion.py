@@ -48,10 +48,11 @@ MASK_ID = 2
 CONVENTION = "dream"
 DLM_LAYERS = 2  # measured forward over 17 slots: 4.3 ms against the target's 29.9 ms over 17 (1 thread)
 DLM_SEQ_LEN = 256
-DLM_BASE_STEPS, DLM_STEPS, DLM_BUDGET_S = 4000, 4000, 4 * 3600.0
-DLM_BATCH = 32
+# sized for 2 CPU cores (about 0.5 s a step at batch 16); a GPU build ran 4000 / 4000 / 8000 / 3000 steps at batch 32
+DLM_BASE_STEPS, DLM_STEPS, DLM_BUDGET_S = 2000, 2500, 4 * 3600.0
+DLM_BATCH = 16
 DEER_K_MAX = 16  # longest block trained for (Stage I) and R_max of Stage II
-DEER_STAGE1_STEPS, DEER_STAGE2_STEPS = 8000, 3000  # on the 65k target continuations (code_distill.FULL)
+DEER_STAGE1_STEPS, DEER_STAGE2_STEPS = 4000, 1500  # on the 16k target continuations (code_distill.FULL)
 DEER_BLOCKS = (8, 16)  # τ is recorded at these block lengths
 # stages select their weights on held-out accepted length (deer.DEERConfig.select), evaluated every 250 steps, and
 # stop after 6 evaluations without a gain: the first 65k-row build, selecting on loss every 100 steps with patience

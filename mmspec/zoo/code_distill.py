@@ -23,10 +23,11 @@ from ..training.deer import DEERConfig, Generations, target_generations
 from .code_data import completion_prompts, load_corpus
 
 GEN_LEN = 64  # target tokens per prefix
-# 65k continuations (4.2M target tokens): the drafters imitate the target's greedy choices, and at 12k rows the
-# 2-layer DEER drafter's agreement stalled (first-slot hit 37%, tau 1.68 at block 16). Generated in batches of 512
-# (about 2 minutes on one H100).
-FULL = dict(n_train=65536, n_val=256, gen_len=GEN_LEN, prefix_min=16, prefix_max=160, gen_batch=512)
+# 16k continuations (1M target tokens), generated in batches of 256, each batch saved as it finishes
+# (target_generations(partial=...)): about 35 s a batch for the 16-layer target on 2 CPU cores. A GPU build made
+# 65k rows (about 2 minutes on one H100); at 12k rows that build's DEER drafter had stalled (first-slot hit 37%),
+# but its stages had also been stopped early by a loss-based rule (now selected on accepted length).
+FULL = dict(n_train=16384, n_val=256, gen_len=GEN_LEN, prefix_min=16, prefix_max=160, gen_batch=256)
 MICRO = dict(n_train=32, n_val=8, gen_len=16, prefix_min=8, prefix_max=24, gen_batch=16)
 TAU_PROMPTS, TAU_TOKENS = 16, 64
 MICRO_TAU_PROMPTS, MICRO_TAU_TOKENS = 2, 12
@@ -40,10 +41,17 @@ def target_data(home: Path, target, streams: dict, micro: bool, progress: bool =
                 seed: int = 2024) -> tuple[Generations, Generations]:
     """(train, val) target generations, cached in the build directory."""
     cfg = data_config(micro)
-    path = Path(home) / ".build" / "code-distill" / ("generations-micro.pt" if micro else "generations.pt")
-    return cached(path, lambda: (
-        target_generations(target, streams["train"], cfg.n_train, cfg, seed, progress=progress),
-        target_generations(target, streams["val"], cfg.n_val, cfg, seed + 1, progress=progress)))
+    work = Path(home) / ".build" / "code-distill"
+    path = work / ("generations-micro.pt" if micro else "generations.pt")
+
+    def make(split: str, n: int, split_seed: int) -> Generations:
+        return target_generations(target, streams[split], n, cfg, split_seed, progress=progress,
+                                  partial=work / f"{path.stem}-{split}.partial.pt")
+
+    value = cached(path, lambda: (make("train", cfg.n_train, seed), make("val", cfg.n_val, seed + 1)))
+    for split in ("train", "val"):  # the finished set is cached whole: the per-batch files are no longer needed
+        (work / f"{path.stem}-{split}.partial.pt").unlink(missing_ok=True)
+    return value
 
 
 def row_mask(data: Generations) -> torch.BoolTensor:

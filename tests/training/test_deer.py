@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mmspec.tiny import tiny_model
-from mmspec.training.deer import DEERConfig, Generations, stage1_batch, stage2_batch
+from mmspec.training.deer import DEERConfig, Generations, stage1_batch, stage2_batch, target_generations
 from mmspec.training.dlm import attention_mask, block_agreement, block_loss, mdlm_loss
 
 MASK = 2
@@ -118,3 +118,31 @@ def test_stage_selection_must_be_named():
     with pytest.raises(ValueError, match="select"):
         train_stage(tiny_model(vocab_size=64, hidden_size=32, num_layers=1), 1, generations(), generations(), MASK,
                     DEERConfig(k_max=4, select="best"), progress=False)
+
+
+def test_target_generations_resume_after_a_kill(tmp_path):
+    """A generation run killed after its first batch goes on from the saved batch: same rows as one uninterrupted
+    run, and a partial file made with other settings is refused."""
+    target = tiny_model("llama", seed=3).eval()
+    stream = torch.randint(3, target.config.vocab_size, (400,), generator=torch.Generator().manual_seed(1))
+    cfg = DEERConfig(gen_len=5, prefix_min=4, prefix_max=9, gen_batch=2)
+    whole = target_generations(target, stream, 6, cfg, seed=11, progress=False)
+
+    calls = {"n": 0}
+    generate = target.generate
+
+    def dies_on_second_batch(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt("killed")
+        return generate(*args, **kwargs)
+
+    part = tmp_path / "gen.partial.pt"
+    target.generate = dies_on_second_batch
+    with pytest.raises(KeyboardInterrupt):
+        target_generations(target, stream, 6, cfg, seed=11, progress=False, partial=part)
+    target.generate = generate
+    resumed = target_generations(target, stream, 6, cfg, seed=11, progress=False, partial=part)
+    assert torch.equal(resumed.tokens, whole.tokens) and torch.equal(resumed.prefix, whole.prefix)
+    with pytest.raises(ValueError, match="other settings"):
+        target_generations(target, stream, 8, cfg, seed=11, progress=False, partial=part)
