@@ -120,7 +120,7 @@ def test_stage_selection_must_be_named():
                     DEERConfig(k_max=4, select="best"), progress=False)
 
 
-def test_target_generations_resume_after_a_kill(tmp_path):
+def test_target_generations_resume_after_a_kill(tmp_path, monkeypatch):
     """A generation run killed after its first batch goes on from the saved batch: same rows as one uninterrupted
     run, and a partial file made with other settings is refused."""
     target = tiny_model("llama", seed=3).eval()
@@ -146,3 +146,7 @@ def test_target_generations_resume_after_a_kill(tmp_path):
     assert torch.equal(resumed.tokens, whole.tokens) and torch.equal(resumed.prefix, whole.prefix)
     with pytest.raises(ValueError, match="other settings"):
         target_generations(target, stream, 8, cfg, seed=11, progress=False, partial=part)
+    # the preallocated cache generates the same tokens as generate's growing one
+    monkeypatch.setattr("mmspec.training.deer._generation_cache", lambda target: {})
+    grown = target_generations(target, stream, 6, cfg, seed=11, progress=False)
+    assert torch.equal(grown.tokens, whole.tokens)
