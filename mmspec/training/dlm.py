@@ -21,6 +21,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .logits import logits_at, predictors_of
 from .loop import model_device
 
 
@@ -53,7 +54,8 @@ def slot_logits(model, ids: torch.Tensor, mask4d: torch.Tensor, convention: str)
 
 def mdlm_loss(model, tokens: torch.Tensor, mask_id: int, convention: str = "dream",
               generator: torch.Generator | None = None, eps: float = 1e-3) -> torch.Tensor:
-    """MDLM/LLaDA objective on a batch of clean windows [B, T] (no padding)."""
+    """MDLM/LLaDA objective on a batch of clean windows [B, T] (no padding). The LM head runs on the masked
+    slots only (:func:`~mmspec.training.logits.logits_at`)."""
     B, T = tokens.shape
     # drawn where the generator lives (the CPU for the zoo's), then moved: the same masks on every device
     draw_on = generator.device if generator is not None else torch.device("cpu")
@@ -64,19 +66,36 @@ def mdlm_loss(model, tokens: torch.Tensor, mask_id: int, convention: str = "drea
     t, masked = t.to(tokens.device), masked.to(tokens.device)
     ids = torch.where(masked, mask_id, tokens)
     valid = torch.ones(B, T, dtype=torch.bool, device=tokens.device)
-    logits = slot_logits(model, ids, attention_mask(valid, None, "bidirectional"), convention)
-    ce = F.cross_entropy(logits.float().reshape(B * T, -1), tokens.reshape(-1), reduction="none").view(B, T)
+    ce = _slot_ce(model, ids, attention_mask(valid, None, "bidirectional"), convention, masked, tokens)
     return ((ce * masked).sum(1) / t.squeeze(1) / T).mean()
 
 
-def _block_forward(model, tokens, lengths, n_clean, mask_id: int, convention: str, pattern: str, pad_id: int):
-    """Mask the block ``[n_clean, lengths)`` of each row (right padding after) and run the model."""
+def _slot_ce(model, ids: torch.Tensor, mask4d: torch.Tensor, convention: str, slots: torch.BoolTensor,
+             tokens: torch.Tensor, teacher_logp: torch.Tensor | None = None) -> torch.Tensor:
+    """[B, T]: at each ``slots`` position the cross-entropy of its token (or KL(teacher || model) with
+    ``teacher_logp``), 0 elsewhere; the LM head and softmax run on those positions only."""
+    B, T = ids.shape
+    source = predictors_of(slots) if convention == "dream" else slots
+    logits = logits_at(model, source, input_ids=ids, attention_mask=mask4d,
+                       position_ids=torch.arange(T, device=ids.device)[None], use_cache=False).float()
+    if teacher_logp is None:
+        picked = F.cross_entropy(logits, tokens[slots], reduction="none")
+    else:
+        teacher = teacher_logp[slots]
+        picked = (teacher.exp() * (teacher - torch.log_softmax(logits, -1))).sum(-1)
+    ce = torch.zeros(B, T, dtype=picked.dtype, device=ids.device)
+    ce[slots] = picked
+    return ce
+
+
+def _block_inputs(tokens, lengths, n_clean, mask_id: int, pattern: str, pad_id: int):
+    """Mask the block ``[n_clean, lengths)`` of each row (right padding after): (block, input ids, 4-D mask)."""
     T = tokens.shape[1]
     col = torch.arange(T, device=tokens.device)[None, :]
     valid = col < lengths[:, None]
     block = valid & (col >= n_clean[:, None])
     ids = torch.where(block, mask_id, torch.where(valid, tokens, pad_id))
-    return block, slot_logits(model, ids, attention_mask(valid, n_clean, pattern), convention)
+    return block, ids, attention_mask(valid, n_clean, pattern)
 
 
 def block_loss(model, tokens: torch.Tensor, lengths: torch.LongTensor, n_clean: torch.LongTensor,
@@ -91,19 +110,19 @@ def block_loss(model, tokens: torch.Tensor, lengths: torch.LongTensor, n_clean: 
     token), which keeps the causal path that predicts slot 1 from drifting while the slots are learned.
     ``teacher_logp`` [B, T, V] (aligned like the slots: entry i is the teacher's distribution of token i)
     replaces the cross-entropy on the tokens by KL(teacher || drafter): soft distillation."""
-    B, T = tokens.shape
-    block, logits = _block_forward(model, tokens, lengths, n_clean, mask_id, convention, pattern, pad_id)
-    if teacher_logp is None:
-        ce = F.cross_entropy(logits.float().reshape(B * T, -1), tokens.reshape(-1), reduction="none").view(B, T)
-    else:
-        logq = torch.log_softmax(logits.float(), -1)
-        ce = (teacher_logp.exp() * (teacher_logp - logq)).sum(-1)
+    T = tokens.shape[1]
+    block, ids, mask4d = _block_inputs(tokens, lengths, n_clean, mask_id, pattern, pad_id)
+    col = torch.arange(T, device=tokens.device)[None, :]
+    clean = (col >= 1) & (col < n_clean[:, None])  # clean tokens predicted from the clean token before
+    use_clean = clean_weight > 0 and convention == "dream"
+    read = block | clean if use_clean else block.clone()
+    if convention == "dream":
+        read[:, 0] = False  # nothing predicts position 0 (its slot, if masked, adds no gradient either way)
+    ce = _slot_ce(model, ids, mask4d, convention, read, tokens, teacher_logp)
     w = weights * block
     per_row = (ce * w).sum(1) / w.sum(1).clamp(min=1e-8)
     loss = per_row.mean() if row_weights is None else (per_row * row_weights).sum() / row_weights.sum()
-    if clean_weight > 0 and convention == "dream":
-        col = torch.arange(T, device=tokens.device)[None, :]
-        clean = (col >= 1) & (col < n_clean[:, None])  # clean tokens predicted from the clean token before
+    if use_clean:
         loss = loss + clean_weight * (ce * clean).sum() / clean.sum().clamp(min=1)
     return loss
 
@@ -115,7 +134,8 @@ def block_agreement(model, tokens: torch.Tensor, lengths: torch.LongTensor, n_cl
     equal the continuation (= tokens a greedy verifier would accept from a chain of that block), and
     the per-slot hit rate."""
     B, T = tokens.shape
-    block, logits = _block_forward(model, tokens, lengths, n_clean, mask_id, convention, pattern, pad_id)
+    block, ids, mask4d = _block_inputs(tokens, lengths, n_clean, mask_id, pattern, pad_id)
+    logits = slot_logits(model, ids, mask4d, convention)
     hit = (logits.argmax(-1) == tokens) & block
     k = int((lengths - n_clean).max())
     slots = torch.arange(k, device=tokens.device)[None, :]

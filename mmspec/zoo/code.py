@@ -16,6 +16,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ..drafters import AutoregressiveDrafter
+from ..training.logits import logits_at
 from ..training.loop import load_checkpoint, model_device, on_model, save_checkpoint, train_loop
 from . import code_diffusion, code_distill
 from .code_data import CodeCorpus, completion_prompts, ensure_tokenizer, extra_training_files, load_corpus, read_texts
@@ -216,12 +217,14 @@ def _load_on_build_device(name: str, home: Path) -> LlamaForCausalLM:
 def generation_loss(model, batch: dict) -> torch.Tensor:
     """The AR drafter's objective on target generations: next-token cross-entropy on the target's greedy
     continuation (its tokens are the target's argmax, the very thing greedy verification checks), plus a
-    quarter-weight term on the corpus prefix so the drafter stays a language model of the prompt's text."""
+    quarter-weight term on the corpus prefix so the drafter stays a language model of the prompt's text. The LM
+    head runs on the rows' real tokens only, not on their right padding."""
     tokens, cont, rows = batch["tokens"], batch["continuation"], batch["rows"]
-    logits = model(input_ids=tokens[:, :-1]).logits.float()
-    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1),
-                                           reduction="none").view(tokens.shape[0], -1)
-    on_cont, on_prefix = cont[:, 1:], rows[:, 1:] & ~cont[:, 1:]
+    read = rows[:, 1:]  # position j predicts token j + 1
+    logits = logits_at(model, read, input_ids=tokens[:, :-1]).float()
+    ce = torch.nn.functional.cross_entropy(logits, tokens[:, 1:][read], reduction="none")
+    on_cont = cont[:, 1:][read]
+    on_prefix = ~on_cont
     return (ce * on_cont).sum() / on_cont.sum().clamp(min=1) + 0.25 * (ce * on_prefix).sum() / on_prefix.sum().clamp(min=1)
 
 

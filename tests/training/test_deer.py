@@ -150,3 +150,66 @@ def test_target_generations_resume_after_a_kill(tmp_path, monkeypatch):
     monkeypatch.setattr("mmspec.training.deer._generation_cache", lambda target: {})
     grown = target_generations(target, stream, 6, cfg, seed=11, progress=False)
     assert torch.equal(grown.tokens, whole.tokens)
+
+
+def _full_logits_block_loss(model, b, convention, clean_weight, teacher_logp=None, row_weights=None):
+    """block_loss as written before the LM head ran on the read slots only: every position's logits."""
+    from mmspec.training.dlm import slot_logits
+
+    tokens, lengths, n_clean, weights = b["tokens"], b["lengths"], b["n_clean"], b["weights"]
+    B, T = tokens.shape
+    col = torch.arange(T)[None, :]
+    valid = col < lengths[:, None]
+    block = valid & (col >= n_clean[:, None])
+    ids = torch.where(block, MASK, torch.where(valid, tokens, 0))
+    logits = slot_logits(model, ids, attention_mask(valid, n_clean, "cache"), convention).float()
+    if teacher_logp is None:
+        ce = torch.nn.functional.cross_entropy(logits.reshape(B * T, -1), tokens.reshape(-1),
+                                               reduction="none").view(B, T)
+    else:
+        ce = (teacher_logp.exp() * (teacher_logp - torch.log_softmax(logits, -1))).sum(-1)
+    w = weights * block
+    per_row = (ce * w).sum(1) / w.sum(1).clamp(min=1e-8)
+    loss = per_row.mean() if row_weights is None else (per_row * row_weights).sum() / row_weights.sum()
+    if clean_weight > 0 and convention == "dream":
+        clean = (col >= 1) & (col < n_clean[:, None])
+        loss = loss + clean_weight * (ce * clean).sum() / clean.sum().clamp(min=1)
+    return loss
+
+
+def test_losses_read_only_their_slots_and_equal_the_full_logits_losses():
+    """The LM head runs on the slots a loss reads; the losses and their gradients are those of the full logits
+    (sharpened weights, so a wrong slot or shift would show), for both conventions, hard and soft labels."""
+    from mmspec.training.dlm import slot_logits
+    from tests.tiny_models import sharpen
+
+    model = sharpen(tiny_model("llama", seed=0, vocab_size=64, num_layers=1)).train()
+    data = generations(n=5, prefix=6, gen=10)
+    g = torch.Generator().manual_seed(0)
+    b = stage1_batch(data, torch.arange(5), DEERConfig(k_max=6), g)  # ragged rows: right padding
+    teacher = torch.log_softmax(torch.randn(*b["tokens"].shape, 64, generator=g), -1)
+    for convention in ("dream", "llada"):
+        for clean_weight, soft, rows in ((0.0, None, None), (0.5, None, b["row_weights"]), (0.5, teacher, None)):
+            got = block_loss(model, b["tokens"], b["lengths"], b["n_clean"], b["weights"], MASK, convention,
+                             row_weights=rows, clean_weight=clean_weight, teacher_logp=soft)
+            want = _full_logits_block_loss(model, b, convention, clean_weight, soft, rows)
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+            grads = torch.autograd.grad(got, [model.lm_head.weight, model.model.embed_tokens.weight])
+            refs = torch.autograd.grad(want, [model.lm_head.weight, model.model.embed_tokens.weight])
+            for a, r in zip(grads, refs):
+                torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-6)
+    # MDLM: the same draws give the full-logits loss
+    for convention in ("dream", "llada"):
+        got = mdlm_loss(model, data.tokens, MASK, convention, torch.Generator().manual_seed(5))
+        gen = torch.Generator().manual_seed(5)
+        B, T = data.tokens.shape
+        t = torch.rand(B, 1, generator=gen).clamp(min=1e-3)
+        masked = torch.rand(B, T, generator=gen) < t
+        if convention == "dream":
+            masked[:, 0] = False
+        ids = torch.where(masked, MASK, data.tokens)
+        logits = slot_logits(model, ids, attention_mask(torch.ones(B, T, dtype=torch.bool), None, "bidirectional"),
+                             convention).float()
+        ce = torch.nn.functional.cross_entropy(logits.reshape(B * T, -1), data.tokens.reshape(-1),
+                                               reduction="none").view(B, T)
+        torch.testing.assert_close(got, ((ce * masked).sum(1) / t.squeeze(1) / T).mean(), rtol=1e-5, atol=1e-6)

@@ -118,3 +118,25 @@ def test_micro_build_on_cuda_runs_every_model_there(tmp_path, monkeypatch):
     build("code", micro=True, home=tmp_path, progress=False, device="cuda")
     assert any(dev == "cuda" for dev, _ in seen)
     assert all(dev == "cuda" or in_checksum for dev, in_checksum in seen)
+
+
+def test_drafter_loss_reads_real_tokens_only_and_equals_the_full_logits_loss():
+    """generation_loss runs the LM head on the rows' real tokens (not their padding) and gives the loss of the
+    full logits: continuation CE plus a quarter of the prefix CE (sharpened weights)."""
+    from mmspec.tiny import tiny_model
+    from mmspec.zoo.code import generation_loss
+    from tests.tiny_models import sharpen
+
+    model = sharpen(tiny_model("llama", seed=0, vocab_size=64, num_layers=1))
+    g = torch.Generator().manual_seed(0)
+    col = torch.arange(20)[None]
+    rows = col < torch.tensor([20, 15, 12, 18])[:, None]
+    cont = (col >= torch.tensor([5, 7, 4, 9])[:, None]) & rows
+    tokens = torch.where(rows, torch.randint(3, 64, (4, 20), generator=g), 0)
+    with torch.no_grad():
+        got = generation_loss(model, {"tokens": tokens, "continuation": cont, "rows": rows})
+        logits = model(input_ids=tokens[:, :-1]).logits.float()
+    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, 64), tokens[:, 1:].reshape(-1), reduction="none").view(4, -1)
+    on_cont, on_prefix = cont[:, 1:], rows[:, 1:] & ~cont[:, 1:]
+    want = (ce * on_cont).sum() / on_cont.sum() + 0.25 * (ce * on_prefix).sum() / on_prefix.sum()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
