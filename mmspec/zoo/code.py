@@ -305,8 +305,8 @@ def _train_deep_target(home: Path, tok, train: torch.Tensor, val_windows: torch.
     seq_len = 64 if micro else SEQ_LEN
     batch = 4 if micro else BATCH
     extra, extra_info = extra_stream(home, tok, micro)
+    copies = MICRO_GROWTH_COPIES if micro else GROWTH_COPIES
     stages = {}
-    model = None
     for stage, key in (("base", "code-target-base"), ("grow", "code-target")):
         gen = seed_everything(SEED + (0 if stage == "base" else 17))
         if stage == "base":
@@ -314,7 +314,7 @@ def _train_deep_target(home: Path, tok, train: torch.Tensor, val_windows: torch.
             stream = batches(train, batch, seq_len, gen)
         else:  # on the base's device (grow_depth creates the deep model on the CPU, then moves it)
             model = grow_depth(model, model_config(key, len(tok), micro), mode="split",
-                               copies=MICRO_GROWTH_COPIES if micro else GROWTH_COPIES)
+                               copies=copies)
             stream = mixed_batches(train, extra, batch, 2 if micro else STDLIB_ROWS, seq_len, gen)
         stages[stage] = train_loop(
             model, lambda step: next(stream), lambda: mean_loss(model, val_windows), next_token_loss,
@@ -324,8 +324,7 @@ def _train_deep_target(home: Path, tok, train: torch.Tensor, val_windows: torch.
             patience=4 if stage == "grow" else 3,
             desc=f"train code-target ({stage}, {model.config.num_hidden_layers} layers)", progress=progress,
             checkpoint=build_dir(home, "code-target") / f"{stage}.pt", generators=(gen,))
-    extra_info = {**extra_info, "growth": {"mode": "split",
-                                           "copies": list(MICRO_GROWTH_COPIES if micro else GROWTH_COPIES)}}
+    extra_info = {**extra_info, "growth": {"mode": "split", "copies": list(copies)}}
     return model, stages, extra_info
 
 

@@ -48,7 +48,9 @@ MASK_ID = 2
 CONVENTION = "dream"
 DLM_LAYERS = 2  # measured forward over 17 slots: 4.3 ms against the target's 29.9 ms over 17 (1 thread)
 DLM_SEQ_LEN = 256
-# sized for 2 CPU cores (about 0.5 s a step at batch 16); a GPU build ran 4000 / 4000 / 8000 / 3000 steps at batch 32
+# sized for 2 CPU cores (a 2-layer x 192 step at batch 32 x 256 took 4.7 s with the machine shared with another
+# training, so about a quarter of that is expected at batch 16 alone); a GPU build ran 4000 / 4000 / 8000 / 3000
+# steps at batch 32
 DLM_BASE_STEPS, DLM_STEPS, DLM_BUDGET_S = 2000, 2500, 4 * 3600.0
 DLM_BATCH = 16
 DEER_K_MAX = 16  # longest block trained for (Stage I) and R_max of Stage II

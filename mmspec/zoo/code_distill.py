@@ -24,7 +24,7 @@ from .code_data import completion_prompts, load_corpus
 
 GEN_LEN = 64  # target tokens per prefix
 # 16k continuations (1M target tokens), generated in batches of 256, each batch saved as it finishes
-# (target_generations(partial=...)): about 35 s a batch for the 16-layer target on 2 CPU cores. A GPU build made
+# (target_generations(partial=...)), sized for 2 CPU cores (not yet timed on the 16-layer target). A GPU build made
 # 65k rows (about 2 minutes on one H100); at 12k rows that build's DEER drafter had stalled (first-slot hit 37%),
 # but its stages had also been stopped early by a loss-based rule (now selected on accepted length).
 FULL = dict(n_train=16384, n_val=256, gen_len=GEN_LEN, prefix_min=16, prefix_max=160, gen_batch=256)
