@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Callable
 
@@ -43,6 +44,7 @@ def target_data(home: Path, target, streams: dict, micro: bool, progress: bool =
     cfg = data_config(micro)
     work = Path(home) / ".build" / "code-distill"
     path = work / ("generations-micro.pt" if micro else "generations.pt")
+    _check_target_stamp(Path(home), work)
 
     def make(split: str, n: int, split_seed: int) -> Generations:
         return target_generations(target, streams[split], n, cfg, split_seed, progress=progress,
@@ -52,6 +54,27 @@ def target_data(home: Path, target, streams: dict, micro: bool, progress: bool =
     for split in ("train", "val"):  # the finished set is cached whole: the per-batch files are no longer needed
         (work / f"{path.stem}-{split}.partial.pt").unlink(missing_ok=True)
     return value
+
+
+def _check_target_stamp(home: Path, work: Path) -> None:
+    """The distillation set and every drafter checkpoint after it are the work of one ``code-target``: its
+    checksum (zoo.json) is stamped beside them, and a rebuilt target finds them refused instead of silently
+    distilling the old target's outputs into drafters for the new one."""
+    zoo_json = home / "code-target" / "zoo.json"
+    if not zoo_json.exists():
+        return
+    now = json.loads(zoo_json.read_text()).get("checksum")
+    stamp = work / "target.json"
+    if stamp.exists():
+        then = json.loads(stamp.read_text())
+        if then != now:
+            raise ValueError(f"{work} holds target generations of another code-target (checksum {then}, the "
+                             f"target in {home / 'code-target'} now has {now}): delete {work} and the drafters' "
+                             f"checkpoints under {home / '.build'} (all but code-target) to rebuild the drafters "
+                             "against this target")
+        return
+    work.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps(now))
 
 
 def row_mask(data: Generations) -> torch.BoolTensor:

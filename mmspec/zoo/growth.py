@@ -107,5 +107,44 @@ def unused_layers(ablation: list[float], base_loss: float) -> list[int]:
     return [i for i, value in enumerate(ablation) if value < threshold]
 
 
-__all__ = ["grow_depth", "layer_ablation", "unused_layers", "unused_threshold", "UNUSED_LAYER_NATS",
-           "UNUSED_LAYER_FRACTION"]
+def drop_layers(model: LlamaForCausalLM, drop: list[int]) -> LlamaForCausalLM:
+    """``model`` without the decoder layers ``drop`` (in place): the remaining layers keep their weights and are
+    renumbered, and the config says the new depth, so the model saves and loads as an ordinary shallower Llama."""
+    keep = [m for j, m in enumerate(model.model.layers) if j not in set(drop)]
+    if not keep:
+        raise ValueError(f"cannot drop every layer of a {len(model.model.layers)}-layer model")
+    model.model.layers = torch.nn.ModuleList(keep)
+    for k, m in enumerate(keep):
+        m.self_attn.layer_idx = k
+    model.config.num_hidden_layers = len(keep)
+    if getattr(model.config, "layer_types", None) is not None:
+        model.config.layer_types = [t for j, t in enumerate(model.config.layer_types) if j not in set(drop)]
+    return model
+
+
+@torch.no_grad()
+def prune_unused(model: LlamaForCausalLM, windows: torch.Tensor) -> tuple[LlamaForCausalLM, list[dict]]:
+    """Drop the layers that skipping costs (almost) nothing on ``windows``, one at a time: the least useful
+    unused layer goes, then the ablation is measured again (its group's other copies may now carry more), until
+    :func:`unused_layers` is empty. Returns the pruned model and what was dropped, as
+    ``{"layer": index in the model as trained, "ablation": its loss increase when dropped}``.
+
+    Why: a grown group of copies can end with one copy its siblings make redundant (the fourth code target:
+    layer 9, 0.006 nats); shipping it would make the target slower than its quality needs, which the zoo forbids
+    (no unused layers)."""
+    original = list(range(len(model.model.layers)))
+    dropped = []
+    while len(original) > 1:
+        ablation = layer_ablation(model, windows)
+        flagged = unused_layers(ablation, mean_loss(model, windows))
+        if not flagged:
+            break
+        worst = min(flagged, key=lambda i: ablation[i])
+        dropped.append({"layer": original[worst], "ablation": ablation[worst]})
+        drop_layers(model, [worst])
+        del original[worst]
+    return model, dropped
+
+
+__all__ = ["grow_depth", "layer_ablation", "unused_layers", "unused_threshold", "drop_layers", "prune_unused",
+           "UNUSED_LAYER_NATS", "UNUSED_LAYER_FRACTION"]

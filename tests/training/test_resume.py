@@ -6,7 +6,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from mmspec.training.loop import train_loop
-from mmspec.zoo.growth import grow_depth, layer_ablation, unused_layers
+from mmspec.zoo.growth import drop_layers, grow_depth, layer_ablation, prune_unused, unused_layers
 from mmspec.zoo.streams import batches, mean_loss
 from tests.tiny_models import sharpen
 
@@ -125,3 +125,31 @@ def test_split_growth_with_uneven_copies():
     for bad in ((2, 3), (0, 4), (4,), (1, 1, 2)):
         with pytest.raises(ValueError, match="copies"):
             grow_depth(base, config, mode="split", copies=bad)
+
+
+def test_pruning_drops_exactly_the_layers_that_do_nothing(tmp_path):
+    base = sharpen(_tiny(2))
+    deep = grow_depth(base, LlamaConfig(**{**base.config.to_dict(), "num_hidden_layers": 6}))  # 1, 2, 4, 5: zero copies
+    # the base's own greedy text: there both of its layers matter (on random tokens skipping one can even help)
+    start = torch.randint(0, 64, (2, 3), generator=torch.Generator().manual_seed(4))
+    windows = base.generate(start, do_sample=False, max_new_tokens=14, pad_token_id=0)
+    pruned, dropped = prune_unused(deep, windows)
+    assert sorted(d["layer"] for d in dropped) == [1, 2, 4, 5]
+    assert all(abs(d["ablation"]) < 1e-5 for d in dropped)
+    assert pruned.config.num_hidden_layers == len(pruned.model.layers) == 2
+    ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(pruned(ids).logits, base(ids).logits, rtol=1e-5, atol=1e-5)
+    # renumbered layers: cached decoding and a save/load round trip are those of an ordinary 2-layer model
+    out = pruned.generate(ids[:1], do_sample=False, max_new_tokens=8, pad_token_id=0)
+    assert torch.equal(out, base.generate(ids[:1], do_sample=False, max_new_tokens=8, pad_token_id=0))
+    pruned.save_pretrained(tmp_path)
+    again = LlamaForCausalLM.from_pretrained(tmp_path)
+    assert again.config.num_hidden_layers == 2
+    with torch.no_grad():
+        torch.testing.assert_close(again(ids).logits, pruned(ids).logits)
+    # a model whose every layer is used keeps them all
+    kept, none = prune_unused(base, windows)
+    assert none == [] and len(kept.model.layers) == 2
+    with pytest.raises(ValueError, match="every layer"):
+        drop_layers(_tiny(2), [0, 1])

@@ -50,6 +50,9 @@ def test_micro_build_loads_and_matches_checksum(tmp_path, greedy_reference):
             logits = entry.model(checksum_input(entry.tokenizer)).logits.double()
         assert abs(float(logits.sum()) - entry.config["checksum"]["sum"]) < 1e-3 * max(1.0, abs(entry.config["checksum"]["sum"]))
         torch.testing.assert_close(logits.flatten()[:8], torch.tensor(entry.config["checksum"]["first"], dtype=torch.double))
+    grown = read_json(tmp_path / "code-target" / "metrics.json")["growth"]
+    assert grown["trained_layers"] - len(grown["pruned"]) == load("code-target", home=tmp_path).model.config.num_hidden_layers
+    assert (tmp_path / ".build" / "code-distill" / "target.json").exists()  # the drafters' data names its target
     # the micro pair runs through the engine, exactly
     target, draft = load("code-target", home=tmp_path), load("code-drafter", home=tmp_path)
     ids = target.tokenizer("def f(x):\n", return_tensors="pt").input_ids
@@ -140,3 +143,16 @@ def test_drafter_loss_reads_real_tokens_only_and_equals_the_full_logits_loss():
     on_cont, on_prefix = cont[:, 1:], rows[:, 1:] & ~cont[:, 1:]
     want = (ce * on_cont).sum() / on_cont.sum() + 0.25 * (ce * on_prefix).sum() / on_prefix.sum()
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_drafter_data_of_another_target_is_refused(tmp_path):
+    from mmspec.zoo.code_distill import _check_target_stamp
+
+    work = tmp_path / ".build" / "code-distill"
+    (tmp_path / "code-target").mkdir()
+    (tmp_path / "code-target" / "zoo.json").write_text('{"checksum": {"sum": 1.5}}')
+    _check_target_stamp(tmp_path, work)
+    _check_target_stamp(tmp_path, work)  # the same target: its generations and drafter checkpoints are reused
+    (tmp_path / "code-target" / "zoo.json").write_text('{"checksum": {"sum": 2.5}}')  # the target was rebuilt
+    with pytest.raises(ValueError, match="another code-target"):
+        _check_target_stamp(tmp_path, work)
