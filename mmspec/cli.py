@@ -25,6 +25,7 @@ from .eval.image_suite import to_markdown as image_markdown
 from .eval.kernel_suite import run_kernel_suite
 from .eval.kernel_suite import to_markdown as kernel_markdown
 from .eval.run import cli_eval
+from .eval.suites import VLM_CHAIN_TOKENS
 from .eval.vlm_suite import run_vlm_suite
 from .guidance import DEFAULT_CFG_SCALE
 from .pipeline import pipeline
@@ -74,7 +75,7 @@ def cmd_bench(args) -> int:
     if args.suite == "vlm":
         report = run_vlm_suite(methods, num_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
                                do_sample=args.do_sample, temperature=args.temperature, repeats=args.repeats,
-                               num_tokens=args.num_tokens, kind=args.vlm_prompts)
+                               num_tokens=args.num_tokens or VLM_CHAIN_TOKENS, kind=args.vlm_prompts)
         return _finish_suite(report, args, "vlm", "zoo vlm-target, stops at EOS")
     if args.suite == "code":
         report = run_code_suite(methods, num_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
@@ -227,7 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--prompts", type=int, default=4)
     bench.add_argument("--prompt-length", type=int, default=48)
     bench.add_argument("--max-new-tokens", type=int, default=64)
-    bench.add_argument("--num-tokens", type=int, default=4, help="draft length (tokens per chain)")
+    bench.add_argument("--num-tokens", type=int, default=None,
+                       help="draft length (tokens per chain); default each method's: the code chain drafts up to 8 "
+                            "and stops at the drafter's confidence 0.4, prompt lookup 4, the VLM text-only chain 4")
     bench.add_argument("--do-sample", action="store_true")
     bench.add_argument("--temperature", type=float, default=1.0)
     bench.add_argument("--repeats", type=int, default=1)

@@ -56,9 +56,16 @@ class AutoregressiveDrafter(Drafter):
     """
 
     def __init__(self, model, num_tokens: int = 4, tree: TreeTemplate | str | None = None, top_k: int = 4,
-                 num_nodes: int | None = None, adaptive: bool = True):
+                 num_nodes: int | None = None, adaptive: bool = True, confidence: float | None = None):
+        """``confidence``: a chain stops early once the drafter's probability of its last draft is below it in every
+        active row (HF's ``assistant_confidence_threshold``): ``num_tokens`` is then the longest chain, and the
+        drafter decides per step how far it can see instead of following the accept-history schedule."""
         if num_tokens < 1:
             raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
+        if confidence is not None and not 0.0 < confidence < 1.0:
+            raise ValueError(f"confidence must be a probability in (0, 1), got {confidence}")
+        if confidence is not None and tree is not None:
+            raise ValueError("confidence stops a chain early; trees are sized by num_nodes instead")
         if isinstance(tree, str) and tree != "dynamic":
             raise ValueError(f"tree must be None, a TreeTemplate or 'dynamic', got {tree!r}")
         check_supported(model, "drafter")  # run through the same cache and tree masks as the target
@@ -67,7 +74,8 @@ class AutoregressiveDrafter(Drafter):
         self.tree = tree
         self.top_k = top_k
         self.num_nodes = num_nodes if num_nodes is not None else min(num_tokens * top_k, 60)
-        self.adaptive = adaptive and tree is None
+        self.confidence = confidence
+        self.adaptive = adaptive and tree is None and confidence is None
         self.vocab_size = text_config(model).vocab_size
 
     @property
@@ -92,7 +100,8 @@ class AutoregressiveDrafter(Drafter):
         root_logits = self.feed_unseen(context, run)
         roots = context.state.roots.to(self.model.device)
         if self.tree is None:
-            return self._chain(run, roots, root_logits, context.sampling, context.generator)
+            return self._chain(run, roots, root_logits, context.sampling, context.generator,
+                               context.state.active.to(roots.device))
         return self._tree(run, roots, root_logits, context.sampling, context.generator)
 
     def observe(self, context: DraftContext, run: AutoregressiveRun, tree: DraftTree, result: AcceptResult,
@@ -132,7 +141,7 @@ class AutoregressiveDrafter(Drafter):
         return draft_forward(self.model, run.cache, tokens, pending_parents, valid).float()
 
     # ------------------------------------------------------------------ drafting
-    def _chain(self, run: AutoregressiveRun, roots, logits, sampling, generator) -> DraftTree:
+    def _chain(self, run: AutoregressiveRun, roots, logits, sampling, generator, active) -> DraftTree:
         B, dev = roots.shape[0], roots.device
         drafts, qs = [], []
         k = run.draft_length
@@ -142,8 +151,13 @@ class AutoregressiveDrafter(Drafter):
                 tok = torch.multinomial(q, 1, generator=generator).squeeze(1)
                 qs.append(q)
             else:
-                tok = logits.argmax(-1)
+                q, tok = None, logits.argmax(-1)
             drafts.append(tok)
+            if self.confidence is not None and d + 1 < k:
+                p = (q if q is not None else logits.softmax(-1)).gather(1, tok[:, None])[:, 0]
+                if not bool(((p >= self.confidence) & active).any()):
+                    k = d + 1  # no active row trusts its last draft: the next ones would be wasted forwards
+                    break
             if d + 1 < k:
                 parent = torch.full((B, 1), d - 1 if d > 0 else -1, dtype=torch.long, device=dev)
                 logits = self.feed_nodes(run, tok[:, None], parent)[:, 0]

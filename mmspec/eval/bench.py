@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from ..frontend import hf_sampling_rng
 from ..generator import SpeculativeGenerator
 from ..loading import load_target
-from ..registry import CAUSAL_METHODS, build_drafter
+from ..registry import CAUSAL_METHODS, CHAIN_CONFIDENCE, build_drafter, draft_length
 from ..tiny import ARCHITECTURES, tiny_model
 from ..timing import synchronize
 from .cost_model import cost_table, cost_model
@@ -112,13 +112,14 @@ def build_runner(method: str, target, draft, num_tokens: int, max_new_tokens: in
             return None
         return lambda ids: (_hf_generate(target, ids, max_new_tokens, assistant_model=draft, **hf_kw), None)
     if method == "hf-prompt-lookup":
-        return lambda ids: (_hf_generate(target, ids, max_new_tokens, prompt_lookup_num_tokens=num_tokens,
+        k = draft_length("prompt-lookup", num_tokens)
+        return lambda ids: (_hf_generate(target, ids, max_new_tokens, prompt_lookup_num_tokens=k,
                                          **hf_kw), None)
     if drafter_factory is not None:
         return _speculative_runner(target, drafter_factory(), max_new_tokens, sampling, eos_token_id)
     if method in CAUSAL_METHODS and draft is None:
         return None
-    drafter = build_drafter(method, draft, num_tokens=num_tokens)
+    drafter = build_drafter(method, draft, num_tokens=num_tokens, confidence=CHAIN_CONFIDENCE)
     return _speculative_runner(target, drafter, max_new_tokens, sampling, eos_token_id)
 
 
@@ -185,7 +186,7 @@ def prompt_record(seconds: float, new_tokens: int, stats, exact: bool | None) ->
 
 
 def run_bench(model: str = "tiny:llama", draft: str | None = "tiny:llama", methods: list[str] | None = None,
-              num_prompts: int = 4, prompt_length: int = 48, max_new_tokens: int = 64, num_tokens: int = 4,
+              num_prompts: int = 4, prompt_length: int = 48, max_new_tokens: int = 64, num_tokens: int | None = None,
               do_sample: bool = False, temperature: float = 1.0, repeats: int = 1, seed: int = 0,
               draft_layers: int = 1, progress: bool = True) -> dict:
     """Load models from specs (``tiny:<arch>``, a checkpoint dir, ``zoo:<name>``) and compare methods."""
@@ -204,7 +205,7 @@ def run_bench(model: str = "tiny:llama", draft: str | None = "tiny:llama", metho
 
 
 def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str] | None = None,
-            max_new_tokens: int = 64, num_tokens: int = 4, do_sample: bool = False, temperature: float = 1.0,
+            max_new_tokens: int = 64, num_tokens: int | None = None, do_sample: bool = False, temperature: float = 1.0,
             repeats: int = 1, progress: bool = True, extra: dict | None = None, eos_token_id: int | None = None,
             seed: int = 0, warmup: int = 1, per_prompt: bool = False, desc: str = "bench") -> dict:
     """Run the methods side by side on ready models and prompts ([1, L] ids, or dicts with
@@ -282,7 +283,7 @@ def to_markdown(report: dict) -> str:
     lines = [
         f"# mmspec bench — target `{cfg.get('model', 'given')}`, draft `{cfg.get('draft', 'given')}`",
         "",
-        f"{cfg['num_prompts']} prompts × {'up to ' if cfg.get('stop_at_eos') else ''}{cfg['max_new_tokens']} new tokens, k = {cfg['num_tokens']}"
+        f"{cfg['num_prompts']} prompts × {'up to ' if cfg.get('stop_at_eos') else ''}{cfg['max_new_tokens']} new tokens, k = {cfg['num_tokens'] or 'each method default'}"
         f"{', EAGLE / MSD chains ' + str(cfg['feature_tokens']) if cfg.get('feature_tokens') else ''}, "
         f"{'sampling T=' + str(cfg['temperature']) if cfg['do_sample'] else 'greedy'}, torch {cfg['torch']}, "
         f"{cfg['threads']} threads. Speedup = plain HF decoding time / method time, same process, after warm-up.",

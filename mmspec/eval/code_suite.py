@@ -65,7 +65,7 @@ def code_prompts(tokenizer, num_prompts: int) -> list:
 
 
 def run_code_suite(methods: list[str] | None = None, num_prompts: int = 8, max_new_tokens: int = 64,
-                   do_sample: bool = False, temperature: float = 0.6, repeats: int = 1, num_tokens: int = 4,
+                   do_sample: bool = False, temperature: float = 0.6, repeats: int = 1, num_tokens: int | None = None,
                    deer_tokens: int = 8, diffuspec_tokens: int = 8, context: str = "cache",
                    home: str | Path | None = None, progress: bool = True) -> dict:
     methods = methods or CODE_METHODS

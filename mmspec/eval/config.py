@@ -26,7 +26,7 @@ class EvalConfig:
     out: str = "runs/eval"
     num_prompts: int = 8  # per suite (0: every item of a data file)
     max_new_tokens: int = 64
-    num_tokens: int = 4  # draft length k of AR drafters and prompt lookup
+    num_tokens: int | None = None  # draft length k of AR drafters and prompt lookup; None: each method's default
     block_tokens: int = 8  # block length k of the diffusion drafters
     feature_tokens: int | None = None  # chain length of the VLM feature drafters (EAGLE / MSD); None: their default
     do_sample: bool = False
@@ -77,7 +77,7 @@ class EvalConfig:
                 raise ValueError(f"--image-device: {self.image_device!r} is not a device ({e})") from None
             if "image" not in self.suites:
                 raise ValueError("--image-device places the image suite's models, and the run has no image suite")
-        if self.num_tokens < 1 or self.block_tokens < 1 or (self.feature_tokens is not None and self.feature_tokens < 1):
+        if (self.num_tokens is not None and self.num_tokens < 1) or self.block_tokens < 1 or (self.feature_tokens is not None and self.feature_tokens < 1):
             raise ValueError("num_tokens, block_tokens and feature_tokens (draft lengths) must be >= 1")
 
     def methods_for(self, suite: str, available: list[str], default: list[str]) -> list[str]:
@@ -155,7 +155,8 @@ FLAGS = [
     ("--out", "out", str, "run directory"),
     ("--prompts", "num_prompts", int, "prompts per suite (0: all items of a data file)"),
     ("--max-new-tokens", "max_new_tokens", int, None),
-    ("--num-tokens", "num_tokens", int, "draft length of AR drafters / prompt lookup"),
+    ("--num-tokens", "num_tokens", int, "draft length of AR drafters / prompt lookup (default each method's: code "
+                                         "chain up to 8 with a confidence stop, prompt lookup 4, VLM text-only chain 4)"),
     ("--block-tokens", "block_tokens", int, "block length of the diffusion drafters"),
     ("--feature-tokens", "feature_tokens", int, "chain length of the VLM feature drafters (EAGLE / MSD; default 8)"),
     ("--temperature", "temperature", float, "sampling temperature (with --do-sample)"),

@@ -18,6 +18,9 @@ def drafters(target, weak):
         "chain-self": AutoregressiveDrafter(target, num_tokens=4),
         "chain-weak": AutoregressiveDrafter(weak, num_tokens=3),
         "chain-weak-fixed-length": AutoregressiveDrafter(weak, num_tokens=3, adaptive=False),
+        # chains cut where the drafter's confidence drops (rows of a batch stop together, at varying lengths)
+        "chain-self-confidence": AutoregressiveDrafter(target, num_tokens=6, confidence=0.3),
+        "chain-weak-confidence": AutoregressiveDrafter(weak, num_tokens=6, confidence=0.05),
         "static-tree-self": AutoregressiveDrafter(target, tree=DEFAULT_TREE),
         "static-tree-weak": AutoregressiveDrafter(weak, tree=TreeTemplate.full((2, 2, 1))),
         "dynamic-tree-self": AutoregressiveDrafter(target, num_tokens=4, tree="dynamic", top_k=3, num_nodes=12),
@@ -91,3 +94,25 @@ def test_mistral_sliding_window(ragged_batch, greedy_reference):
         out = SpeculativeGenerator(target, drafter).generate(ids, attention_mask=mask, max_new_tokens=23,
                                                              eos_token_id=[], pad_token_id=0)
         assert torch.equal(out.sequences, ref), name
+
+
+def test_confidence_cuts_chains_where_the_drafter_is_unsure(tiny_pair, greedy_reference):
+    target, weak = tiny_pair
+    ids = torch.randint(3, 30, (1, 9), generator=torch.Generator().manual_seed(2))
+    ref = greedy_reference(target, ids, 20)
+    lengths = {}
+    for conf in (None, 1e-9, 0.999999):
+        drafter = AutoregressiveDrafter(weak, num_tokens=5, confidence=conf, adaptive=False)
+        proposed = []
+        propose = drafter.propose
+        drafter.propose = lambda context, run: proposed.append(propose(context, run)) or proposed[-1]
+        out = SpeculativeGenerator(target, drafter).generate(ids, max_new_tokens=20, eos_token_id=[])
+        assert torch.equal(out.sequences, ref), conf
+        lengths[conf] = {t.tokens.shape[1] - 1 for t in proposed}  # drafts per step (the root excluded)
+    assert lengths[None] == lengths[1e-9] == {5}  # every draft is confident enough: full chains
+    assert lengths[0.999999] == {1}  # no draft is: one token per step, no wasted drafter forwards
+    for bad in (0.0, 1.0, 1.5):
+        with pytest.raises(ValueError, match="confidence"):
+            AutoregressiveDrafter(weak, confidence=bad)
+    with pytest.raises(ValueError, match="confidence"):
+        AutoregressiveDrafter(weak, tree="dynamic", confidence=0.4)
