@@ -25,10 +25,10 @@ from .eval.image_suite import to_markdown as image_markdown
 from .eval.kernel_suite import run_kernel_suite
 from .eval.kernel_suite import to_markdown as kernel_markdown
 from .eval.run import cli_eval
-from .eval.suites import VLM_CHAIN_TOKENS
 from .eval.vlm_suite import run_vlm_suite
 from .guidance import DEFAULT_CFG_SCALE
 from .pipeline import pipeline
+from .registry import draft_length
 from .zoo.image_data import image_grid
 from .zoo.integrity import changed_since_commit, record_file_hashes, status
 
@@ -75,7 +75,7 @@ def cmd_bench(args) -> int:
     if args.suite == "vlm":
         report = run_vlm_suite(methods, num_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
                                do_sample=args.do_sample, temperature=args.temperature, repeats=args.repeats,
-                               num_tokens=args.num_tokens or VLM_CHAIN_TOKENS, kind=args.vlm_prompts)
+                               num_tokens=draft_length("chain", args.num_tokens), kind=args.vlm_prompts)
         return _finish_suite(report, args, "vlm", "zoo vlm-target, stops at EOS")
     if args.suite == "code":
         report = run_code_suite(methods, num_prompts=args.prompts, max_new_tokens=args.max_new_tokens,

@@ -64,8 +64,8 @@ def code_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int
         extra = {m: factories[m] for m in BEST_TEXT_METHODS}
         methods += BEST_TEXT_METHODS
     step(console, f"code: timing {len(methods)} methods on {len(ids)} prompts (1 warm-up, 2 rounds)")
-    report = compare(target.model, draft.model, ids, methods, max_new_tokens=max_new_tokens, num_tokens=None,
-                     repeats=2, progress=True, extra=extra, desc="code")
+    report = compare(target.model, draft.model, ids, methods, max_new_tokens=max_new_tokens, repeats=2,
+                     progress=True, extra=extra, desc="code")
     report["config"].update(model="zoo:code-target", draft="zoo:code-drafter", prompts="held-out stdlib functions")
     print_table(report, console, f"code: {len(ids)} held-out completion prompts × {max_new_tokens} tokens, greedy")
     pipe = pipeline("zoo:code-target")  # the zoo default: DEER with the aligned diffusion drafter

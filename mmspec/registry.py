@@ -67,14 +67,15 @@ IMAGE_DRAFTERS = ("ar", "feature", "sar")  # the zoo image target's: small AR mo
 # (`mmspec eval --suite vlm --repeats 2 --feature-tokens K`, 8 prompts, CPU): EAGLE chain 1.63x / 1.77x / 1.89x / 1.84x
 # and MSD chain 1.64x / 1.70x / 1.84x / 1.76x plain decoding at K = 4 / 6 / 8 / 10 (tau 3.20 / 3.84 / 4.57 / 4.57 for
 # EAGLE: from 8 on, the answer ends before the chain does). FLASH drafts its semi-autoregressive head's own block.
-# The code chain drafts up to 8 tokens and stops where the drafter's confidence in its last draft falls below
-# CHAIN_CONFIDENCE (HF's assistant_confidence_threshold). On the zoo's code target (15 layers, 8 held-out test
+# A chain that stops where the drafter's confidence in its last draft falls below CHAIN_CONFIDENCE (HF's
+# assistant_confidence_threshold; the text route and the code bench) drafts up to CONFIDENT_CHAIN_TOKENS; a chain
+# without that stop (the VLM route's text-only drafter) drafts DRAFT_TOKENS["chain"]. On the zoo's code target (15 layers, 8 held-out test
 # prompts x 64 tokens, greedy, tau and drafter forwards per step measured, speedup predicted with the eval's cost
 # model): k = 4 with the accept-history schedule tau 2.91 (1.48x predicted, 1.43-1.45x measured), k = 8 tau 3.53
 # (1.56x); k = 8 with confidence 0.3 / 0.4 / 0.5 / 0.6 tau 4.03 / 3.82 / 3.56 / 3.39 (1.73x / 1.75x / 1.72x / 1.71x);
 # k = 12 at 0.4 tau 4.06 (1.76x), k = 16 at 0.5 3.88 (1.74x).
-DRAFT_TOKENS = {"chain": 8, "dynamic": 4, "prompt-lookup": 4, "deer": 8, "diffuspec": 8, "eagle": 8, "msd": 8}
-CHAIN_CONFIDENCE = 0.4
+DRAFT_TOKENS = {"chain": 4, "dynamic": 4, "prompt-lookup": 4, "deer": 8, "diffuspec": 8, "eagle": 8, "msd": 8}
+CHAIN_CONFIDENCE, CONFIDENT_CHAIN_TOKENS = 0.4, 8
 
 
 def draft_length(method: str, num_tokens: int | None = None) -> int | None:
@@ -193,10 +194,10 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
                   confidence: float | None = None) -> Drafter | None:
     """The drafter of a text or VLM ``method`` (None for ``plain``), from ``model``: a small causal LM
     (chain / tree / dynamic), a DiffusionLM (deer / diffuspec) or a FeatureDraftModel (msd / flash / eagle, with
-    ``target`` the model whose features it reads). ``num_tokens`` None is the method's default draft length (for
-    ``chain`` the longest chain: it stops earlier where the drafter's confidence falls below ``confidence``; None
-    drafts every chain to ``num_tokens``, as the VLM route's text-only chain does; the text route and the code bench
-    pass CHAIN_CONFIDENCE)."""
+    ``target`` the model whose features it reads). ``num_tokens`` None is the method's default draft length. A
+    ``chain`` with a ``confidence`` stops where the drafter's confidence falls below it (the text route and the code
+    bench pass CHAIN_CONFIDENCE) and then drafts at most CONFIDENT_CHAIN_TOKENS by default; None drafts every chain
+    to its length, as the VLM route's text-only chain does."""
     _check_drafter(method, model, tree)
     k = draft_length(method, num_tokens)
     if method == "plain":
@@ -207,7 +208,8 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
         return PromptLookupDrafter(num_tokens=k)
     if method in CAUSAL_METHODS:
         if method == "chain":
-            return AutoregressiveDrafter(model, num_tokens=k, confidence=confidence)
+            longest = num_tokens or (CONFIDENT_CHAIN_TOKENS if confidence is not None else k)
+            return AutoregressiveDrafter(model, num_tokens=longest, confidence=confidence)
         if method == "tree":
             return AutoregressiveDrafter(model, tree=tree or DEFAULT_TREE)
         return AutoregressiveDrafter(model, num_tokens=k, tree="dynamic", top_k=top_k, num_nodes=num_nodes)
@@ -315,7 +317,7 @@ def check_image_method(method: str) -> None:
 
 
 __all__ = ["METHODS", "TEXT_METHODS", "VLM_METHODS", "IMAGE_METHODS", "CAUSAL_METHODS", "DIFFUSION_METHODS",
-           "FEATURE_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "DRAFT_TOKENS", "CHAIN_CONFIDENCE", "draft_length", "DYNAMIC_TREE", "CPS_LAMBDA",
+           "FEATURE_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "DRAFT_TOKENS", "CHAIN_CONFIDENCE", "CONFIDENT_CHAIN_TOKENS", "draft_length", "DYNAMIC_TREE", "CPS_LAMBDA",
            "BOUND_DEFAULTS", "LANTERN_TREE", "OPTIONS", "take_options", "wrong_method",
            "drafter_kind", "check_vocab", "check_feature", "causal_method", "NEEDS", "build_drafter", "zoo_diffuspec",
            "engine", "lattice_tree", "resolve_bound", "tree_options", "image_drafter", "check_image_method"]

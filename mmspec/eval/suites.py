@@ -34,9 +34,6 @@ from .datasets import Item, chat_items, code_items, image_items, sample_question
 from .image_suite import suite_methods
 from .vlm_suite import VLM_METHODS, feature_factories, vlm_prompts
 
-# the text-only VLM drafter's chain length when --num-tokens is not given (the length its figures were measured at)
-VLM_CHAIN_TOKENS = 4
-
 NEEDS_DRAFT = ("hf-assisted", "chain", "tree", "dynamic")
 
 
@@ -237,7 +234,7 @@ def vlm_suite(cfg: EvalConfig, device: str | None = None) -> Suite:
     if proc is None:
         raise ValueError(f"the vlm suite needs the target's processor next to its weights ({spec})")
     zoo = target.zoo == "vlm-target"
-    k = cfg.num_tokens or VLM_CHAIN_TOKENS
+    k = draft_length("chain", cfg.num_tokens)
     if zoo:
         extra = feature_factories(cfg.home, k, cfg.feature_tokens)
         mine = _vlm_drafter_methods(cfg, target, proc, drafter_device)  # --vlm-drafter replaces the zoo's own
@@ -322,7 +319,7 @@ def _vlm_drafter_methods(cfg: EvalConfig, target, proc, drafter_device) -> dict:
     """Factories of the methods ``--vlm-drafter`` serves (its method read off the drafter itself)."""
     if not cfg.vlm_drafter:
         return {}
-    k = cfg.num_tokens or VLM_CHAIN_TOKENS
+    k = draft_length("chain", cfg.num_tokens)
     d = load_drafter(cfg.vlm_drafter, target, cfg.home, drafter_device)
     method, d = vlm_drafter(target, d, None)
 

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable
 
@@ -22,6 +21,7 @@ from ..generator import SpeculativeGenerator
 from ..training.artifact import cached
 from ..training.deer import DEERConfig, Generations, target_generations
 from .code_data import completion_prompts, load_corpus
+from .home import read_json, write_json
 
 GEN_LEN = 64  # target tokens per prefix
 # 16k continuations (1M target tokens), generated in batches of 256, each batch saved as it finishes
@@ -63,18 +63,17 @@ def _check_target_stamp(home: Path, work: Path) -> None:
     zoo_json = home / "code-target" / "zoo.json"
     if not zoo_json.exists():
         return
-    now = json.loads(zoo_json.read_text()).get("checksum")
+    now = read_json(zoo_json).get("checksum")
     stamp = work / "target.json"
     if stamp.exists():
-        then = json.loads(stamp.read_text())
+        then = read_json(stamp)
         if then != now:
             raise ValueError(f"{work} holds target generations of another code-target (checksum {then}, the "
                              f"target in {home / 'code-target'} now has {now}): delete {work} and the drafters' "
                              f"checkpoints under {home / '.build'} (all but code-target) to rebuild the drafters "
                              "against this target")
         return
-    work.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(json.dumps(now))
+    write_json(stamp, now)
 
 
 def row_mask(data: Generations) -> torch.BoolTensor:

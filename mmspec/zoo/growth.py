@@ -62,23 +62,27 @@ def grow_depth(base: LlamaForCausalLM, config: LlamaConfig, mode: str = "zero",
     return deep.to(model_device(base))
 
 
+def _use_layers(model: LlamaForCausalLM, layers: list) -> None:
+    """Make ``layers`` the model's decoder stack, renumbered in order (a layer's index is its cache slot)."""
+    model.model.layers = torch.nn.ModuleList(layers)
+    for k, m in enumerate(layers):
+        m.self_attn.layer_idx = k
+
+
 @torch.no_grad()
-def layer_ablation(model: LlamaForCausalLM, windows: torch.Tensor) -> list[float]:
+def layer_ablation(model: LlamaForCausalLM, windows: torch.Tensor, base: float | None = None) -> list[float]:
     """Held-out loss increase when each decoder layer is skipped in turn: a layer that does nothing
-    shows ~0 here, so this is the evidence that every layer of a deep target is trained."""
-    base = mean_loss(model, windows)
-    layers = model.model.layers
+    shows ~0 here, so this is the evidence that every layer of a deep target is trained. ``base``: the model's
+    own loss on ``windows`` where the caller already has it."""
+    base = mean_loss(model, windows) if base is None else base
+    layers = list(model.model.layers)
     out = []
     for i in range(len(layers)):
-        model.model.layers = torch.nn.ModuleList([m for j, m in enumerate(layers) if j != i])
-        for k, m in enumerate(model.model.layers):
-            m.self_attn.layer_idx = k
+        _use_layers(model, layers[:i] + layers[i + 1:])
         try:
             out.append(mean_loss(model, windows) - base)
         finally:
-            model.model.layers = layers
-            for k, m in enumerate(layers):
-                m.self_attn.layer_idx = k
+            _use_layers(model, layers)
     return out
 
 
@@ -110,15 +114,14 @@ def unused_layers(ablation: list[float], base_loss: float) -> list[int]:
 def drop_layers(model: LlamaForCausalLM, drop: list[int]) -> LlamaForCausalLM:
     """``model`` without the decoder layers ``drop`` (in place): the remaining layers keep their weights and are
     renumbered, and the config says the new depth, so the model saves and loads as an ordinary shallower Llama."""
-    keep = [m for j, m in enumerate(model.model.layers) if j not in set(drop)]
+    gone = set(drop)
+    keep = [m for j, m in enumerate(model.model.layers) if j not in gone]
     if not keep:
         raise ValueError(f"cannot drop every layer of a {len(model.model.layers)}-layer model")
-    model.model.layers = torch.nn.ModuleList(keep)
-    for k, m in enumerate(keep):
-        m.self_attn.layer_idx = k
+    _use_layers(model, keep)
     model.config.num_hidden_layers = len(keep)
     if getattr(model.config, "layer_types", None) is not None:
-        model.config.layer_types = [t for j, t in enumerate(model.config.layer_types) if j not in set(drop)]
+        model.config.layer_types = [t for j, t in enumerate(model.config.layer_types) if j not in gone]
     return model
 
 
@@ -135,8 +138,9 @@ def prune_unused(model: LlamaForCausalLM, windows: torch.Tensor) -> tuple[LlamaF
     original = list(range(len(model.model.layers)))
     dropped = []
     while len(original) > 1:
-        ablation = layer_ablation(model, windows)
-        flagged = unused_layers(ablation, mean_loss(model, windows))
+        base = mean_loss(model, windows)
+        ablation = layer_ablation(model, windows, base)
+        flagged = unused_layers(ablation, base)
         if not flagged:
             break
         worst = min(flagged, key=lambda i: ablation[i])
