@@ -22,13 +22,22 @@ from .diffusion import DiffusionLM
 
 
 class DEERDrafter(Drafter):
-    """One-step block drafting of ``num_tokens`` tokens from a :class:`DiffusionLM`."""
+    """One-step block drafting of ``num_tokens`` tokens from a :class:`DiffusionLM`.
 
-    def __init__(self, dlm: DiffusionLM, num_tokens: int = 8):
+    ``confidence`` (beyond the paper, the rule of HF's ``assistant_confidence_threshold`` applied to the block's
+    slots): the block is cut after its first slot whose draft has probability below ``confidence`` in every active
+    row. The cut costs no drafting (every slot comes from the same forward) but shortens the verification, whose
+    cost grows with the drafts it scores; the cut depends on the drafter's distributions only, so sampling stays
+    lossless."""
+
+    def __init__(self, dlm: DiffusionLM, num_tokens: int = 8, confidence: float | None = None):
         if num_tokens < 1:
             raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
+        if confidence is not None and not 0.0 < confidence < 1.0:
+            raise ValueError(f"confidence must be a probability in (0, 1), got {confidence}")
         self.dlm = dlm
         self.num_tokens = int(num_tokens)
+        self.confidence = confidence
         self.vocab_size = dlm.vocab_size
 
     @property
@@ -47,11 +56,24 @@ class DEERDrafter(Drafter):
         roots = state.roots.to(dev)
         sampling = state.sampling
         if not sampling.do_sample:
-            return DraftTree.chain(roots, logp.argmax(-1))
+            drafts = logp.argmax(-1)
+            keep = self._confident_length(logp.exp().gather(2, drafts[..., None])[..., 0], state.active.to(dev))
+            return DraftTree.chain(roots, drafts[:, :keep])
         q = sampling.probs(logp)  # the target's warpers applied to the drafter's slots
         B, k, V = q.shape
         drafts = torch.multinomial(q.reshape(B * k, V), 1, generator=state.generator).view(B, k)
-        return DraftTree.chain(roots, drafts, q=q)
+        keep = self._confident_length(q.gather(2, drafts[..., None])[..., 0], state.active.to(dev))
+        return DraftTree.chain(roots, drafts[:, :keep], q=q[:, :keep])
+
+    def _confident_length(self, p: torch.Tensor, active: torch.Tensor) -> int:
+        """How many slots to keep: up to and including the first slot that no active row drafts with probability
+        >= ``confidence`` (all of them without a threshold)."""
+        k = p.shape[1]
+        if self.confidence is None or k == 1:
+            return k
+        trusted = ((p[:, : k - 1] >= self.confidence) & active[:, None]).any(0)  # [k-1]
+        doubtful = (~trusted).nonzero()
+        return int(doubtful[0]) + 1 if doubtful.numel() else k
 
 
 __all__ = ["DEERDrafter"]

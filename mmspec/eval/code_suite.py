@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..loading import zoo_diffusion_lm
-from ..registry import build_drafter, zoo_diffuspec
+from ..registry import CHAIN_CONFIDENCE, build_drafter, zoo_diffuspec
 from ..zoo import code_data, load
 from .bench import compare
 
@@ -38,7 +38,7 @@ def diffusion_factories(home: str | Path | None = None, deer_tokens: int = 8, di
         return zoo_diffusion_lm(get(name), context=context, target_vocab_size=vocab)
 
     def deer(name):
-        return lambda: build_drafter("deer", dlm(name), num_tokens=deer_tokens)
+        return lambda: build_drafter("deer", dlm(name), num_tokens=deer_tokens, confidence=CHAIN_CONFIDENCE)
 
     def diffuspec(name="code-dlm", cps=True, adl=True, lattice=False):
         def make():

@@ -42,6 +42,43 @@ def test_cached_self_draft_predicts_the_target_exactly(tiny_pair):
     assert steps[0] == 1 and all(a == 2 for a in steps[1:-1]) and len(steps) == 9
 
 
+def test_deer_confidence_cuts_the_block_after_the_first_doubtful_slot(tiny_pair, greedy_reference):
+    _, dm = tiny_pair
+    drafter = DEERDrafter(DiffusionLM(dm, MASK), num_tokens=4, confidence=0.4)
+    p = torch.tensor([[0.9, 0.2, 0.3, 0.9], [0.1, 0.5, 0.1, 0.1]])
+    both, first_only = torch.tensor([True, True]), torch.tensor([True, False])
+    assert drafter._confident_length(p, both) == 3  # slot 2 trusted by no row: kept, the rest cut
+    assert drafter._confident_length(p, first_only) == 2  # a finished row's confidence does not count
+    assert drafter._confident_length(torch.full((2, 4), 0.5), both) == 4
+    assert DEERDrafter(DiffusionLM(dm, MASK), num_tokens=4)._confident_length(p, both) == 4  # no threshold
+
+
+def test_confident_deer_is_exact_and_drafts_shorter_blocks(tiny_pair, greedy_reference):
+    target, dm = tiny_pair
+    sharp = type(dm)(dm.config)
+    sharp.load_state_dict(dm.state_dict())
+    with torch.no_grad():
+        for w in sharp.parameters():
+            w.normal_(0, 0.2)  # confident slots, so the threshold cuts some blocks and keeps others
+    ids = prompts()
+    ref = greedy_reference(target, ids, 24)
+    sizes = {}
+    for conf in (None, 0.5):
+        drafter = DEERDrafter(DiffusionLM(sharp.eval(), MASK, context="cache"), num_tokens=6, confidence=conf)
+        propose, sizes[conf] = drafter.propose, []
+
+        def spy(context, run, propose=propose, seen=sizes[conf]):
+            tree = propose(context, run)
+            seen.append(tree.num_nodes - 1)
+            return tree
+
+        drafter.propose = spy
+        out = SpeculativeGenerator(target, drafter).generate(ids, max_new_tokens=24, eos_token_id=[])
+        assert torch.equal(out.sequences, ref)
+    assert set(sizes[None]) == {6}
+    assert min(sizes[0.5]) < 6 and all(1 <= n <= 6 for n in sizes[0.5])  # some blocks cut, none emptied
+
+
 def _bidirectional_reference(model, ids: torch.Tensor, vis: torch.Tensor) -> torch.Tensor:
     T = ids.shape[1]
     return model(input_ids=ids, attention_mask=vis[None, None], position_ids=torch.arange(T)[None]).logits[0]
@@ -105,6 +142,9 @@ def test_bad_configuration_is_an_error(tiny_pair):
         DiffusionLM(dm, MASK, attention="native", context="cache")
     with pytest.raises(ValueError, match="num_tokens"):
         DEERDrafter(DiffusionLM(dm, MASK), num_tokens=0)
+    for bad in (0.0, 1.0, 1.5, -0.1):
+        with pytest.raises(ValueError, match="confidence must be a probability"):
+            DEERDrafter(DiffusionLM(dm, MASK), confidence=bad)
 
 
 def test_from_pretrained_reads_conventions(tmp_path, tiny_pair):

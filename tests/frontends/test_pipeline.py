@@ -9,6 +9,7 @@ import torch
 import mmspec
 from mmspec.drafters import AutoregressiveDrafter, DEERDrafter, PromptLookupDrafter
 from mmspec.pipeline import ImagePipeline, JanusPipeline, TextPipeline, VLMPipeline
+from mmspec.registry import CHAIN_CONFIDENCE, CONFIDENT_CHAIN_TOKENS
 from mmspec.targets import detect_route
 from mmspec.tiny import JANUS_BOI, JANUS_BOS, tiny_janus, tiny_model
 from mmspec.zoo import load
@@ -41,15 +42,19 @@ def test_routes_by_inspection(code):
         detect_route(torch.nn.Linear(2, 2))
 
 
-def test_zoo_text_default_is_deer_and_exact(code, greedy_reference):
+def test_zoo_text_default_is_the_confident_chain_and_exact(code, greedy_reference):
     pipe = mmspec.pipeline("zoo:code-target")
-    assert isinstance(pipe, TextPipeline) and pipe.method == "deer" and isinstance(pipe.drafter, DEERDrafter)
-    out = pipe(PROMPT, max_new_tokens=24, stop_at_eos=False)
+    assert isinstance(pipe, TextPipeline) and pipe.method == "chain" and isinstance(pipe.drafter, AutoregressiveDrafter)
+    assert pipe.drafter.confidence == CHAIN_CONFIDENCE and pipe.drafter.num_tokens == CONFIDENT_CHAIN_TOKENS
+    deer = mmspec.pipeline("zoo:code-target", method="deer")  # the aligned diffusion drafter by name
+    assert isinstance(deer.drafter, DEERDrafter)
     ids = code.tokenizer(PROMPT, return_tensors="pt", add_special_tokens=False).input_ids
     ref = greedy_reference(code.model, ids, 24)
-    assert torch.equal(out.sequences, ref)
-    assert out.stats.new_tokens == 24 and out.stats.mean_accepted_tokens > 1.0
-    assert out.texts[0] == code.tokenizer.decode(ref[0, ids.shape[1]:], skip_special_tokens=True)
+    for p in (pipe, deer):
+        out = p(PROMPT, max_new_tokens=24, stop_at_eos=False)
+        assert torch.equal(out.sequences, ref)
+        assert out.stats.new_tokens == 24 and out.stats.mean_accepted_tokens > 1.0
+        assert out.texts[0] == code.tokenizer.decode(ref[0, ids.shape[1]:], skip_special_tokens=True)
 
 
 @pytest.mark.parametrize("method,drafter_type", [("chain", AutoregressiveDrafter), ("tree", AutoregressiveDrafter),

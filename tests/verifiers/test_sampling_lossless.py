@@ -353,6 +353,7 @@ E2E_CASES = {
     # diffusion drafting: per-slot proposals (DEER) and deterministic lattice trees (DiffuSpec)
     "deer": (lambda d: DEERDrafter(DiffusionLM(d, 2, context="cache"), num_tokens=3), PLAIN),
     "deer-warped": (lambda d: DEERDrafter(DiffusionLM(d, 2, context="full"), num_tokens=3), WARPED),
+    "deer-confident": (lambda d: DEERDrafter(DiffusionLM(d, 2, context="cache"), num_tokens=3, confidence=0.3), PLAIN),
     "diffuspec-lattice": (lambda d: DiffuSpecDrafter(DiffusionLM(d, 2), num_tokens=3, adl=False, lattice=True,
                                                      cps_config=CPSConfig(mass=0.95)), PLAIN),
 }
