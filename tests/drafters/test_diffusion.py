@@ -156,3 +156,38 @@ def test_from_pretrained_reads_conventions(tmp_path, tiny_pair):
     assert dlm.convention == "llada" and dlm.attention == "mask" and dlm.context == "cache"
     with pytest.raises(ValueError, match="no mask token id"):
         DiffusionLM.from_pretrained(tmp_path / "plain", convention="dream")
+
+
+@pytest.mark.parametrize("convention", ["dream", "llada"])
+def test_cached_drafts_during_decoding_are_what_training_computes(tiny_pair, convention):
+    """Across the steps of a real decode (ragged batch, the drafter's cache grown step by step), every DEER block
+    equals the argmax of one forward over the row's tokens + k masks under the training attention pattern
+    ("cache": the prefix causal, the slots seeing everything): what the DEER stages train is what drafts."""
+    from mmspec.training.dlm import attention_mask, slot_logits
+
+    target, dm = tiny_pair
+    k = 4
+    drafter = DEERDrafter(DiffusionLM(dm, MASK, convention=convention, context="cache"), num_tokens=k)
+    seen = []
+    propose = drafter.propose
+
+    def spy(context, run):
+        rows = [context.state.row(b).clone() for b in range(context.state.batch_size)]
+        tree = propose(context, run)
+        seen.append((rows, tree.tokens[:, 1:].clone()))
+        return tree
+
+    drafter.propose = spy
+    ids = prompts(batch=2, length=9, seed=3)
+    mask = torch.ones_like(ids)
+    ids[1, :3], mask[1, :3] = 0, 0  # a left-padded row
+    SpeculativeGenerator(target, drafter).generate(ids, attention_mask=mask, max_new_tokens=20, eos_token_id=[])
+    assert len(seen) > 3
+    with torch.no_grad():
+        for rows, drafts in seen:
+            for b, row in enumerate(rows):
+                n = row.numel()
+                x = torch.cat([row, torch.full((k,), MASK)])[None]
+                vis = attention_mask(torch.ones(1, n + k, dtype=torch.bool), torch.tensor([n]), "cache")
+                ref = slot_logits(dm, x, vis, convention)[0, n:n + k].argmax(-1)
+                assert torch.equal(drafts[b], ref), (b, n)
