@@ -165,7 +165,8 @@ def test_cached_drafts_during_decoding_are_what_training_computes(tiny_pair, con
     ("cache": the prefix causal, the slots seeing everything): what the DEER stages train is what drafts."""
     from mmspec.training.dlm import attention_mask, slot_logits
 
-    target, dm = tiny_pair
+    target, _ = tiny_pair
+    dm = target  # two layers: the prefix's own outputs reach the slots only through a second layer
     k = 4
     drafter = DEERDrafter(DiffusionLM(dm, MASK, convention=convention, context="cache"), num_tokens=k)
     seen = []
