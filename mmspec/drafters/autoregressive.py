@@ -28,7 +28,7 @@ from ..state import DraftContext
 from ..tree import DraftTree, TreeTemplate, select_best_nodes, subtree
 from ..verifiers.acceptance import AcceptResult
 from ..verifiers.tree_forward import chain_parents, draft_forward, prefill_cache, text_config
-from .base import Drafter
+from .base import Drafter, check_confidence, trusted_slots
 
 
 @dataclass
@@ -62,8 +62,7 @@ class AutoregressiveDrafter(Drafter):
         drafter decides per step how far it can see instead of following the accept-history schedule."""
         if num_tokens < 1:
             raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
-        if confidence is not None and not 0.0 < confidence < 1.0:
-            raise ValueError(f"confidence must be a probability in (0, 1), got {confidence}")
+        check_confidence(confidence)
         if confidence is not None and tree is not None:
             raise ValueError("confidence stops a chain early; trees are sized by num_nodes instead")
         if isinstance(tree, str) and tree != "dynamic":
@@ -155,7 +154,7 @@ class AutoregressiveDrafter(Drafter):
             drafts.append(tok)
             if self.confidence is not None and d + 1 < k:
                 p = (q if q is not None else logits.softmax(-1)).gather(1, tok[:, None])[:, 0]
-                if not bool(((p >= self.confidence) & active).any()):
+                if not bool(trusted_slots(p[:, None], active, self.confidence)[0]):
                     k = d + 1  # no active row trusts its last draft: the next ones would be wasted forwards
                     break
             if d + 1 < k:

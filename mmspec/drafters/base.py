@@ -27,6 +27,19 @@ from ..tree import DraftTree
 from ..verifiers.acceptance import AcceptResult
 
 
+def check_confidence(confidence: float | None) -> None:
+    """A drafter's confidence stop (HF's ``assistant_confidence_threshold``) is a probability in (0, 1)."""
+    if confidence is not None and not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be a probability in (0, 1), got {confidence}")
+
+
+def trusted_slots(p: torch.Tensor, active: torch.Tensor, confidence: float) -> torch.Tensor:
+    """``[k]`` bool: whether some active row drafts each slot with probability >= ``confidence`` (``p`` ``[B, k]``:
+    the drafter's probability of each row's draft, ``active`` ``[B]``). A chain stops after its first untrusted
+    slot."""
+    return ((p >= confidence) & active[:, None]).any(0)
+
+
 class Drafter:
     #: vocabulary the drafter proposes from (None = whatever the context holds, e.g. prompt lookup)
     vocab_size: int | None = None

@@ -17,7 +17,7 @@ import torch
 from ..cache import SpecKVCache
 from ..state import DraftContext
 from ..tree import DraftTree
-from .base import Drafter
+from .base import Drafter, check_confidence, trusted_slots
 from .diffusion import DiffusionLM
 
 
@@ -33,8 +33,7 @@ class DEERDrafter(Drafter):
     def __init__(self, dlm: DiffusionLM, num_tokens: int = 8, confidence: float | None = None):
         if num_tokens < 1:
             raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
-        if confidence is not None and not 0.0 < confidence < 1.0:
-            raise ValueError(f"confidence must be a probability in (0, 1), got {confidence}")
+        check_confidence(confidence)
         self.dlm = dlm
         self.num_tokens = int(num_tokens)
         self.confidence = confidence
@@ -57,7 +56,7 @@ class DEERDrafter(Drafter):
         sampling = state.sampling
         if not sampling.do_sample:
             drafts = logp.argmax(-1)
-            keep = self._confident_length(logp.exp().gather(2, drafts[..., None])[..., 0], state.active.to(dev))
+            keep = self._confident_length(logp.gather(2, drafts[..., None])[..., 0].exp(), state.active.to(dev))
             return DraftTree.chain(roots, drafts[:, :keep])
         q = sampling.probs(logp)  # the target's warpers applied to the drafter's slots
         B, k, V = q.shape
@@ -71,8 +70,7 @@ class DEERDrafter(Drafter):
         k = p.shape[1]
         if self.confidence is None or k == 1:
             return k
-        trusted = ((p[:, : k - 1] >= self.confidence) & active[:, None]).any(0)  # [k-1]
-        doubtful = (~trusted).nonzero()
+        doubtful = (~trusted_slots(p[:, : k - 1], active, self.confidence)).nonzero()
         return int(doubtful[0]) + 1 if doubtful.numel() else k
 
 
