@@ -17,7 +17,7 @@ import torch
 
 from .drafters import (AutoregressiveDrafter, DEERDrafter, DiffusionLM, Drafter, FeatureDrafter, NoDrafter,
                        PromptLookupDrafter)
-from .drafters.diffuspec import CPSConfig, DiffuSpecDrafter
+from .drafters.diffuspec import ADLConfig, CPSConfig, DiffuSpecDrafter
 from .drafters.feature_model import FeatureDraftModel, signature_mismatch
 from .drafters.ngram import NGramLM
 from .generator import SpeculativeGenerator
@@ -93,6 +93,11 @@ DYNAMIC_TREE = dict(top_k=4, num_nodes=16)  # EAGLE-2 expansion width and kept n
 # n-gram; here the 4-gram (3.48 nats/token) is weaker than the dLM, and held-out *validation* prompts
 # (8 × 64 tokens, greedy, k = 8) gave τ 1.82 / 2.04 / 2.18 / 1.97 for λ = 0.5 / 0.7 / 0.85 / 1.0.
 CPS_LAMBDA = 0.85
+# DiffuSpec's ADL range for the zoo. The paper's k in [4, 16] with delta 4 (our ADLConfig default) suits a 7B dLM whose
+# accepted runs are long; the zoo's 2 x 192 dLM accepts about one draft a step, so long lattices only cost time.
+# Held-out *validation* prompts (8 x 64 tokens, greedy, repeats 2, 2026-11-24): k in [4, 16] / delta 4 ran at 0.75x
+# plain (tau 1.70), k in [2, 8] / delta 1 at 0.84-0.86x (tau 1.74), fixed k 3 / 4 / 6 at 0.88x / 0.87x / 0.82x.
+ZOO_ADL = ADLConfig(k_min=2, k_max=8, delta=1)
 # Each relaxed method's default bound and neighbour count (``lantern_k``: latent neighbours per code that mass may
 # move onto). LANTERN++'s were chosen on the zoo (`mmspec eval --suite image --repeats 2`, 2026-11-23, 2-core CPU,
 # image-eagle, static tree): lambda 2 / k 8 ran at 0.90x plain AR (tau 2.43), lambda 5 / k 16 at 1.02x (tau 2.75),
@@ -248,7 +253,7 @@ def _check_drafter(method: str, model, tree) -> None:
 
 def zoo_diffuspec(causal) -> dict:
     """DiffuSpec's settings tuned on the zoo's code target, with ``causal`` (zoo:code-ngram) as its proxy."""
-    return dict(causal=causal, cps_config=CPSConfig(lam=CPS_LAMBDA))
+    return dict(causal=causal, cps_config=CPSConfig(lam=CPS_LAMBDA), adl_config=ZOO_ADL)
 
 
 def engine(target, drafter: Drafter | None, **kwargs) -> SpeculativeGenerator | None:
@@ -321,7 +326,7 @@ def check_image_method(method: str) -> None:
 
 
 __all__ = ["METHODS", "TEXT_METHODS", "VLM_METHODS", "IMAGE_METHODS", "CAUSAL_METHODS", "DIFFUSION_METHODS",
-           "FEATURE_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "DRAFT_TOKENS", "CHAIN_CONFIDENCE", "CONFIDENT_CHAIN_TOKENS", "draft_length", "DYNAMIC_TREE", "CPS_LAMBDA",
+           "FEATURE_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "DRAFT_TOKENS", "CHAIN_CONFIDENCE", "CONFIDENT_CHAIN_TOKENS", "draft_length", "DYNAMIC_TREE", "CPS_LAMBDA", "ZOO_ADL",
            "BOUND_DEFAULTS", "LANTERN_TREE", "OPTIONS", "take_options", "wrong_method",
            "drafter_kind", "check_vocab", "check_feature", "causal_method", "NEEDS", "build_drafter", "zoo_diffuspec",
            "engine", "lattice_tree", "resolve_bound", "tree_options", "image_drafter", "check_image_method"]

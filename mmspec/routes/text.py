@@ -64,7 +64,8 @@ def text_drafter(target: Target, drafter, method: str | None, home=None, device=
     if method == "diffuspec" and target.zoo == "code-target":  # the zoo's tuned settings, unless given
         causal = zoo_load("code-ngram", home).model if opts["causal"] is None and opts["cps"] else opts["causal"]
         tuned = zoo_diffuspec(causal)
-        opts.update(causal=causal, cps_config=opts["cps_config"] or tuned["cps_config"])
+        opts.update(causal=causal, cps_config=opts["cps_config"] or tuned["cps_config"],
+                    adl_config=opts["adl_config"] or tuned["adl_config"])
     eos = getattr(target.tokenizer, "eos_token_id", None)
     return method, build_drafter(method, drafter, eos_token_id=eos, **opts)
 

@@ -44,7 +44,7 @@ def test_diffusion_methods(tiny_pair):
     deer = reg.build_drafter("deer", dlm)
     assert type(deer) is DEERDrafter and deer.num_tokens == reg.DRAFT_TOKENS["deer"]
     tuned = reg.zoo_diffuspec(None)
-    assert tuned["cps_config"].lam == reg.CPS_LAMBDA
+    assert tuned["cps_config"].lam == reg.CPS_LAMBDA and tuned["adl_config"] == reg.ZOO_ADL
     assert type(reg.build_drafter("diffuspec", dlm, num_tokens=6, lattice=True, **tuned)) is DiffuSpecDrafter
 
 
