@@ -27,8 +27,9 @@ from ..compat import check_supported
 from ..state import DraftContext
 from ..tree import DraftTree, TreeTemplate, select_best_nodes, subtree
 from ..verifiers.acceptance import AcceptResult
-from ..verifiers.tree_forward import chain_parents, draft_forward, prefill_cache, text_config
+from ..verifiers.tree_forward import chain_parents, prefill_cache, text_config
 from .base import Drafter, check_confidence, trusted_slots
+from .lean_layer import drafter_logits
 
 
 @dataclass
@@ -127,7 +128,7 @@ class AutoregressiveDrafter(Drafter):
         """Feed the tokens the drafter has not seen (at least the root); returns the root's next-token
         logits [B, V]."""
         unseen = context.state.unseen(run.cache.lengths)
-        logits = draft_forward(self.model, run.cache, unseen.tokens, chain_parents(unseen.valid), unseen.valid)
+        logits = drafter_logits(self.model, run.cache, unseen.tokens, chain_parents(unseen.valid), unseen.valid)
         run.cache.commit_first(unseen.counts)
         rows = torch.arange(unseen.counts.shape[0], device=logits.device)
         return logits[rows, unseen.counts - 1].float()
@@ -137,7 +138,7 @@ class AutoregressiveDrafter(Drafter):
         """Feed draft nodes ``tokens`` [B, F] hanging off pending entries ``pending_parents`` (-1 = the root);
         returns their next-token logits [B, F, V] (float32)."""
         valid = torch.ones_like(tokens, dtype=torch.bool)
-        return draft_forward(self.model, run.cache, tokens, pending_parents, valid).float()
+        return drafter_logits(self.model, run.cache, tokens, pending_parents, valid).float()
 
     # ------------------------------------------------------------------ drafting
     def _chain(self, run: AutoregressiveRun, roots, logits, sampling, generator, active) -> DraftTree:

@@ -34,7 +34,8 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokeni
 from ..cache import SpecKVCache
 from ..model_dirs import require_config
 from ..state import DecodeState
-from ..verifiers.tree_forward import model_dtype, prefill_cache, to_model_mask, tree_forward
+from ..verifiers.tree_forward import model_dtype, prefill_cache, to_model_mask
+from .lean_layer import drafter_logits
 from .remote_code import explain_remote_failure, modeling_files, require_trust
 
 CONVENTIONS = ("llada", "dream")
@@ -193,10 +194,9 @@ class DiffusionLM:
         depth = torch.where(col[None, :] < m, col[None, :], need[:, None] + (col[None, :] - m))
         parents = (col - 1).expand(B, T).contiguous()
         first = int((need - 1).min()) if self.convention == "dream" else m  # earliest position read
-        out = tree_forward(self.model, cache, ids, parents, valid, ancestors=vis, depth=depth,
-                           logits_to_keep=T - first)  # the LM head runs on the positions read only
+        logits = drafter_logits(self.model, cache, ids, parents, valid, vis, depth, first)  # head: positions read
         cache.commit_first(need)  # the clean tokens (pending first); the slots are dropped
-        return self._pick(out.logits, need - 1 - first, m - first, k)
+        return self._pick(logits, need - 1 - first, m - first, k)
 
     def _window(self, k: int) -> int:
         """The re-encoded context length: ``window``, cut so that context + k slots fit the model's positions."""

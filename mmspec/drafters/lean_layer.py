@@ -16,10 +16,13 @@ plain rotary, full attention); anything else keeps the stock module.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 
 from ..layer_masks import attention_layout
+from ..verifiers.tree_forward import draft_forward, model_dtype, to_model_mask
 
 # rope types whose cos / sin depend on the position alone (a "dynamic" rope rescales with the sequence length)
 _STATIC_ROPE = ("default", "linear", "llama3", "yarn")
@@ -92,4 +95,42 @@ def lean_layer_forward(layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Ten
                         mlp.down_proj.weight)
 
 
-__all__ = ["lean_supported", "RotaryTable", "rms_norm", "lean_layer_forward"]
+# a whole causal LM drafter run lean: the classes whose forward is embed -> layers -> final norm -> LM head with
+# nothing else (no embedding scale, no logit soft-cap); Qwen2 / Mistral configs fail lean_supported (biases,
+# sliding windows) in the zoo's and most real cases, and keep draft_forward
+LEAN_LM_CLASSES = ("LlamaForCausalLM",)
+_ROPE_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def lean_lm_supported(model) -> bool:
+    """True for a stock causal LM that :func:`drafter_logits` can run through :func:`lean_layer_forward`."""
+    return (type(model).__name__ in LEAN_LM_CLASSES and lean_supported(model.config)
+            and getattr(model.lm_head, "bias", None) is None)
+
+
+def drafter_logits(model, cache, input_ids: torch.LongTensor, parents: torch.LongTensor, valid: torch.BoolTensor,
+                   ancestors: torch.BoolTensor | None = None, depth: torch.LongTensor | None = None,
+                   first: int = 0) -> torch.Tensor:
+    """A drafter LM's logits [B, T - first, V] for new nodes ``input_ids`` [B, T] appended to its ``cache`` as
+    pending entries (``parents`` / ``valid`` / ``ancestors`` / ``depth`` as in ``SpecKVCache.prepare_append``).
+    The LM head runs on positions ``first`` onward only. A small drafter's step is mostly module plumbing on a
+    CPU (a 2-layer 192-wide diffusion LM: 4.3 ms a block through the stock model, of which the math is a
+    fraction), so a :func:`lean_lm_supported` model runs its own weights through :func:`lean_layer_forward`;
+    any other model runs its stock modules (:func:`~mmspec.verifiers.tree_forward.draft_forward`)."""
+    if not lean_lm_supported(model):
+        return draft_forward(model, cache, input_ids, parents, valid, ancestors, depth, first)
+    positions, mask = cache.prepare_append(parents, valid, ancestors, depth)
+    mask = to_model_mask(mask, model, model_dtype(model))
+    inner = model.model
+    table = _ROPE_TABLES.get(inner)
+    if table is None:
+        table = _ROPE_TABLES[inner] = RotaryTable(inner.rotary_emb)
+    h = inner.embed_tokens(input_ids)
+    cos, sin = table(h, positions, cache.max_len + 1)
+    for layer in inner.layers[: model.config.num_hidden_layers]:
+        h = lean_layer_forward(layer, h, cos, sin, cache, mask)
+    return F.linear(rms_norm(inner.norm, h[:, first:]), model.lm_head.weight)
+
+
+__all__ = ["lean_supported", "RotaryTable", "rms_norm", "lean_layer_forward", "LEAN_LM_CLASSES", "lean_lm_supported",
+           "drafter_logits"]

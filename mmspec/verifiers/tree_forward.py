@@ -87,12 +87,13 @@ DIRECT_CLASSES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
 
 
 def direct_logits(model, input_ids: torch.LongTensor, mask: torch.Tensor, positions: torch.LongTensor, cache,
-                  return_hidden: bool = False):
+                  return_hidden: bool = False, first: int = 0):
     """The logits of a stock model in ``DIRECT_CLASSES`` computed by calling its own modules in order
     (embedding, rotary embedding, decoder layers, final norm, LM head) with our mask, positions and cache;
     None for any other model. Drafters run several times per step, and the model-level wrappers (output
     capture, mask construction) cost a quarter of a small model's forward on CPU. ``return_hidden``: also
-    the last hidden state after the final norm (what ``hidden_states[-1]`` holds), as ``(logits, hidden)``."""
+    the last hidden state after the final norm (what ``hidden_states[-1]`` holds), as ``(logits, hidden)``;
+    ``first``: the norm and LM head run on positions ``first`` onward only."""
     if type(model).__name__ not in DIRECT_CLASSES:
         return None
     inner = model.model
@@ -101,17 +102,22 @@ def direct_logits(model, input_ids: torch.LongTensor, mask: torch.Tensor, positi
     for i, layer in enumerate(inner.layers[: model.config.num_hidden_layers]):
         h = layer(h, attention_mask=layer_mask(mask, model.config, i), position_ids=positions, past_key_values=cache,
                   position_embeddings=rope)
-    h = inner.norm(h)
+    h = inner.norm(h[:, first:])
     return (model.lm_head(h), h) if return_hidden else model.lm_head(h)
 
 
 def draft_forward(model, cache: SpecKVCache, input_ids: torch.LongTensor, parents: torch.LongTensor,
-                  valid: torch.BoolTensor) -> torch.Tensor:
-    """``tree_forward(...).logits`` for drafters, through :func:`direct_logits` where the class allows."""
+                  valid: torch.BoolTensor, ancestors: torch.BoolTensor | None = None,
+                  depth: torch.LongTensor | None = None, first: int = 0) -> torch.Tensor:
+    """``tree_forward(...).logits[:, first:]`` for drafters, through :func:`direct_logits` where the class
+    allows; the LM head runs on positions ``first`` onward only."""
     if type(model).__name__ in DIRECT_CLASSES:
-        positions, mask = cache.prepare_append(parents, valid)
-        return direct_logits(model, input_ids, to_model_mask(mask, model, model_dtype(model)), positions, cache)
-    return tree_forward(model, cache, input_ids, parents, valid).logits
+        positions, mask = cache.prepare_append(parents, valid, ancestors, depth)
+        return direct_logits(model, input_ids, to_model_mask(mask, model, model_dtype(model)), positions, cache,
+                             first=first)
+    T = input_ids.shape[1]
+    return tree_forward(model, cache, input_ids, parents, valid, ancestors=ancestors, depth=depth,
+                        logits_to_keep=T - first).logits
 
 
 def chain_parents(valid: torch.BoolTensor) -> torch.LongTensor:

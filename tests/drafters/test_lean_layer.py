@@ -1,12 +1,15 @@
-"""The feature drafter's lean layer forward computes what the stock Llama modules compute."""
+"""The drafters' lean forwards (a feature drafter's layer, a whole Llama drafter LM) compute what the stock
+Llama modules compute."""
 
 import pytest
 import torch
 
 from mmspec.cache import SpecKVCache
 from mmspec.drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
-from mmspec.drafters.lean_layer import lean_supported
-from mmspec.verifiers.tree_forward import chain_parents
+from mmspec.drafters.lean_layer import drafter_logits, lean_lm_supported, lean_supported
+from mmspec.tiny import tiny_model
+from mmspec.verifiers.tree_forward import chain_parents, tree_forward
+from tests.tiny_models import VOCAB, sharpen
 
 
 def sharp_net(kv_heads: int, seed: int = 0) -> FeatureDraftModel:
@@ -72,3 +75,48 @@ def test_lean_refuses_what_it_does_not_compute():
     cfg.hidden_act = "silu"
     cfg.rope_parameters = {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}
     assert not lean_supported(cfg)
+
+
+def _lm_calls(model, logits_fn):
+    """A left-padded prompt, then a diffusion-style block (clean tokens causal, mask slots seeing every clean token
+    and each other, positions by depth) with the LM head on the slots only: the logits of both calls and the
+    cache's K/V of the second."""
+    B, P, m, k = 2, 6, 2, 3
+    cache = SpecKVCache.for_model(model, B, 32)
+    valid = torch.ones(B, P, dtype=torch.bool)
+    valid[1, :2] = False
+    parents = chain_parents(valid)
+    parents[1, :3] = -1
+    ids = torch.randint(0, VOCAB, (B, P), generator=torch.Generator().manual_seed(2))
+    outs = [logits_fn(model, cache, ids, parents, valid)[valid]]
+    cache.commit_first(torch.full((B,), P))
+    cache.starts = torch.tensor([0, 2])
+    T = m + k
+    block = torch.randint(0, VOCAB, (B, T), generator=torch.Generator().manual_seed(3))
+    col = torch.arange(T)
+    vis = (col[None, :, None] >= col[None, None, :]).expand(B, T, T).clone()
+    vis[:, m:, :] = True
+    depth = col.expand(B, T).contiguous()
+    outs.append(logits_fn(model, cache, block, (col - 1).expand(B, T).contiguous(), torch.ones(B, T, dtype=torch.bool),
+                          vis, depth, m))
+    return outs, cache.layers[0].keys.clone()
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_drafter_logits_match_the_stock_model(arch):
+    """Llama drafters run lean; what they compute (slot logits under a non-causal block, the cache written) is the
+    stock model's to float rounding. Qwen2 (q/k/v biases) is not lean and runs its stock modules."""
+    model = sharpen(tiny_model(arch, seed=0, vocab_size=VOCAB))
+    assert lean_lm_supported(model) == (arch == "llama")
+
+    def stock(model, cache, ids, parents, valid, ancestors=None, depth=None, first=0):
+        out = tree_forward(model, cache, ids, parents, valid, ancestors=ancestors, depth=depth)
+        return out.logits[:, first:]
+
+    with torch.no_grad():
+        got, k_got = _lm_calls(model, drafter_logits)
+        want, k_want = _lm_calls(model, stock)
+    assert got[1].shape == (2, 3, VOCAB)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(k_got, k_want, rtol=1e-4, atol=1e-4)
