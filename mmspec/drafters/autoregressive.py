@@ -128,10 +128,14 @@ class AutoregressiveDrafter(Drafter):
         """Feed the tokens the drafter has not seen (at least the root); returns the root's next-token
         logits [B, V]."""
         unseen = context.state.unseen(run.cache.lengths)
-        logits = drafter_logits(self.model, run.cache, unseen.tokens, chain_parents(unseen.valid), unseen.valid)
+        # the LM head runs from the earliest row's last token on (a finished row may have nothing unseen: its
+        # index -1 reads a position it ignores, as before)
+        first = max(int(unseen.counts.min()) - 1, 0)
+        logits = drafter_logits(self.model, run.cache, unseen.tokens, chain_parents(unseen.valid), unseen.valid,
+                                first=first)
         run.cache.commit_first(unseen.counts)
         rows = torch.arange(unseen.counts.shape[0], device=logits.device)
-        return logits[rows, unseen.counts - 1].float()
+        return logits[rows, unseen.counts - 1 - first].float()
 
     def feed_nodes(self, run: AutoregressiveRun, tokens: torch.LongTensor,
                    pending_parents: torch.LongTensor) -> torch.Tensor:

@@ -115,9 +115,10 @@ def draft_forward(model, cache: SpecKVCache, input_ids: torch.LongTensor, parent
         positions, mask = cache.prepare_append(parents, valid, ancestors, depth)
         return direct_logits(model, input_ids, to_model_mask(mask, model, model_dtype(model)), positions, cache,
                              first=first)
-    T = input_ids.shape[1]
-    return tree_forward(model, cache, input_ids, parents, valid, ancestors=ancestors, depth=depth,
-                        logits_to_keep=T - first).logits
+    keep = input_ids.shape[1] - first
+    logits = tree_forward(model, cache, input_ids, parents, valid, ancestors=ancestors, depth=depth,
+                          logits_to_keep=keep).logits
+    return logits[:, -keep:]  # a wrapper (CFGModel's guided pass, remote code) may return every position
 
 
 def chain_parents(valid: torch.BoolTensor) -> torch.LongTensor:

@@ -120,3 +120,25 @@ def test_drafter_logits_match_the_stock_model(arch):
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(k_got, k_want, rtol=1e-4, atol=1e-4)
+
+
+def test_drafter_logits_of_a_wrapper_that_returns_every_position():
+    """A drafter whose forward ignores ``logits_to_keep`` (CFGModel's guided pass, some remote code) still gets the
+    logits of positions ``first`` onward, not the first positions of its full output."""
+    inner = sharpen(tiny_model("llama", seed=0, vocab_size=VOCAB))
+
+    class EveryPosition(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner, self.config = inner, inner.config
+
+        device, dtype = inner.device, inner.dtype
+
+        def forward(self, logits_to_keep=None, **kwargs):
+            return self.inner(**kwargs)
+
+    with torch.no_grad():
+        got, _ = _lm_calls(EveryPosition(), drafter_logits)
+        want, _ = _lm_calls(inner, drafter_logits)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
