@@ -93,10 +93,12 @@ DYNAMIC_TREE = dict(top_k=4, num_nodes=16)  # EAGLE-2 expansion width and kept n
 # n-gram; here the 4-gram (3.48 nats/token) is weaker than the dLM, and held-out *validation* prompts
 # (8 × 64 tokens, greedy, k = 8) gave τ 1.82 / 2.04 / 2.18 / 1.97 for λ = 0.5 / 0.7 / 0.85 / 1.0.
 CPS_LAMBDA = 0.85
-# DiffuSpec's ADL range for the zoo. The paper's k in [4, 16] with delta 4 (our ADLConfig default) suits a 7B dLM whose
-# accepted runs are long; the zoo's 2 x 192 dLM accepts about one draft a step, so long lattices only cost time.
-# Held-out *validation* prompts (8 x 64 tokens, greedy, repeats 2, 2026-11-24): k in [4, 16] / delta 4 ran at 0.75x
-# plain (tau 1.70), k in [2, 8] / delta 1 at 0.84-0.86x (tau 1.74), fixed k 3 / 4 / 6 at 0.88x / 0.87x / 0.82x.
+# DiffuSpec's ADL range for the zoo, used with the confidence cut (``confidence``, CHAIN_CONFIDENCE): the paper's
+# ADL follows the raw draft's EOS, and a 64-token code completion's draft holds none, so without the cut k never
+# leaves its start. Held-out *validation* prompts (8 x 64 tokens, greedy, repeats 2, 2026-11-24, a probe
+# outside the eval): k 8 without the cut 0.77x plain (tau 1.70), fixed k 4 0.82x; with the cut at 0.4, fixed
+# k 8 / 16 0.82x / 0.89x, ADL k in [4, 16] delta 4 0.88x, [2, 8] delta 1 0.90x, [2, 16] delta 2 0.88x (tau 1.63-1.64);
+# cuts at 0.3 / 0.6 with [2, 16] 0.88x / 0.87x. Differences under 0.04 are within one run's timing noise.
 ZOO_ADL = ADLConfig(k_min=2, k_max=8, delta=1)
 # Each relaxed method's default bound and neighbour count (``lantern_k``: latent neighbours per code that mass may
 # move onto). LANTERN++'s were chosen on the zoo (`mmspec eval --suite image --repeats 2`, 2026-11-23, 2-core CPU,
@@ -206,7 +208,8 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
     ``target`` the model whose features it reads). ``num_tokens`` None is the method's default draft length. A
     ``chain`` with a ``confidence`` stops where the drafter's confidence falls below it (the text route and the code
     bench pass CHAIN_CONFIDENCE) and then drafts at most CONFIDENT_CHAIN_TOKENS by default; None drafts every chain
-    to its length, as the VLM route's text-only chain does. ``deer`` cuts its block at the same ``confidence``."""
+    to its length, as the VLM route's text-only chain does. ``deer`` cuts its block and ``diffuspec`` each row's draft
+    (and so ADL's L_gen) at the same ``confidence``."""
     _check_drafter(method, model, tree)
     k = draft_length(method, num_tokens)
     if method == "plain":
@@ -226,7 +229,7 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
         return DEERDrafter(model, num_tokens=k, confidence=confidence)
     if method == "diffuspec":
         return DiffuSpecDrafter(model, causal=causal, eos_token_id=eos_token_id, num_tokens=k, cps=cps, adl=adl,
-                                lattice=lattice, cps_config=cps_config, adl_config=adl_config)
+                                lattice=lattice, cps_config=cps_config, adl_config=adl_config, confidence=confidence)
     if method in FEATURE_METHODS:
         return FeatureDrafter(model, target, num_tokens=k, tree=tree, top_k=top_k, num_nodes=num_nodes,
                               compress_to=compress_to)

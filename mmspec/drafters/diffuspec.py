@@ -11,6 +11,10 @@ Decoding"): training-free drafting from a diffusion LM's one-pass token lattice.
   draft, L_acc = accepted drafts; EMAs with ρ = 0.5;
   k_next = clip(round(EMA_gen + δ·[EMA_acc ≥ EMA_gen]), k_min, k_max). The paper's δ = 10 and
   k ∈ [20, 30] are for 7B models; the defaults here (δ = 4, k ∈ [4, 16]) are scaled to the zoo.
+* **Confidence cut (beyond the paper, ``confidence``):** L_gen also ends after the raw draft's first slot whose
+  argmax probability is below ``confidence`` (the rule of DEER's block and the AR chain, here per row), and CPS
+  searches only those slots. Without it ADL never moves on
+  code: the raw draft of a 64-token completion holds no EOS, so L_gen = k and k stays where it started.
 * **Lattice tree (beyond the paper):** instead of sending only the best path, merge all final beams into
   a prefix tree and verify it in one target pass (``lattice=True``).
 
@@ -28,7 +32,7 @@ from ..cache import SpecKVCache
 from ..state import DraftContext
 from ..tree import DraftTree
 from ..verifiers.acceptance import AcceptResult
-from .base import Drafter
+from .base import Drafter, check_confidence
 from .diffusion import DiffusionLM
 
 
@@ -131,7 +135,9 @@ class DiffuSpecDrafter(Drafter):
 
     def __init__(self, dlm: DiffusionLM, causal=None, eos_token_id: int | None = None, num_tokens: int = 8,
                  cps: bool = True, adl: bool = True, lattice: bool = False, cps_config: CPSConfig | None = None,
-                 adl_config: ADLConfig | None = None):
+                 adl_config: ADLConfig | None = None, confidence: float | None = None):
+        check_confidence(confidence)
+        self.confidence = confidence
         self.dlm = dlm
         self.vocab_size = dlm.vocab_size
         self.cps_on, self.adl_on, self.lattice = cps, adl, lattice
@@ -159,17 +165,23 @@ class DiffuSpecDrafter(Drafter):
         k = run.k
         logp = self.dlm.slot_logprobs(state, k, run.cache)  # [B, k, V]
         B, dev = logp.shape[0], logp.device
-        raw = logp.argmax(-1)
+        top, raw = logp.max(-1)
         run.gen_len = self._generated_length(raw)
+        lengths = torch.clamp(run.gen_len + (run.gen_len < k).long(), max=k)  # keep the EOS itself
+        span = torch.full_like(lengths, k)  # the slots CPS searches (it stops at an EOS of its own)
+        if self.confidence is not None:
+            lead = (top.exp() >= self.confidence).long().cumprod(1).sum(1)  # leading trusted slots
+            span = torch.clamp(lead + 1, max=k)  # ... and the first untrusted one
+            run.gen_len = torch.minimum(run.gen_len, span)
+            lengths = torch.minimum(lengths, span)
         roots = state.roots.to(dev)
         if not self.cps_on:
-            lengths = torch.clamp(run.gen_len + (run.gen_len < k).long(), max=k)  # keep the EOS itself
             return DraftTree.chain(roots, raw, lengths=lengths)
         order = self.cps.causal.order - 1 if getattr(self.cps.causal, "order", None) else 0
         rows_paths = []
         for b in range(B):
             ctx = state.row(b)[-order:].tolist() if order > 0 else []
-            beams = self.cps.search(logp[b], ctx) if bool(state.active[b]) else [([], 0.0)]
+            beams = self.cps.search(logp[b, : int(span[b])], ctx) if bool(state.active[b]) else [([], 0.0)]
             rows_paths.append([p for p, _ in beams] if self.lattice else [beams[0][0]])
         return self._tree(roots, rows_paths)
 

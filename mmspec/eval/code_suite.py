@@ -44,7 +44,7 @@ def diffusion_factories(home: str | Path | None = None, deer_tokens: int = 8, di
         def make():
             tuned = zoo_diffuspec(get("code-ngram").model if cps else None)
             return build_drafter("diffuspec", dlm(name), eos_token_id=eos, num_tokens=diffuspec_tokens, cps=cps,
-                                 adl=adl, lattice=lattice, **tuned)
+                                 adl=adl, lattice=lattice, confidence=CHAIN_CONFIDENCE, **tuned)
         return make
 
     return {

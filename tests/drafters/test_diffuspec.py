@@ -7,6 +7,8 @@ import torch
 
 from mmspec import SpeculativeGenerator
 from mmspec.drafters import DiffusionLM
+from mmspec.state import DecodeState, DraftContext
+from mmspec.verifiers.logits import SamplingConfig
 from mmspec.drafters.diffuspec import (ADLConfig, CausalPathSearch, CPSConfig, DiffuSpecDrafter, DiffuSpecRun,
                                        candidate_sets, prefix_tree)
 
@@ -94,14 +96,16 @@ def test_adl_rule(tiny_pair):
         DiffuSpecDrafter(DiffusionLM(dm, 2), cps=False, lattice=True)
 
 
-@pytest.mark.parametrize("cps,adl,lattice", [(False, False, False), (True, True, False), (True, False, True)])
-def test_diffuspec_is_exact_under_greedy(tiny_pair, greedy_reference, cps, adl, lattice):
+@pytest.mark.parametrize("cps,adl,lattice,confidence", [(False, False, False, None), (True, True, False, None),
+                                                         (True, False, True, None), (False, True, False, 0.3),
+                                                         (True, True, True, 0.3)])
+def test_diffuspec_is_exact_under_greedy(tiny_pair, greedy_reference, cps, adl, lattice, confidence):
     target, dm = tiny_pair
     causal = TableCausal({}, vocab=96)
     ids = torch.randint(4, 96, (2, 9), generator=torch.Generator().manual_seed(1))
     ref = greedy_reference(target, ids, 16)
     d = DiffuSpecDrafter(DiffusionLM(dm, 2), causal=causal, eos_token_id=1, num_tokens=5, cps=cps, adl=adl,
-                         lattice=lattice)
+                         lattice=lattice, confidence=confidence)
     out = SpeculativeGenerator(target, d).generate(ids, max_new_tokens=16, eos_token_id=[])
     assert torch.equal(out.sequences, ref)
     # sampling runs through the lossless verifier with deterministic (point-mass) drafts
@@ -109,3 +113,44 @@ def test_diffuspec_is_exact_under_greedy(tiny_pair, greedy_reference, cps, adl, 
     out = SpeculativeGenerator(target, d).generate(ids, max_new_tokens=8, eos_token_id=[], do_sample=True,
                                                    temperature=0.7, generator=g)
     assert out.sequences.shape == (2, 17)
+
+
+@pytest.mark.parametrize("cps", [False, True])
+def test_confidence_cut_ends_each_rows_draft_and_moves_adl(tiny_pair, cps):
+    """With ``confidence`` a row's draft ends after its first slot drafted with probability below it (CPS searches
+    those slots only), L_gen is that length, and ADL shrinks k towards it; without EOS in the raw draft, ADL
+    alone keeps k where it started."""
+    target, dm = tiny_pair
+    dlm = DiffusionLM(dm, 2, context="full")
+    ids = torch.randint(4, 96, (2, 9), generator=torch.Generator().manual_seed(1))
+    tokens = torch.cat([ids, torch.zeros(2, 31, dtype=torch.long)], dim=1)
+    state = DecodeState(tokens=tokens, lengths=torch.full((2,), 9), starts=torch.zeros(2, dtype=torch.long),
+                        prompt_length=8, active=torch.ones(2, dtype=torch.bool), sampling=SamplingConfig())
+    context = DraftContext(state=state, prompt_ids=ids[:, :8], attention_mask=torch.ones(2, 8, dtype=torch.long),
+                           max_length=40)
+    logp = dlm.slot_logprobs(state, 6)
+    p = logp.max(-1).values.exp()
+    c = float(p[:, 1:].median())  # some rows trust some slots
+    lead = (p >= c).long().cumprod(1).sum(1)
+    want = torch.clamp(lead + 1, max=6)
+    causal = TableCausal({}, vocab=96) if cps else None
+    d = DiffuSpecDrafter(dlm, causal=causal, eos_token_id=None, num_tokens=6, cps=cps, adl=True,
+                         adl_config=ADLConfig(k_min=1, k_max=6, delta=0), confidence=c)
+    run = d.begin(context)
+    tree = d.propose(context, run)
+    assert torch.equal(run.gen_len, want)
+    drafted = tree.valid.sum(1) - 1  # nodes past the root: one path per row (no lattice)
+    assert torch.all(drafted <= want) and (drafted == want).any()
+
+    class Result:
+        num_accepted = torch.zeros(2, dtype=torch.long)
+
+    d.observe(context, run, tree, Result())
+    assert run.k == round(float(want.float().mean()))
+    plain = DiffuSpecDrafter(dlm, causal=causal, eos_token_id=None, num_tokens=6, cps=cps, adl=True,
+                             adl_config=ADLConfig(k_min=1, k_max=6, delta=0))
+    run = plain.begin(context)
+    plain.observe(context, run, plain.propose(context, run), Result())
+    assert run.k == 6
+    with pytest.raises(ValueError, match="confidence"):
+        DiffuSpecDrafter(dlm, confidence=1.5)

@@ -71,10 +71,11 @@ def test_text_methods_agree_with_plain(method, drafter_type):
 
 def test_zoo_diffuspec_gets_the_zoo_tuning_unless_given():
     from mmspec.drafters.diffuspec import ADLConfig, DiffuSpecDrafter
-    from mmspec.registry import CPS_LAMBDA, ZOO_ADL
+    from mmspec.registry import CHAIN_CONFIDENCE, CPS_LAMBDA, ZOO_ADL
     pipe = mmspec.pipeline("zoo:code-target", method="diffuspec")
     assert isinstance(pipe.drafter, DiffuSpecDrafter) and pipe.drafter.cps.causal is not None  # code-ngram proxy
     assert pipe.drafter.adl == ZOO_ADL and pipe.drafter.cps.cfg.lam == CPS_LAMBDA
+    assert pipe.drafter.confidence == CHAIN_CONFIDENCE  # the route's cut, which moves ADL on code
     mine = ADLConfig(k_min=3, k_max=5, delta=0)
     assert mmspec.pipeline("zoo:code-target", method="diffuspec", adl_config=mine).drafter.adl == mine
     plain = mmspec.pipeline("zoo:code-target", method="plain")(PROMPT, max_new_tokens=12)

@@ -34,7 +34,7 @@ from scipy import stats  # noqa: E402
 
 from mmspec import SpeculativeGenerator, TreeTemplate  # noqa: E402
 from mmspec.drafters import AutoregressiveDrafter, DEERDrafter, DiffusionLM, PromptLookupDrafter  # noqa: E402
-from mmspec.drafters.diffuspec import CPSConfig, DiffuSpecDrafter  # noqa: E402
+from mmspec.drafters.diffuspec import ADLConfig, CPSConfig, DiffuSpecDrafter  # noqa: E402
 from mmspec.tiny import tiny_model  # noqa: E402
 from mmspec.tree import DraftTree  # noqa: E402
 from mmspec.verifiers import tree_verifier  # noqa: E402
@@ -356,6 +356,8 @@ E2E_CASES = {
     "deer-confident": (lambda d: DEERDrafter(DiffusionLM(d, 2, context="cache"), num_tokens=3, confidence=0.3), PLAIN),
     "diffuspec-lattice": (lambda d: DiffuSpecDrafter(DiffusionLM(d, 2), num_tokens=3, adl=False, lattice=True,
                                                      cps_config=CPSConfig(mass=0.95)), PLAIN),
+    "diffuspec-confident": (lambda d: DiffuSpecDrafter(DiffusionLM(d, 2), num_tokens=3, confidence=0.3,
+                                                       adl_config=ADLConfig(k_min=1, k_max=3, delta=1)), PLAIN),
 }
 
 
