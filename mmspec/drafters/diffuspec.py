@@ -166,17 +166,13 @@ class DiffuSpecDrafter(Drafter):
         logp = self.dlm.slot_logprobs(state, k, run.cache)  # [B, k, V]
         B, dev = logp.shape[0], logp.device
         top, raw = logp.max(-1)
-        run.gen_len = self._generated_length(raw)
-        lengths = torch.clamp(run.gen_len + (run.gen_len < k).long(), max=k)  # keep the EOS itself
-        span = torch.full_like(lengths, k)  # the slots CPS searches (it stops at an EOS of its own)
-        if self.confidence is not None:
-            lead = (top.exp() >= self.confidence).long().cumprod(1).sum(1)  # leading trusted slots
-            span = torch.clamp(lead + 1, max=k)  # ... and the first untrusted one
-            run.gen_len = torch.minimum(run.gen_len, span)
-            lengths = torch.minimum(lengths, span)
+        before_eos = self._generated_length(raw)
+        span = self._trusted_span(top)  # the slots CPS searches (it stops at an EOS of its own)
+        run.gen_len = torch.minimum(before_eos, span)
         roots = state.roots.to(dev)
         if not self.cps_on:
-            return DraftTree.chain(roots, raw, lengths=lengths)
+            with_eos = torch.clamp(before_eos + (before_eos < k).long(), max=k)  # keep the EOS itself
+            return DraftTree.chain(roots, raw, lengths=torch.minimum(with_eos, span))
         order = self.cps.causal.order - 1 if getattr(self.cps.causal, "order", None) else 0
         rows_paths = []
         for b in range(B):
@@ -184,6 +180,15 @@ class DiffuSpecDrafter(Drafter):
             beams = self.cps.search(logp[b, : int(span[b])], ctx) if bool(state.active[b]) else [([], 0.0)]
             rows_paths.append([p for p, _ in beams] if self.lattice else [beams[0][0]])
         return self._tree(roots, rows_paths)
+
+    def _trusted_span(self, top_logp: torch.Tensor) -> torch.Tensor:
+        """Per row, the slots up to and including the first whose raw draft has probability below ``confidence``
+        (all k without a threshold)."""
+        B, k = top_logp.shape
+        if self.confidence is None:
+            return torch.full((B,), k, dtype=torch.long, device=top_logp.device)
+        lead = (top_logp.exp() >= self.confidence).long().cumprod(1).sum(1)  # leading trusted slots
+        return torch.clamp(lead + 1, max=k)
 
     def _generated_length(self, raw: torch.Tensor) -> torch.Tensor:
         """L_gen per row: drafts before the first EOS (k without one)."""

@@ -28,7 +28,7 @@ from torch import nn
 from transformers import LlamaConfig, LlamaModel
 
 from ..verifiers.tree_forward import text_config, to_model_mask
-from .lean_layer import RotaryTable, lean_layer_forward, lean_supported, rms_norm
+from .lean_layer import RotaryTable, lean_stack, lean_supported, rms_norm
 from ..vision import image_token_id
 
 METHODS = ("eagle", "msd", "flash")
@@ -152,11 +152,7 @@ class FeatureDraftModel(nn.Module):
         if self.lean:
             # the same function in a few tensor ops (mmspec.drafters.lean_layer): the drafter runs five or six
             # times per step, and the stock modules' plumbing costs more than its math on a CPU
-            cos, sin = self._rope_table(x, positions, cache.max_len + 1)
-            h = x
-            for layer in self.body.layers:
-                h = lean_layer_forward(layer, h, cos, sin, cache, mask)
-            return rms_norm(self.body.norm, h)
+            return rms_norm(self.body.norm, lean_stack(self.body.layers, x, self._rope_table, positions, cache, mask))
         rope = self.body.rotary_emb(x, position_ids=positions)
         h = x
         for layer in self.body.layers:

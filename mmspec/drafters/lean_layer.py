@@ -95,11 +95,22 @@ def lean_layer_forward(layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Ten
                         mlp.down_proj.weight)
 
 
+def lean_stack(layers, h: torch.Tensor, table: RotaryTable, positions: torch.LongTensor, cache,
+               mask: torch.Tensor | None) -> torch.Tensor:
+    """``layers`` run in turn through :func:`lean_layer_forward` over ``h`` [B, T, H] at ``positions`` [B, T], cos /
+    sin read from ``table``."""
+    cos, sin = table(h, positions, cache.max_len + 1)
+    for layer in layers:
+        h = lean_layer_forward(layer, h, cos, sin, cache, mask)
+    return h
+
+
 # a whole causal LM drafter run lean: the classes whose forward is embed -> layers -> final norm -> LM head with
 # nothing else (no embedding scale, no logit soft-cap); Qwen2 / Mistral configs fail lean_supported (biases,
 # sliding windows) in the zoo's and most real cases, and keep draft_forward
 LEAN_LM_CLASSES = ("LlamaForCausalLM",)
-_ROPE_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# per drafter model, decided once: its rotary table when it runs lean, None when it keeps its stock modules
+_LEAN_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def lean_lm_supported(model) -> bool:
@@ -117,20 +128,18 @@ def drafter_logits(model, cache, input_ids: torch.LongTensor, parents: torch.Lon
     CPU (a 2-layer 192-wide diffusion LM: 4.3 ms a block through the stock model, of which the math is a
     fraction), so a :func:`lean_lm_supported` model runs its own weights through :func:`lean_layer_forward`;
     any other model runs its stock modules (:func:`~mmspec.verifiers.tree_forward.draft_forward`)."""
-    if not lean_lm_supported(model):
+    if model not in _LEAN_TABLES:
+        _LEAN_TABLES[model] = RotaryTable(model.model.rotary_emb) if lean_lm_supported(model) else None
+    table = _LEAN_TABLES[model]
+    if table is None:
         return draft_forward(model, cache, input_ids, parents, valid, ancestors, depth, first)
     positions, mask = cache.prepare_append(parents, valid, ancestors, depth)
     mask = to_model_mask(mask, model, model_dtype(model))
     inner = model.model
-    table = _ROPE_TABLES.get(inner)
-    if table is None:
-        table = _ROPE_TABLES[inner] = RotaryTable(inner.rotary_emb)
-    h = inner.embed_tokens(input_ids)
-    cos, sin = table(h, positions, cache.max_len + 1)
-    for layer in inner.layers[: model.config.num_hidden_layers]:
-        h = lean_layer_forward(layer, h, cos, sin, cache, mask)
+    h = lean_stack(inner.layers[: model.config.num_hidden_layers], inner.embed_tokens(input_ids), table, positions,
+                   cache, mask)
     return F.linear(rms_norm(inner.norm, h[:, first:]), model.lm_head.weight)
 
 
-__all__ = ["lean_supported", "RotaryTable", "rms_norm", "lean_layer_forward", "LEAN_LM_CLASSES", "lean_lm_supported",
+__all__ = ["lean_supported", "RotaryTable", "rms_norm", "lean_layer_forward", "lean_stack", "LEAN_LM_CLASSES", "lean_lm_supported",
            "drafter_logits"]
