@@ -217,7 +217,7 @@ class SpeculativeGenerator:
             stats.accept_lengths[b].append(1)
         self._retire(call, self._is_eos(call, first))
         call.context = DraftContext(call.state, ids, mask, capacity, image_token_id(self.target),
-                                    hidden=out.hidden_states[-1] if wants_features else None,
+                                    hidden=self.drafter.target_features(out.hidden_states) if wants_features else None,
                                     image_embeds=images.embeds)
 
     def _step(self, call: _Call) -> None:
@@ -233,7 +233,8 @@ class SpeculativeGenerator:
         self._commit(call, tree, check.result)
         if state.active.any():
             with timed(stats, "draft_time"):
-                self.drafter.observe(call.context, call.run, tree, check.result, check.last_hidden)
+                hidden = None if check.hidden_states is None else self.drafter.target_features(check.hidden_states)
+                self.drafter.observe(call.context, call.run, tree, check.result, hidden)
 
     def _commit(self, call: _Call, tree: DraftTree, result: AcceptResult) -> None:
         """Append each row's emitted tokens (cut at EOS and at the budget) to the buffer, and keep exactly those

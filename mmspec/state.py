@@ -84,7 +84,8 @@ class DraftContext:
     attention_mask: torch.LongTensor  # [B, P] 1 = real prompt token
     max_length: int  # upper bound on ``state.lengths`` for this call
     image_token_id: int | None = None  # the target's image placeholder id (None: a text-only target)
-    hidden: torch.Tensor | None = None  # [B, P, H] the target's last-layer prefill hidden states
+    hidden: torch.Tensor | None = None  # [B, P, F] the target's prefill features (the drafter's target_features:
+    # by default the last layer's hidden states)
     image_embeds: torch.Tensor | None = None  # [n_image_tokens, H] projected image embeddings, in the
     # row-major order of image_mask (the order LLaVA scatters them into the prompt)
 

@@ -10,7 +10,8 @@ The decoding loop drives every drafter the same way, whatever it reads:
   token; the target verifies it and the loop appends what it emitted to ``context.state``;
 * then, while rows are still generating, ``observe(context, run, tree, result, hidden)`` with the verifier's
   :class:`~mmspec.verifiers.acceptance.AcceptResult` and, for ``needs_target_hidden`` drafters, the target's
-  last-layer hidden states at the tree's nodes (None otherwise).
+  features at the tree's nodes (its ``target_features`` of the verifier's hidden states: by default the last
+  layer's; None for drafters that read none).
 
 A drafter object keeps only its model and settings, so one drafter may serve several generators and
 concurrent calls. A drafter never changes what is generated, only how fast.
@@ -33,6 +34,17 @@ def check_confidence(confidence: float | None) -> None:
         raise ValueError(f"confidence must be a probability in (0, 1), got {confidence}")
 
 
+def confident_length(p: torch.Tensor, active: torch.Tensor, confidence: float | None) -> int:
+    """How many slots of a block to keep: up to and including the first slot that no active row drafts with
+    probability >= ``confidence`` (all of them without a threshold). ``p`` [B, k]: the drafter's probability of
+    each row's draft. The cut depends on the drafter's distributions only, so sampling stays lossless."""
+    k = p.shape[1]
+    if confidence is None or k == 1:
+        return k
+    doubtful = (~trusted_slots(p[:, : k - 1], active, confidence)).nonzero()
+    return int(doubtful[0]) + 1 if doubtful.numel() else k
+
+
 def trusted_slots(p: torch.Tensor, active: torch.Tensor, confidence: float) -> torch.Tensor:
     """``[k]`` bool: whether some active row drafts each slot with probability >= ``confidence`` (``p`` ``[B, k]``:
     the drafter's probability of each row's draft, ``active`` ``[B]``). A chain stops after its first untrusted
@@ -52,6 +64,11 @@ class Drafter:
     def max_nodes(self) -> int:
         """Upper bound on tree nodes per step, root included (sizes the target cache)."""
         raise NotImplementedError
+
+    def target_features(self, hidden_states: tuple) -> torch.Tensor:
+        """What this drafter reads of the target's ``hidden_states`` tuple (prefill and verification alike): the
+        last layer's by default; a drafter conditioned on several layers (DFlash) concatenates the ones it names."""
+        return hidden_states[-1]
 
     def check_inputs(self, prefill_inputs: dict) -> None:
         """Refuse, before any forward, target inputs this drafter cannot draft for (raise ValueError)."""

@@ -17,7 +17,7 @@ import torch
 from ..cache import SpecKVCache
 from ..state import DraftContext
 from ..tree import DraftTree
-from .base import Drafter, check_confidence, trusted_slots
+from .base import Drafter, check_confidence, confident_length
 from .diffusion import DiffusionLM
 
 
@@ -56,22 +56,14 @@ class DEERDrafter(Drafter):
         sampling = state.sampling
         if not sampling.do_sample:
             drafts = logp.argmax(-1)
-            keep = self._confident_length(logp.gather(2, drafts[..., None])[..., 0].exp(), state.active.to(dev))
+            keep = confident_length(logp.gather(2, drafts[..., None])[..., 0].exp(), state.active.to(dev),
+                                    self.confidence)
             return DraftTree.chain(roots, drafts[:, :keep])
         q = sampling.probs(logp)  # the target's warpers applied to the drafter's slots
         B, k, V = q.shape
         drafts = torch.multinomial(q.reshape(B * k, V), 1, generator=state.generator).view(B, k)
-        keep = self._confident_length(q.gather(2, drafts[..., None])[..., 0], state.active.to(dev))
+        keep = confident_length(q.gather(2, drafts[..., None])[..., 0], state.active.to(dev), self.confidence)
         return DraftTree.chain(roots, drafts[:, :keep], q=q[:, :keep])
-
-    def _confident_length(self, p: torch.Tensor, active: torch.Tensor) -> int:
-        """How many slots to keep: up to and including the first slot that no active row drafts with probability
-        >= ``confidence`` (all of them without a threshold)."""
-        k = p.shape[1]
-        if self.confidence is None or k == 1:
-            return k
-        doubtful = (~trusted_slots(p[:, : k - 1], active, self.confidence)).nonzero()
-        return int(doubtful[0]) + 1 if doubtful.numel() else k
 
 
 __all__ = ["DEERDrafter"]

@@ -15,10 +15,16 @@ from .home import read_json
 
 BASE_NAMES = ["code-target", "code-drafter"]
 DIFFUSION_NAMES = ["code-dlm", "code-deer-s1", "code-deer", "code-ngram"]
-NAMES = BASE_NAMES + DIFFUSION_NAMES
+DFLASH_NAMES = ["code-dflash"]
+NAMES = BASE_NAMES + DIFFUSION_NAMES + DFLASH_NAMES
 
 
 def load(name: str, path: Path) -> ZooEntry:
+    if name in DFLASH_NAMES:
+        from ..drafters.dflash_io import load_dflash
+
+        return ZooEntry(name, load_dflash(path), PreTrainedTokenizerFast.from_pretrained(path),
+                        read_json(path / "zoo.json"), path)
     if name in DIFFUSION_NAMES:
         return _load_diffusion(name, path)
     model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
@@ -35,4 +41,4 @@ def _load_diffusion(name: str, path: Path) -> ZooEntry:
     return ZooEntry(name, model, tok, cfg, path)
 
 
-__all__ = ["BASE_NAMES", "DIFFUSION_NAMES", "NAMES", "load"]
+__all__ = ["BASE_NAMES", "DIFFUSION_NAMES", "DFLASH_NAMES", "NAMES", "load"]

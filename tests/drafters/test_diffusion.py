@@ -5,6 +5,7 @@ import torch
 
 from mmspec import SpeculativeGenerator
 from mmspec.drafters import DEERDrafter, DiffusionLM
+from mmspec.drafters.base import confident_length
 from mmspec.drafters.diffusion import check_vocabularies
 from mmspec.tiny import tiny_model
 
@@ -42,15 +43,13 @@ def test_cached_self_draft_predicts_the_target_exactly(tiny_pair):
     assert steps[0] == 1 and all(a == 2 for a in steps[1:-1]) and len(steps) == 9
 
 
-def test_deer_confidence_cuts_the_block_after_the_first_doubtful_slot(tiny_pair):
-    _, dm = tiny_pair
-    drafter = DEERDrafter(DiffusionLM(dm, MASK), num_tokens=4, confidence=0.4)
+def test_deer_confidence_cuts_the_block_after_the_first_doubtful_slot():
     p = torch.tensor([[0.9, 0.2, 0.3, 0.9], [0.1, 0.5, 0.1, 0.1]])
     both, first_only = torch.tensor([True, True]), torch.tensor([True, False])
-    assert drafter._confident_length(p, both) == 3  # slot 2 trusted by no row: kept, the rest cut
-    assert drafter._confident_length(p, first_only) == 2  # a finished row's confidence does not count
-    assert drafter._confident_length(torch.full((2, 4), 0.5), both) == 4
-    assert DEERDrafter(DiffusionLM(dm, MASK), num_tokens=4)._confident_length(p, both) == 4  # no threshold
+    assert confident_length(p, both, 0.4) == 3  # slot 2 trusted by no row: kept, the rest cut
+    assert confident_length(p, first_only, 0.4) == 2  # a finished row's confidence does not count
+    assert confident_length(torch.full((2, 4), 0.5), both, 0.4) == 4
+    assert confident_length(p, both, None) == 4  # no threshold
 
 
 def test_confident_deer_is_exact_and_drafts_shorter_blocks(tiny_pair, greedy_reference):

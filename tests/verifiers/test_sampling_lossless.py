@@ -7,8 +7,8 @@ a correct implementation fails a given check for at most a 1e-4 fraction of rand
 chi-square level). Cells with expected count < 5 are pooled (the pooling depends only on the expected
 counts, never on the observations), and an observation in a cell of probability exactly 0 fails
 outright (that check cannot fail a correct implementation). Seeds are fixed, so a run is
-reproducible; the ``N_CHECKS`` = 52 checks of the default run that a correct implementation could
-fail give a family-wise false-failure rate of at most ``N_CHECKS * ALPHA`` (about 5e-3) over seeds.
+reproducible; the ``N_CHECKS`` = 56 checks of the default run that a correct implementation could
+fail give a family-wise false-failure rate of at most ``N_CHECKS * ALPHA`` (about 6e-3) over seeds.
 (Calibration was checked offline: over 25 seeds the p-values of the end-to-end checks are uniform,
 Kolmogorov-Smirnov p > 0.1 overall.)
 
@@ -43,7 +43,7 @@ from mmspec.verifiers.logits import SamplingConfig  # noqa: E402
 
 ALPHA = 1e-4  # per-check false-failure rate of a correct implementation
 MIN_EXPECTED = 5.0  # cells with a smaller expected count are pooled
-N_CHECKS = 52  # null-hypothesis checks in the default run, for the family-wise rate above
+N_CHECKS = 56  # null-hypothesis checks in the default run, for the family-wise rate above
 
 B_UNIT = 20_000
 B_E2E = 4_000
@@ -368,6 +368,32 @@ FEATURE_CASES = {  # feature drafters read the target's features: built from the
     "flash-lattice-warped": (dict(method="flash", compress_tokens=2, sar_tokens=3),
                              dict(tree=TreeTemplate.full((2, 2))), WARPED),
 }
+
+
+DFLASH_CASES = {  # block diffusion on the target's features: per-slot proposals (chain) and DDTree multi-draft
+    "dflash-chain": (dict(num_tokens=3), PLAIN),
+    "dflash-chain-warped-confident": (dict(num_tokens=3, confidence=0.2), WARPED),
+    "dflash-ddtree": (dict(num_tokens=3, tree_nodes=5, top_k=3), PLAIN),
+    "dflash-ddtree-warped": (dict(num_tokens=3, tree_nodes=5, top_k=3), WARPED),
+}
+
+
+@pytest.mark.parametrize("case", list(DFLASH_CASES))
+def test_dflash_matches_exact_target_joint(case):
+    """DFlash drafting samples each slot from its own q (chain: p/q rejection; DDTree: children drawn without
+    replacement, multi-draft rule) and keeps the target's joint distribution."""
+    from mmspec.drafters.dflash import DFlashDrafter
+    from mmspec.drafters.dflash_model import DFlashDraftModel, make_config
+
+    drafter_kw, warp = DFLASH_CASES[case]
+    target, _ = _models()
+    torch.manual_seed(13)
+    net = DFlashDraftModel(make_config(target.config, num_layers=1, block_size=4, mask_token_id=2))
+    with torch.no_grad():
+        net.norm.weight.mul_(10.0)  # peaky slot distributions, far from the target's
+    exact = exact_joint(target, PROMPT, SamplingConfig(True, **warp))
+    new = _generate(target, DFlashDrafter(net, target, **drafter_kw), warp, 3000 + list(DFLASH_CASES).index(case))
+    assert chisq_pvalue(_joint_counts(new), exact) > ALPHA
 
 
 @pytest.mark.parametrize("case", list(FEATURE_CASES))

@@ -1,0 +1,249 @@
+"""DFlash drafting in the decoding loop (Chen et al., 2026, "DFlash: Block Diffusion for Flash Speculative Decoding",
+arXiv 2602.06036): one forward of a block ``[root, MASK × (B−1)]`` through a small drafter conditioned on the target's
+features gives B−1 slot distributions; the network is :mod:`mmspec.drafters.dflash_model`.
+
+Bookkeeping. The drafter's own :class:`~mmspec.cache.SpecKVCache` holds, per draft layer, the keys / values of the
+fused target features of **verified** tokens only: the prompt's after the prefill, then after each verification the
+features of the accepted path (root + accepted drafts, which the verify forward has just computed: the loop hands
+the drafter its :meth:`target_features` of the verifier's hidden states). So entry t is the feature of buffer
+position t, and the root — the bonus token, not yet seen by the target — is the block's first token. The block's
+own keys / values are pending entries dropped after the forward.
+
+What the block becomes (all three verified by the shared tree verifier):
+
+* **chain** — the slots' argmax (greedy) or one draw per slot from its own q (sampling: the slots are independent
+  given the context, so q_j is a valid proposal for slot j whatever was drawn before it, and p/q rejection stays
+  lossless — the reference drafts greedily only), cut after the first slot below ``confidence`` (as DEER's chain);
+* **tree** (DDTree, arXiv 2604.12989) — a best-first tree from the per-slot top-k under a node budget: a path
+  scores the sum of its slots' log-probabilities; popping a node pushes its next sibling (same slot, next rank)
+  and its first child (next slot, rank 0), so the ``tree_nodes`` best-scoring prefixes are verified in one target
+  pass. Under sampling the same shape (a function of q alone) is filled by drawing each node's children from
+  their slot's q without replacement, which the verifier's multi-draft rule keeps lossless.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import torch
+
+from ..cache import SpecKVCache
+from ..state import DraftContext
+from ..tree import DraftTree
+from ..verifiers.acceptance import AcceptResult
+from ..verifiers.tree_forward import chain_parents, prefill_parents, text_config
+from .base import Drafter, check_confidence, confident_length
+from .dflash_model import DFlashDraftModel
+
+
+_IMPOSSIBLE = -60.0  # log-probability below which a slot's token is one its (warped) q gives no mass
+
+
+@dataclass
+class DFlashRun:
+    """One call's drafting state: the drafter's context cache (entries = verified positions, prompt padding kept)."""
+
+    cache: SpecKVCache
+
+
+def check_target(net: DFlashDraftModel, target) -> None:
+    """Refuse a target this drafter was not built for, by name: its width, depth and vocabulary must be the ones
+    the drafter's features and slots assume."""
+    cfg = text_config(target)
+    width = net.fc.in_features // len(net.target_layer_ids)
+    if width != cfg.hidden_size:
+        raise ValueError(f"this DFlash drafter reads {len(net.target_layer_ids)} target layers of width {width}, "
+                         f"but the target's hidden size is {cfg.hidden_size}: it was trained for another model")
+    if max(net.target_layer_ids) >= cfg.num_hidden_layers:
+        raise ValueError(f"this DFlash drafter reads target layers {net.target_layer_ids}, but the target has "
+                         f"{cfg.num_hidden_layers} layers: it was trained for another model")
+    expected = getattr(net.config, "num_target_layers", None)
+    if expected is not None and int(expected) != cfg.num_hidden_layers:
+        raise ValueError(f"this DFlash drafter was trained for a {expected}-layer target, the target has "
+                         f"{cfg.num_hidden_layers} layers")
+    if net.config.vocab_size != cfg.vocab_size:
+        raise ValueError(f"drafter vocabulary ({net.config.vocab_size} tokens) does not match the target's "
+                         f"({cfg.vocab_size} tokens)")
+    if not 0 <= net.mask_token_id < cfg.vocab_size:
+        raise ValueError(f"the drafter's mask token id {net.mask_token_id} is outside the target's vocabulary")
+
+
+class DFlashDrafter(Drafter):
+    """A :class:`DFlashDraftModel` drafting blocks for its target: a chain of ``num_tokens`` slots (default: the
+    whole block), or with ``tree_nodes`` a DDTree of that many draft nodes over the slots' ``top_k`` tokens."""
+
+    needs_target_hidden = True
+
+    def __init__(self, net: DFlashDraftModel, target, num_tokens: int | None = None, confidence: float | None = None,
+                 tree_nodes: int | None = None, top_k: int = 4):
+        check_target(net, target)
+        check_confidence(confidence)
+        slots = net.block_size - 1
+        num_tokens = slots if num_tokens is None else int(num_tokens)
+        if not 1 <= num_tokens <= slots:
+            raise ValueError(f"num_tokens must be in 1..{slots} (the drafter's block of {net.block_size} drafts "
+                             f"{slots} slots), got {num_tokens}")
+        if tree_nodes is not None and (int(tree_nodes) < 1 or top_k < 1):
+            raise ValueError(f"tree_nodes and top_k must be >= 1, got {tree_nodes} and {top_k}")
+        if tree_nodes is not None and confidence is not None:
+            raise ValueError("confidence cuts a chain; a DDTree is bounded by tree_nodes instead")
+        self.net = net.eval()
+        self.embed = target.get_input_embeddings()
+        self.lm_head = target.get_output_embeddings()
+        self.num_tokens = num_tokens
+        self.confidence = confidence
+        self.tree_nodes = None if tree_nodes is None else int(tree_nodes)
+        self.top_k = int(top_k)
+        self.vocab_size = int(net.config.vocab_size)
+
+    @property
+    def max_nodes(self) -> int:
+        return (self.tree_nodes if self.tree_nodes is not None else self.num_tokens) + 1
+
+    def target_features(self, hidden_states: tuple) -> torch.Tensor:
+        return self.net.select_features(hidden_states)
+
+    def check_inputs(self, prefill_inputs: dict) -> None:
+        if prefill_inputs.get("pixel_values_videos") is not None:
+            raise ValueError("the DFlash drafter reads text targets' features: videos are not supported with it")
+
+    # ------------------------------------------------------------------ the context cache
+    def _append(self, cache: SpecKVCache, features: torch.Tensor, parents: torch.LongTensor,
+                valid: torch.BoolTensor) -> None:
+        """Append the fused context of ``features`` [B, n, K·H] as pending entries (committed by the caller)."""
+        positions, _ = cache.prepare_append(parents, valid)
+        net = self.net
+        ctx = net.fuse(features.to(net.device))
+        cos, sin = net.rope(ctx, positions)
+        for i in range(len(net.layers)):
+            k, v = net.context_kv(i, ctx, cos, sin)
+            cache.layers[i].update(k, v)
+
+    @torch.no_grad()
+    def begin(self, context: DraftContext) -> DFlashRun:
+        if context.hidden is None:
+            raise ValueError("a DFlash drafter needs the target's prefill features (run it through "
+                             "SpeculativeGenerator)")
+        state = context.state
+        dev = self.net.device
+        B, P = state.batch_size, state.prompt_length
+        cache = SpecKVCache.for_model(self.net, B, context.max_length + self.net.block_size + 2)
+        valid = torch.arange(P, device=dev)[None, :] >= state.starts.to(dev)[:, None]
+        self._append(cache, context.hidden, prefill_parents(valid.long()), valid)
+        cache.commit_first(torch.full((B,), P, device=dev))
+        cache.starts = state.starts.to(dev).clone()
+        return DFlashRun(cache)
+
+    def observe(self, context: DraftContext, run: DFlashRun, tree: DraftTree, result: AcceptResult,
+                hidden: torch.Tensor | None = None) -> None:
+        """Append the features of each row's emitted path (root + accepted drafts, cut where the loop cut it) so
+        that the cache again holds every position before the new root."""
+        if hidden is None:
+            raise ValueError("a DFlash drafter needs the verifier's hidden states")
+        cache = run.cache
+        dev = self.net.device
+        paths = result.paths.to(dev)
+        B, L = paths.shape
+        new = ((context.state.lengths.to(dev) - 1) - cache.lengths).clamp(min=0, max=L)
+        if int(new.max()) == 0:
+            return
+        width = int(new.max())
+        feats = hidden.to(dev).gather(1, paths[:, :width, None].expand(B, width, hidden.shape[-1]))
+        valid = torch.arange(width, device=dev)[None, :] < new[:, None]
+        with torch.no_grad():
+            self._append(cache, feats, chain_parents(valid), valid)
+        cache.commit_first(new)
+
+    # ------------------------------------------------------------------ drafting
+    @torch.no_grad()
+    def slot_logits(self, context: DraftContext, run: DFlashRun) -> torch.Tensor:
+        """[B, num_tokens, V] float logits of the block's first ``num_tokens`` slots (one drafter forward)."""
+        net, cache = self.net, run.cache
+        dev = net.device
+        state = context.state
+        B, T = state.batch_size, net.block_size
+        tokens = torch.full((B, T), net.mask_token_id, dtype=torch.long, device=dev)
+        tokens[:, 0] = state.roots.to(dev)
+        x = self.embed(tokens).to(net.dtype)
+        every = torch.ones(B, T, dtype=torch.bool, device=dev)
+        see_all = torch.ones(B, T, T, dtype=torch.bool, device=dev)
+        depth = torch.arange(T, device=dev).expand(B, T)
+        positions, mask = cache.prepare_append(chain_parents(every), every, see_all, depth)
+        cos, sin = net.rope(x, positions)
+        try:
+            h = net.block(x, cos, sin, lambda i, k, v: cache.layers[i].update(k, v), mask)
+        finally:
+            cache.discard_pending()
+        return self.lm_head(h[:, 1: 1 + self.num_tokens]).float()
+
+    @torch.no_grad()
+    def propose(self, context: DraftContext, run: DFlashRun) -> DraftTree:
+        logits = self.slot_logits(context, run)
+        state = context.state
+        roots = state.roots.to(logits.device)
+        if self.tree_nodes is not None:
+            return self._ddtree(roots, logits, state.sampling, state.generator)
+        active = state.active.to(logits.device)
+        if not state.sampling.do_sample:
+            p = torch.softmax(logits, -1)
+            drafts = logits.argmax(-1)
+            keep = confident_length(p.gather(2, drafts[..., None])[..., 0], active, self.confidence)
+            return DraftTree.chain(roots, drafts[:, :keep])
+        q = state.sampling.probs(logits)  # the target's warpers applied to each slot
+        B, k, V = q.shape
+        drafts = torch.multinomial(q.reshape(B * k, V), 1, generator=state.generator).view(B, k)
+        keep = confident_length(q.gather(2, drafts[..., None])[..., 0], active, self.confidence)
+        return DraftTree.chain(roots, drafts[:, :keep], q=q[:, :keep])
+
+    def _ddtree(self, roots: torch.LongTensor, logits: torch.Tensor, sampling, generator) -> DraftTree:
+        """DDTree's best-first tree under the node budget, per row (see the module docstring)."""
+        sample = sampling.do_sample
+        q = sampling.probs(logits) if sample else None
+        logp = torch.log(q.clamp_min(1e-30)) if sample else torch.log_softmax(logits, -1)
+        K = min(self.top_k, logp.shape[-1])
+        top_v, top_i = logp.topk(K, dim=-1)  # [B, k, K]
+        B, k, _ = top_v.shape
+        N = self.tree_nodes + 1
+        scores = top_v.cpu().tolist()
+        tokens = torch.zeros(B, N, dtype=torch.long)
+        parents = torch.full((B, N), -1, dtype=torch.long)
+        slots = torch.zeros(B, N, dtype=torch.long)
+        ranks = torch.zeros(B, N, dtype=torch.long)
+        valid = torch.zeros(B, N, dtype=torch.bool)
+        valid[:, 0] = True
+        for b in range(B):
+            s = scores[b]
+            heap = [(-s[0][0], 0, 0, 0)]  # (-path score, slot, rank, parent node)
+            n = 1
+            while heap and n < N:
+                neg, slot, rank, parent = heapq.heappop(heap)
+                parents[b, n], slots[b, n], ranks[b, n], valid[b, n] = parent, slot, rank, True
+                if rank + 1 < K and s[slot][rank + 1] > _IMPOSSIBLE:  # never a token q cannot draw
+                    heapq.heappush(heap, (neg + s[slot][rank] - s[slot][rank + 1], slot, rank + 1, parent))
+                if slot + 1 < k:
+                    heapq.heappush(heap, (neg - s[slot + 1][0], slot + 1, 0, n))
+                n += 1
+        dev = roots.device
+        tokens, parents, slots, ranks, valid = (t.to(dev) for t in (tokens, parents, slots, ranks, valid))
+        if not sample:
+            tokens = top_i.gather(1, slots[..., None].expand(B, N, K)).gather(2, ranks[..., None])[..., 0]
+            tokens[:, 0] = roots
+            return DraftTree(torch.where(valid, tokens, roots[:, None]), parents.clamp(min=0).masked_fill(
+                torch.arange(N, device=dev) == 0, -1), valid)
+        # sampling: the shape above (a function of q only); each node's children drawn from their slot's q without
+        # replacement, in the order the verifier tries them
+        tokens = roots[:, None].repeat(1, N)
+        for b in range(B):
+            kids: dict[int, list[int]] = {}
+            for node in range(1, int(valid[b].sum())):
+                kids.setdefault(int(parents[b, node]), []).append(node)
+            for group in kids.values():
+                slot = int(slots[b, group[0]])
+                tokens[b, group] = torch.multinomial(q[b, slot], len(group), replacement=False, generator=generator)
+        node_q = q.gather(1, slots[..., None].expand(B, N, q.shape[-1]))  # the root's entry is never read
+        return DraftTree(tokens, parents.clamp(min=0).masked_fill(torch.arange(N, device=dev) == 0, -1), valid,
+                         node_q, "without_replacement")
+
+
+__all__ = ["DFlashDrafter", "DFlashRun", "check_target"]

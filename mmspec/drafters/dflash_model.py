@@ -1,0 +1,221 @@
+"""The DFlash block-diffusion drafter network: a few Qwen3-style decoder layers conditioned on the target's features.
+
+DFlash (Chen et al., 2026, "DFlash: Block Diffusion for Flash Speculative Decoding", arXiv 2602.06036; reference code
+z-lab/dflash), Sec. 3:
+
+* **context features** — the hidden states of K target layers at every verified position are concatenated and fused,
+  ``c = RMSNorm(W_fc [h_{l_1}; ...; h_{l_K}])`` (``fc``: K·H → H, no bias; ``hidden_norm``);
+* **injection** — every draft layer projects ``c`` with its *own* k / v projections (then its k RMSNorm and the
+  rotary embedding at the context token's position) and appends those keys / values in front of the block's own:
+  the block attends to the whole verified context at every depth, not only at the input;
+* **the block** — ``[last verified token, MASK × (B−1)]`` at positions ``n .. n+B−1``, embedded with the target's
+  frozen embeddings, attends non-causally to itself and to the context; one forward gives, through the final norm
+  and the target's frozen LM head, B−1 slot distributions (slot j predicts the token at position n+j).
+
+The layers are stock ``Qwen3DecoderLayer`` modules (their parameters, named as the reference checkpoints name them:
+``layers.{i}.self_attn.{q,k,v,o}_proj``, ``q_norm``, ``k_norm``, ``mlp``, the two layer norms; plus ``fc``,
+``hidden_norm``, ``norm``); their forward is computed here as a few tensor ops (the stock layer has no door for
+extra context keys), exactly the function of the reference. No embedding or LM head lives in the drafter: the
+target's are used, shared and frozen.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from transformers import Qwen3Config
+from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RMSNorm, Qwen3RotaryEmbedding
+
+from .lean_layer import _rotate, rms_norm
+
+DEFAULT_BLOCK_SIZE = 16  # the paper's B
+DEFAULT_NUM_FEATURE_LAYERS = 5  # the paper's K on Qwen3
+
+
+def default_layer_ids(num_target_layers: int, k: int = DEFAULT_NUM_FEATURE_LAYERS) -> list[int]:
+    """The paper's spread of K target layers (0-based layer indices) from layer 1 to layer N−3, rounded as the
+    reference rounds them; one layer takes the middle one. Short targets get every layer they have (at most k)."""
+    if num_target_layers < 1:
+        raise ValueError(f"a target needs at least one layer, got {num_target_layers}")
+    if k == 1:
+        return [num_target_layers // 2]
+    start, end = 1, num_target_layers - 3
+    if end <= start:  # too shallow for the paper's rule
+        return list(range(max(0, num_target_layers - k), num_target_layers))
+    ids = [int(round(start + i * (end - start) / (k - 1))) for i in range(k)]
+    return sorted(set(ids))
+
+
+def make_config(target_config, num_layers: int = 2, block_size: int = DEFAULT_BLOCK_SIZE,
+                mask_token_id: int | None = None, target_layer_ids: list[int] | None = None,
+                intermediate_size: int | None = None, num_attention_heads: int | None = None,
+                num_key_value_heads: int | None = None, head_dim: int | None = None) -> Qwen3Config:
+    """A drafter config for ``target_config`` (a text config): as wide as the target, its heads by default, and the
+    fields the reference layout carries (``block_size``, ``dflash_config``, ``num_target_layers``)."""
+    if mask_token_id is None:
+        raise ValueError("a DFlash drafter needs a mask token id (the tokenizer's mask token, or a spare id)")
+    if block_size < 2:
+        raise ValueError(f"block_size must be >= 2 (the root and at least one draft slot), got {block_size}")
+    n = target_config.num_hidden_layers
+    ids = list(target_layer_ids) if target_layer_ids is not None else default_layer_ids(n)
+    bad = [i for i in ids if not 0 <= i < n]
+    if bad or not ids:
+        raise ValueError(f"target_layer_ids must be layer indices in 0..{n - 1}, got {ids}")
+    heads = num_attention_heads or target_config.num_attention_heads
+    hidden = target_config.hidden_size
+    cfg = Qwen3Config(
+        vocab_size=target_config.vocab_size, hidden_size=hidden,
+        intermediate_size=intermediate_size or target_config.intermediate_size, num_hidden_layers=num_layers,
+        num_attention_heads=heads,
+        num_key_value_heads=num_key_value_heads or getattr(target_config, "num_key_value_heads", heads),
+        head_dim=head_dim or getattr(target_config, "head_dim", None) or hidden // heads,
+        rms_norm_eps=getattr(target_config, "rms_norm_eps", 1e-6),
+        max_position_embeddings=getattr(target_config, "max_position_embeddings", 4096),
+        rope_parameters=dict(getattr(target_config, "rope_parameters", None) or {"rope_type": "default",
+                                                                                  "rope_theta": 10000.0}),
+        tie_word_embeddings=False, attention_bias=False)
+    cfg.architectures = ["DFlashDraftModel"]
+    cfg.block_size = int(block_size)
+    cfg.num_target_layers = n
+    cfg.dflash_config = {"mask_token_id": int(mask_token_id), "target_layer_ids": [int(i) for i in ids]}
+    return cfg
+
+
+class DFlashDraftModel(nn.Module):
+    """The drafter's weights and its three functions: :meth:`fuse` (context features), :meth:`context_kv` (a layer's
+    keys / values of the context) and :meth:`block` (the block's forward over given context keys / values)."""
+
+    def __init__(self, config: Qwen3Config):
+        super().__init__()
+        if not getattr(config, "dflash_config", None) or "mask_token_id" not in config.dflash_config:
+            raise ValueError("a DFlash config needs dflash_config = {mask_token_id, target_layer_ids}")
+        config._attn_implementation = "sdpa"
+        self.config = config
+        self.layers = nn.ModuleList([Qwen3DecoderLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        k = len(self.target_layer_ids)
+        self.fc = nn.Linear(k * config.hidden_size, config.hidden_size, bias=False)
+        self.hidden_norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = Qwen3RotaryEmbedding(config)
+        self._rope_table: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    # ------------------------------------------------------------------ what the config says
+    @property
+    def block_size(self) -> int:
+        return int(self.config.block_size)
+
+    @property
+    def mask_token_id(self) -> int:
+        return int(self.config.dflash_config["mask_token_id"])
+
+    @property
+    def target_layer_ids(self) -> list[int]:
+        return [int(i) for i in self.config.dflash_config["target_layer_ids"]]
+
+    @property
+    def device(self) -> torch.device:
+        return self.fc.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.fc.weight.dtype
+
+    def select_features(self, hidden_states) -> torch.Tensor:
+        """``[..., K·H]``: the named layers' outputs from a stock model's ``hidden_states`` tuple (entry 0 is the
+        embedding output, so layer i's output is entry i + 1, as the reference reads it)."""
+        return torch.cat([hidden_states[i + 1] for i in self.target_layer_ids], dim=-1)
+
+    # ------------------------------------------------------------------ the forward, in pieces
+    def rope(self, x: torch.Tensor, positions: torch.LongTensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) [..., head_dim] for ``positions`` (any shape), from a table built once and grown as needed."""
+        need = int(positions.max()) + 1 if positions.numel() else 1
+        table = self._rope_table
+        if table is None or table[0].shape[0] < need or table[0].device != x.device or table[0].dtype != x.dtype:
+            n = max(need, 2 * table[0].shape[0] if table is not None else 0, 256)
+            with torch.no_grad():
+                cos, sin = self.rotary_emb(x.new_zeros(1, 1, 1), position_ids=torch.arange(n, device=x.device)[None])
+            table = self._rope_table = (cos[0].to(x.dtype), sin[0].to(x.dtype))
+        return table[0][positions], table[1][positions]
+
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        """Context features ``[..., K·H]`` -> ``hidden_norm(fc(·))`` ``[..., H]``."""
+        return rms_norm(self.hidden_norm, self.fc(features.to(self.dtype)))
+
+    def context_kv(self, i: int, context: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """Layer ``i``'s keys and values ``[B, H_kv, n, D]`` of fused context ``[B, n, H]`` at the rotary ``cos`` /
+        ``sin`` ``[B, n, D]`` of the context tokens' positions."""
+        attn = self.layers[i].self_attn
+        B, n, _ = context.shape
+        D = attn.head_dim
+        k = rms_norm(attn.k_norm, F.linear(context, attn.k_proj.weight).view(B, n, -1, D)).transpose(1, 2)
+        v = F.linear(context, attn.v_proj.weight).view(B, n, -1, D).transpose(1, 2)
+        return _rotate(k, cos[:, None], sin[:, None]), v
+
+    def block(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+              keys_values: Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+              mask: torch.Tensor | None) -> torch.Tensor:
+        """The block's forward: ``x`` [B, T, H] (embedded block tokens) at rotary ``cos`` / ``sin`` [B, T, D];
+        ``keys_values(i, k, v)`` returns layer i's keys / values to attend to given the block's own (the context's
+        in front of them: from a cache, or concatenated in training); ``mask`` [B, 1, T, S] bool (True = attend).
+        Returns the final-normed hidden states [B, T, H]."""
+        B, T, _ = x.shape
+        cos4, sin4 = cos[:, None], sin[:, None]
+        h = x
+        for i, layer in enumerate(self.layers):
+            attn, mlp = layer.self_attn, layer.mlp
+            D = attn.head_dim
+            y = rms_norm(layer.input_layernorm, h)
+            q = rms_norm(attn.q_norm, F.linear(y, attn.q_proj.weight).view(B, T, -1, D)).transpose(1, 2)
+            k = rms_norm(attn.k_norm, F.linear(y, attn.k_proj.weight).view(B, T, -1, D)).transpose(1, 2)
+            v = F.linear(y, attn.v_proj.weight).view(B, T, -1, D).transpose(1, 2)
+            q, k = _rotate(q, cos4, sin4), _rotate(k, cos4, sin4)
+            keys, values = keys_values(i, k, v)
+            if keys.shape[1] != q.shape[1]:  # grouped K/V heads
+                keys = keys.repeat_interleave(q.shape[1] // keys.shape[1], dim=1)
+                values = values.repeat_interleave(q.shape[1] // values.shape[1], dim=1)
+            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling)
+            h = h + F.linear(o.transpose(1, 2).reshape(B, T, -1), attn.o_proj.weight)
+            y = rms_norm(layer.post_attention_layernorm, h)
+            h = h + F.linear(F.silu(F.linear(y, mlp.gate_proj.weight)) * F.linear(y, mlp.up_proj.weight),
+                             mlp.down_proj.weight)
+        return rms_norm(self.norm, h)
+
+
+def teacher_forced_logits(net: DFlashDraftModel, embed: nn.Module, lm_head: nn.Module, tokens: torch.LongTensor,
+                          features: torch.Tensor, anchors: torch.LongTensor) -> torch.Tensor:
+    """Slot logits [N, m, B−1, V] of m blocks per row in one forward, the way training sees them (DFlash's many
+    anchors per sequence under one block mask): block ``a`` = ``[tokens[a], MASK × (B−1)]`` at positions a..a+B−1
+    sees the context at positions < a and its own block, nothing else. ``tokens`` [N, T]; ``features`` [N, T, K·H]
+    (the target's, at every position); ``anchors`` [N, m] (any value in 0..T−1; a caller ignores what it does not
+    want). The context keys / values are computed once per layer for all T positions and shared by the blocks."""
+    N, T = tokens.shape
+    m = anchors.shape[1]
+    B = net.block_size
+    dev = tokens.device
+    ctx = net.fuse(features)
+    ctx_pos = torch.arange(T, device=dev).expand(N, T)
+    ccos, csin = net.rope(ctx, ctx_pos)
+    block_tokens = torch.full((N, m, B), net.mask_token_id, dtype=torch.long, device=dev)
+    block_tokens[..., 0] = tokens.gather(1, anchors)
+    block_pos = (anchors[..., None] + torch.arange(B, device=dev)).view(N, m * B)
+    x = embed(block_tokens.view(N, m * B)).to(net.dtype)
+    bcos, bsin = net.rope(x, block_pos)
+    sees_context = ctx_pos[:, None, :] < anchors.repeat_interleave(B, dim=1)[..., None]  # [N, mB, T]
+    blk = torch.arange(m, device=dev).repeat_interleave(B)
+    same_block = (blk[:, None] == blk[None, :]).expand(N, m * B, m * B)
+    mask = torch.cat([sees_context, same_block], dim=2)[:, None]
+    ctx_kv = [net.context_kv(i, ctx, ccos, csin) for i in range(len(net.layers))]
+
+    def keys_values(i, k, v):
+        ck, cv = ctx_kv[i]
+        return torch.cat([ck, k], dim=2), torch.cat([cv, v], dim=2)
+
+    h = net.block(x, bcos, bsin, keys_values, mask).view(N, m, B, -1)
+    return lm_head(h[:, :, 1:])
+
+
+__all__ = ["DEFAULT_BLOCK_SIZE", "DEFAULT_NUM_FEATURE_LAYERS", "default_layer_ids", "make_config", "DFlashDraftModel",
+           "teacher_forced_logits"]

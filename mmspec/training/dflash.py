@@ -1,0 +1,225 @@
+"""Training a DFlash block-diffusion drafter against a frozen target (arXiv 2602.06036, Sec. 3.3).
+
+Data: the target's own responses (:class:`~mmspec.training.deer.Generations`: a prefix, then the target's greedy
+continuation). Each step runs the frozen target once over the rows (``output_hidden_states``) for the K named layers'
+features and its distributions, then the drafter over **many random anchors per row in one forward**
+(:func:`~mmspec.drafters.dflash_model.teacher_forced_logits`: block ``a`` sees the context before ``a`` and itself).
+Anchors lie in the continuation (a block's root is a token the target emitted, as at decoding time), with at least
+one label after them.
+
+Loss per slot k = 1..B−1 (the token k after the anchor), weighted ``exp(−(k−1)/γ)`` (the paper's decay; γ = 7 at
+B = 16): cross-entropy on the target's token plus, optionally (``kl_weight``), the KL divergence to the target's
+full distribution at that position (beyond the paper: what sampling at T > 0 accepts is 1 − TV(p, q)).
+
+Selection: the paper warns that teacher-forced accuracy misleads; the figure that picks the kept weights is the
+**greedy accepted length** of a block on held-out rows: from each validation anchor, the number of leading slots
+whose argmax equals the target's token (exactly what a chain of the whole block would get accepted at that point of
+the target's own decoding, the bonus token aside). ``train_loop`` minimises, so it is given its negative.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..drafters.dflash_model import DFlashDraftModel, teacher_forced_logits
+from .deer import Generations
+from .loop import model_device, on_model, train_loop
+
+
+@dataclass
+class DFlashTrainConfig:
+    steps: int = 3000
+    budget_s: float = 3 * 3600.0
+    batch_size: int = 16
+    anchors: int = 16  # blocks per row per step
+    gamma: float = 7.0  # slot weight exp(-(k-1)/gamma)
+    kl_weight: float = 0.0  # 0 = the paper's CE only; > 0 needs the target online (cache_features False)
+    cache_features: bool = True  # run the target once per row up front (float16 features), not once per step
+    lr: float = 1.5e-3
+    warmup: int = 100
+    eval_every: int = 250
+    patience: int = 4
+    val_rows: int = 128
+    seed: int = 2602
+
+
+def row_lengths(data: Generations) -> torch.LongTensor:
+    return data.prefix + data.gen_len
+
+
+def sample_anchors(data: Generations, idx: torch.LongTensor, m: int, gen: torch.Generator) -> torch.LongTensor:
+    """[len(idx), m] anchor positions, uniform over each row's continuation with at least one token after them
+    (positions prefix .. prefix + gen_len − 2), drawn on the CPU from ``gen``."""
+    span = data.gen_len - 1
+    u = torch.rand(len(idx), m, generator=gen)
+    return data.prefix[idx][:, None] + (u * span).long().clamp(max=span - 1)
+
+
+def make_batch(data: Generations, idx: torch.LongTensor, anchors: torch.LongTensor,
+               features: torch.Tensor | None = None) -> dict:
+    """A training batch of rows ``idx``; with ``features`` (precomputed, [N, W, K·H]) it carries theirs."""
+    width = int(row_lengths(data)[idx].max())
+    batch = {"tokens": data.tokens[idx, :width], "lengths": row_lengths(data)[idx], "anchors": anchors}
+    if features is not None:
+        batch["features"] = features[idx, :width]
+    return batch
+
+
+@torch.no_grad()
+def precompute_features(target, net: DFlashDraftModel, data: Generations, batch_size: int = 32,
+                        progress: bool = True) -> torch.Tensor:
+    """[N, W, K·H] float16 on the CPU: the target's features of the drafter's layers over every row, computed once
+    (a training step then costs the drafter's forward and backward only; the target's forward over a row is what
+    dominates a step on a CPU)."""
+    from tqdm.auto import tqdm
+
+    N, W = data.tokens.shape
+    lengths = row_lengths(data)
+    out = None
+    for i in tqdm(range(0, N, batch_size), desc="target features", disable=not progress):
+        idx = torch.arange(i, min(i + batch_size, N))
+        width = int(lengths[idx].max())
+        feats, _ = target_outputs(target, net, on_model(data.tokens[idx, :width], target))
+        if out is None:
+            out = torch.zeros(N, W, feats.shape[-1], dtype=torch.float16)
+        out[idx, :width] = feats.to("cpu", torch.float16)
+    return out
+
+
+@torch.no_grad()
+def target_outputs(target, net: DFlashDraftModel, tokens: torch.LongTensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(features [N, T, K·H] of the drafter's layers, target logits [N, T, V]) of right-padded rows (causal
+    attention: padding after a row changes nothing before it)."""
+    out = target(input_ids=tokens, output_hidden_states=True)
+    return net.select_features(out.hidden_states), out.logits
+
+
+def slot_labels(batch: dict, block_size: int) -> tuple[torch.LongTensor, torch.BoolTensor, torch.LongTensor]:
+    """(labels [N, m, B−1], valid [N, m, B−1], label positions [N, m, B−1]): slot k of anchor a is the token at
+    a + k, valid while inside the row."""
+    tokens, lengths, anchors = batch["tokens"], batch["lengths"], batch["anchors"]
+    k = torch.arange(1, block_size, device=tokens.device)
+    pos = anchors[..., None] + k
+    valid = pos < lengths[:, None, None]
+    pos = pos.clamp(max=tokens.shape[1] - 1)
+    N, m, _ = pos.shape
+    labels = tokens.gather(1, pos.view(N, -1)).view(N, m, -1)
+    return labels, valid, pos
+
+
+def slot_weights(block_size: int, gamma: float, device) -> torch.Tensor:
+    return torch.exp(-torch.arange(block_size - 1, device=device, dtype=torch.float32) / gamma)
+
+
+def dflash_loss(net: DFlashDraftModel, target, batch: dict, cfg: DFlashTrainConfig) -> torch.Tensor:
+    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    if "features" in batch:
+        if cfg.kl_weight > 0:
+            raise ValueError("kl_weight > 0 needs the target's distributions: train with cache_features=False")
+        features, target_logits = batch["features"], None
+    else:
+        features, target_logits = target_outputs(target, net, batch["tokens"])
+    logits = teacher_forced_logits(net, embed, lm_head, batch["tokens"], features, batch["anchors"]).float()
+    labels, valid, pos = slot_labels(batch, net.block_size)
+    w = slot_weights(net.block_size, cfg.gamma, logits.device)[None, None, :] * valid
+    logq = torch.log_softmax(logits, -1)
+    loss = -(logq.gather(-1, labels[..., None]).squeeze(-1) * w).sum() / w.sum()
+    if cfg.kl_weight > 0:
+        N, m, k = pos.shape
+        # the target's distribution of the token at position a + k comes from its logits at a + k − 1
+        p_logits = target_logits.float().gather(1, (pos - 1).view(N, -1, 1).expand(N, m * k, target_logits.shape[-1]))
+        logp = torch.log_softmax(p_logits.view(N, m, k, -1), -1)
+        kl = (logp.exp() * (logp - logq)).sum(-1)
+        loss = loss + cfg.kl_weight * (kl * w).sum() / w.sum()
+    return loss
+
+
+@torch.no_grad()
+def block_acceptance(net: DFlashDraftModel, target, batches: list[dict]) -> dict:
+    """Held-out figures of greedy blocks: per-slot top-1 agreement with the target's token (teacher-forced:
+    every slot given the true context) and the mean greedy accepted length of the whole block (leading slots
+    that all agree: what a chain of the block gets accepted, the bonus token aside) and its distribution."""
+    net.eval()
+    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    hits = torch.zeros(net.block_size - 1)
+    counts = torch.zeros(net.block_size - 1)
+    accepted, blocks = 0.0, 0
+    for batch in batches:
+        batch = on_model(batch, net)
+        features = batch["features"] if "features" in batch else target_outputs(target, net, batch["tokens"])[0]
+        logits = teacher_forced_logits(net, embed, lm_head, batch["tokens"], features, batch["anchors"])
+        labels, valid, _ = slot_labels(batch, net.block_size)
+        agree = (logits.argmax(-1) == labels) & valid
+        hits += agree.sum((0, 1)).float().cpu()
+        counts += valid.sum((0, 1)).float().cpu()
+        run = agree.long().cumprod(-1).sum(-1)  # leading agreeing slots per block
+        accepted += float(run.sum())
+        blocks += run.numel()
+    return {"slot_agreement": (hits / counts.clamp(min=1)).tolist(), "accepted_length": accepted / max(blocks, 1),
+            "blocks": blocks}
+
+
+def validation_batches(val: Generations, cfg: DFlashTrainConfig, block_size: int) -> list[dict]:
+    """Fixed held-out blocks: every ``block_size // 2``-th continuation position of the first ``val_rows`` rows."""
+    n = min(cfg.val_rows, len(val))
+    step = max(1, block_size // 2)
+    offsets = torch.arange(0, val.gen_len - 1, step)
+    out = []
+    for i in range(0, n, 32):
+        idx = torch.arange(i, min(i + 32, n))
+        anchors = val.prefix[idx][:, None] + offsets[None, :]
+        out.append(make_batch(val, idx, anchors))
+    return out
+
+
+def train_dflash(net: DFlashDraftModel, target, train: Generations, val: Generations,
+                 cfg: DFlashTrainConfig | None = None, progress: bool = True, checkpoint=None,
+                 checkpoint_every_s: float = 120.0, features: torch.Tensor | None = None) -> dict:
+    """Train ``net`` against the frozen ``target`` (both on one device); returns the report (config, steps, tokens,
+    seconds, held-out block figures before and after). ``checkpoint``: a file a killed run resumes from.
+    ``features``: the training rows' precomputed features (:func:`precompute_features`); with
+    ``cfg.cache_features`` and none given they are computed here."""
+    cfg = cfg or DFlashTrainConfig()
+    if model_device(net) != model_device(target):
+        raise ValueError(f"the drafter is on {model_device(net)} but the target on {model_device(target)}")
+    if train.gen_len < 2 or val.gen_len < 2:
+        raise ValueError("target responses need at least 2 tokens for a block to have a label")
+    target.eval()
+    for p in target.parameters():
+        p.requires_grad_(False)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    if features is None and cfg.cache_features:
+        features = precompute_features(target, net, train, progress=progress)
+    val_batches = [on_model(b, net) for b in validation_batches(val, cfg, net.block_size)]
+    before = block_acceptance(net, target, val_batches)
+
+    def next_batch(step: int) -> dict:
+        idx = torch.randint(0, len(train), (cfg.batch_size,), generator=gen)
+        return make_batch(train, idx, sample_anchors(train, idx, cfg.anchors, gen), features)
+
+    def val_loss() -> float:  # minimised: the negative held-out accepted length
+        return -block_acceptance(net, target, val_batches)["accepted_length"]
+
+    t0 = time.perf_counter()
+    res = train_loop(net, next_batch, val_loss, lambda model, b: dflash_loss(model, target, b, cfg),
+                     max_steps=cfg.steps, budget_s=cfg.budget_s, lr=cfg.lr, warmup=cfg.warmup,
+                     eval_every=cfg.eval_every, patience=cfg.patience, desc="train dflash", progress=progress,
+                     checkpoint=checkpoint, checkpoint_every_s=checkpoint_every_s, generators=(gen,))
+    after = block_acceptance(net, target, val_batches)
+    width = float(row_lengths(train).float().mean())
+    return {"config": asdict(cfg), "steps": res.steps, "seconds": res.seconds, "wall_seconds": time.perf_counter() - t0,
+            "stopped": res.stopped, "rows_seen": res.steps * cfg.batch_size,
+            "tokens_seen": int(res.steps * cfg.batch_size * width),
+            "blocks_seen": res.steps * cfg.batch_size * cfg.anchors,
+            "val_history": [(s, -v) for s, v in res.val_history], "best_accepted_length": -res.best_val_loss
+            if math.isfinite(res.best_val_loss) else None,
+            "heldout_before": before, "heldout_after": after}
+
+
+__all__ = ["DFlashTrainConfig", "dflash_loss", "precompute_features", "target_outputs", "block_acceptance", "train_dflash", "sample_anchors", "make_batch",
+           "validation_batches"]

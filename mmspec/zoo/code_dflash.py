@@ -1,0 +1,143 @@
+"""``code-dflash``: the code family's DFlash block-diffusion drafter, trained against ``code-target``.
+
+Two Qwen3-style layers as wide as the target (256), conditioned on five of its fifteen layers (the paper's spread,
+1 to N−3: 1, 4, 6, 9, 12), block size 16, mask id 2 (the tokenizer's ``<mask>``), the target's embeddings and LM
+head shared (:mod:`mmspec.drafters.dflash_model`). It trains on the target's own greedy continuations — the first
+``N_TRAIN`` rows of the code family's distillation set (:mod:`mmspec.zoo.code_distill`: the same draws, seed and
+batches, so the rows equal those of the full set) — with the target's features computed once per row
+(:func:`mmspec.training.dflash.precompute_features`) and kept under ``<home>/.build/code-dflash/``, like the
+generations and the training checkpoint, so an interrupted build resumes where it stopped.
+
+Sized for 2 CPU cores: generating a 256-row batch of 64-token continuations costs about 30 s there, the features
+of 4096 rows a few minutes, and a training step at 16 rows x 8 anchors about 0.6 s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import torch
+
+from ..drafters.dflash_io import load_dflash, save_dflash
+from ..drafters.dflash_model import DFlashDraftModel, make_config
+from ..training.deer import Generations, target_generations
+from ..training.dflash import DFlashTrainConfig, block_acceptance, precompute_features, train_dflash, \
+    validation_batches
+from ..training.loop import load_checkpoint, model_device, on_model, save_checkpoint
+from . import code_distill
+from .common import build_device, build_dir, logits_checksum, seed_everything, versions
+from .entry import ZooEntry
+from .home import write_json
+
+NAMES = ["code-dflash"]
+SEED = 4242
+MASK_ID = 2
+LAYERS, BLOCK = 2, 16
+N_TRAIN, N_VAL = 4096, 128
+TRAIN = DFlashTrainConfig(steps=5000, budget_s=80 * 60.0, batch_size=16, anchors=8, lr=1.5e-3, warmup=100,
+                          eval_every=250, patience=4, val_rows=128, kl_weight=0.0, cache_features=True)
+MICRO_TRAIN = dataclasses.replace(TRAIN, steps=20, budget_s=30.0, batch_size=4, anchors=4, warmup=2, eval_every=10,
+                                  val_rows=8)
+MICRO_N_TRAIN, MICRO_N_VAL = 32, 8
+TAU_BLOCK = 15  # drafts per step for the recorded decoding tau (the whole block, no confidence cut)
+
+
+@torch.no_grad()
+def checksum(entry: ZooEntry) -> dict:
+    """The drafter's final-normed block output on fixed synthetic context features (no target needed)."""
+    net = entry.model
+    g = torch.Generator().manual_seed(0)
+    feats = torch.randn(1, 6, net.fc.in_features, generator=g).to(net.device)
+    x = torch.randn(1, 4, net.config.hidden_size, generator=g).to(net.device)
+    ctx = net.fuse(feats)
+    ccos, csin = net.rope(ctx, torch.arange(6, device=net.device)[None])
+    bcos, bsin = net.rope(x, torch.arange(6, 10, device=net.device)[None])
+    kv = [net.context_kv(i, ctx, ccos, csin) for i in range(len(net.layers))]
+    h = net.block(x, bcos, bsin, lambda i, k, v: (torch.cat([kv[i][0], k], 2), torch.cat([kv[i][1], v], 2)), None)
+    return logits_checksum(h)
+
+
+def _data(home: Path, target, streams: dict, micro: bool, progress: bool) -> tuple[Generations, Generations]:
+    """(train, val) target continuations: the first rows of the distillation set's draws, cached."""
+    base = code_distill.data_config(micro)
+    work = build_dir(home, "code-dflash")
+    out = []
+    for split, n, seed in (("train", MICRO_N_TRAIN if micro else N_TRAIN, 2024),
+                           ("val", MICRO_N_VAL if micro else N_VAL, 2025)):
+        path = work / f"generations-{split}{'-micro' if micro else ''}.pt"
+        saved = load_checkpoint(path)
+        if saved is None:
+            cfg = dataclasses.replace(base, n_train=n)
+            data = target_generations(target, streams[split], n, cfg, seed, progress=progress,
+                                      partial=work / f"{path.stem}.partial.pt")
+            save_checkpoint(path, {"value": data})
+            (work / f"{path.stem}.partial.pt").unlink(missing_ok=True)
+        else:
+            data = saved["value"]
+        out.append(data)
+    return out[0], out[1]
+
+
+def build(home: Path, micro: bool = False, progress: bool = True, names: list[str] | None = None) -> dict:
+    from .code import _load_on_build_device  # the family's shared loader (code imports this module)
+    from .code_data import ensure_tokenizer, load_corpus
+    from .streams import token_stream
+
+    home = Path(home)
+    t0 = time.perf_counter()
+    tok = ensure_tokenizer(home, micro)
+    corpus = load_corpus(micro=micro)
+    streams = {s: token_stream(tok, corpus.texts(s)) for s in ("train", "val")}
+    target = _load_on_build_device("code-target", home)
+    train, val = _data(home, target, streams, micro, progress)
+    work = build_dir(home, "code-dflash")
+    seed_everything(SEED)
+    cfg = make_config(target.config, num_layers=LAYERS, block_size=BLOCK, mask_token_id=MASK_ID)
+    net = DFlashDraftModel(cfg).to(build_device())
+    tcfg = MICRO_TRAIN if micro else TRAIN
+    feat_path = work / f"features{'-micro' if micro else ''}.pt"
+    saved = load_checkpoint(feat_path)
+    if saved is None:
+        t_feat = time.perf_counter()
+        features = precompute_features(target, net, train, progress=progress)
+        save_checkpoint(feat_path, {"value": features, "seconds": time.perf_counter() - t_feat})
+        feature_seconds = time.perf_counter() - t_feat
+    else:
+        features, feature_seconds = saved["value"], saved["seconds"]
+    report = train_dflash(net, target, train, val, tcfg, progress=progress, checkpoint=work / "train.pt",
+                          features=features)
+    report["feature_seconds"] = feature_seconds
+    out = home / "code-dflash"
+    save_dflash(net, out)
+    tok.save_pretrained(out)
+    info = {"family": "code", "name": "code-dflash", "micro": micro, "seed": SEED, "distilled_from": "code-target",
+            "method": "dflash", **versions()}
+    write_json(out / "zoo.json", info)
+    shipped = load_dflash(out).to(model_device(target))
+    metrics = {"layers": LAYERS, "hidden": cfg.hidden_size, "block_size": BLOCK,
+               "target_layer_ids": shipped.target_layer_ids,
+               "params": sum(p.numel() for p in shipped.parameters()),
+               "train_rows": len(train), "val_rows": len(val), **report,
+               "heldout_shipped": block_acceptance(shipped, target, [on_model(b, shipped) for b in
+                                                                     validation_batches(val, tcfg, BLOCK)]),
+               "tau_decode": _decode_tau(target, shipped, tok, micro)}
+    metrics["wall_seconds"] = time.perf_counter() - t0
+    write_json(out / "metrics.json", metrics)
+    info["checksum"] = checksum(ZooEntry("code-dflash", shipped.cpu(), tok, info, out))
+    write_json(out / "zoo.json", info)
+    return {"code-dflash": metrics}
+
+
+def _decode_tau(target, net, tok, micro: bool) -> dict:
+    """τ of real greedy decoding through the engine on held-out validation prompts (not teacher-forced)."""
+    from ..drafters.dflash import DFlashDrafter
+
+    prompts = code_distill.tau_prompts(tok, micro)
+    return {f"chain{k}": code_distill.decode_tau(target, lambda k=k: DFlashDrafter(net, target, num_tokens=k),
+                                                 prompts, micro)
+            for k in (TAU_BLOCK, 8)}
+
+
+__all__ = ["NAMES", "build", "checksum"]

@@ -1,0 +1,209 @@
+"""DFlash block drafting: greedy exactness (chain, confidence cut, DDTree; ragged batches), the drafter's context
+cache against the training pattern, the DDTree rule, checkpoint layouts (z-lab, speculators) and refusals."""
+
+import json
+
+import pytest
+import torch
+
+from mmspec import SpeculativeGenerator
+from mmspec.drafters.dflash import DFlashDrafter
+from mmspec.drafters.dflash_io import load_dflash, read_config, save_dflash
+from mmspec.drafters.dflash_model import DFlashDraftModel, default_layer_ids, make_config, teacher_forced_logits
+from mmspec.tiny import tiny_model
+from tests.tiny_models import VOCAB, sharpen
+
+MASK = 2
+
+
+@pytest.fixture(scope="module")
+def target():
+    return sharpen(tiny_model("llama", seed=0, vocab_size=VOCAB, num_layers=4), seed=0)
+
+
+def make_net(target, seed=3, block=6, layers=2, ids=None):
+    torch.manual_seed(seed)
+    net = DFlashDraftModel(make_config(target.config, num_layers=layers, block_size=block, mask_token_id=MASK,
+                                       target_layer_ids=ids))
+    return sharpen(net, seed=seed)
+
+
+class Recording(DFlashDrafter):
+    """Keeps the last call's run (its context cache) for inspection."""
+
+    def begin(self, context):
+        self.last_run = super().begin(context)
+        return self.last_run
+
+
+def test_default_layer_ids_follow_the_paper():
+    assert default_layer_ids(36) == [1, 9, 17, 25, 33]  # Qwen3-8B's DFlash drafter reads these
+    assert default_layer_ids(15) == [1, 4, 6, 9, 12]
+    assert default_layer_ids(4) == [0, 1, 2, 3] and default_layer_ids(2) == [0, 1]
+
+
+@pytest.mark.parametrize("kw", [dict(num_tokens=5), dict(num_tokens=3, confidence=0.05), dict(tree_nodes=7, top_k=3)])
+def test_dflash_is_exact_under_greedy_on_a_ragged_batch(target, ragged_batch, greedy_reference, kw):
+    ids, mask = ragged_batch(3, 9, seed=4)
+    ref = greedy_reference(target, ids, 20, attention_mask=mask)
+    out = SpeculativeGenerator(target, DFlashDrafter(make_net(target), target, **kw)).generate(
+        ids, attention_mask=mask, max_new_tokens=20, eos_token_id=[])
+    assert torch.equal(out.sequences, ref)
+
+
+def _full_features(target, net, row):
+    out = target(row[None], output_hidden_states=True)
+    return net.select_features(out.hidden_states)
+
+
+def _check_cache_against_training_pattern(target, net, drafter, ids, mask, seqs):
+    """Every row's committed context K/V equals the layers' projections of the target's features over the final
+    sequence (computed afresh, teacher-forced): entry t holds position t, for every verified position up to the last
+    step's root."""
+    run = drafter.last_run
+    for b in range(ids.shape[0]):
+        row = seqs[b, int((mask[b] == 0).sum()):]
+        feats = _full_features(target, net, row)
+        n = int(run.cache.lengths[b] - run.cache.starts[b])  # features of positions 0 .. n-1 are committed
+        # every position before the last step's root (the loop observes no step after the last)
+        assert row.numel() - net.block_size <= n <= row.numel() - 1
+        ctx = net.fuse(feats[:, :n])
+        cos, sin = net.rope(ctx, torch.arange(n)[None])
+        for i in range(len(net.layers)):
+            k, v = net.context_kv(i, ctx, cos, sin)
+            ck, cv = run.cache.committed_kv(i, b)
+            assert torch.allclose(ck, k[0], atol=1e-4) and torch.allclose(cv, v[0], atol=1e-4)
+
+
+def test_context_cache_holds_the_verified_features_when_blocks_are_rejected(target, ragged_batch):
+    ids, mask = ragged_batch(2, 8, seed=5)
+    net = make_net(target)
+    drafter = Recording(net, target, num_tokens=5)
+    with torch.no_grad():
+        seqs = SpeculativeGenerator(target, drafter).generate(ids, attention_mask=mask, max_new_tokens=12,
+                                                              eos_token_id=[]).sequences
+        _check_cache_against_training_pattern(target, net, drafter, ids, mask, seqs)
+
+
+def test_context_cache_and_blocks_when_every_draft_is_accepted(ragged_batch, greedy_reference):
+    """A target whose logits are all zero always emits token 0; a drafter with its final norm zeroed drafts 0 in
+    every slot, so every block is accepted whole: multi-token commits and feature appends are exercised, and the
+    slot hidden states of decoding equal the training pattern's."""
+    tgt = sharpen(tiny_model("llama", seed=1, vocab_size=VOCAB, num_layers=4), seed=1)
+    with torch.no_grad():
+        tgt.model.norm.weight.zero_()
+    net = make_net(tgt, block=5)
+    with torch.no_grad():
+        net.norm.weight.zero_()
+    ids, mask = ragged_batch(2, 7, seed=6)
+    drafter = Recording(net, tgt, num_tokens=4)
+    with torch.no_grad():
+        out = SpeculativeGenerator(tgt, drafter).generate(ids, attention_mask=mask, max_new_tokens=14,
+                                                          eos_token_id=[])
+    assert torch.equal(out.sequences, greedy_reference(tgt, ids, 14, attention_mask=mask))
+    assert out.stats.accept_lengths[0][1:3] == [5, 5]  # root + 4 accepted drafts, bonus included
+    with torch.no_grad():
+        _check_cache_against_training_pattern(tgt, net, drafter, ids, mask, out.sequences)
+
+
+def test_decoding_blocks_equal_the_training_pattern(target):
+    """The engine's slot logits for a block (from the drafter's cache) equal teacher_forced_logits at that anchor:
+    the drafter decodes exactly what it was trained on."""
+    net = make_net(target)
+    drafter = DFlashDrafter(net, target, num_tokens=5)
+    ids = torch.randint(3, VOCAB, (1, 9), generator=torch.Generator().manual_seed(2))
+    seen = []
+    orig = drafter.slot_logits
+
+    def spy(context, run):
+        logits = orig(context, run)
+        seen.append((context.state.row(0).clone(), logits[0].clone()))
+        return logits
+
+    drafter.slot_logits = spy
+    with torch.no_grad():
+        seq = SpeculativeGenerator(target, drafter).generate(ids, max_new_tokens=10, eos_token_id=[]).sequences[0]
+        feats = _full_features(target, net, seq)
+        embed, head = target.get_input_embeddings(), target.get_output_embeddings()
+        for row, logits in seen:
+            anchor = row.numel() - 1  # the root's position
+            tf = teacher_forced_logits(net, embed, head, seq[None], feats, torch.tensor([[anchor]]))[0, 0]
+            assert torch.allclose(logits, tf[:5].float(), atol=1e-4), anchor
+    assert len(seen) >= 2
+
+
+def test_ddtree_is_best_first_over_slot_top_k(target):
+    """DDTree's rule on known slot log-probs: the budget's best-scoring prefixes, siblings in rank order."""
+    drafter = DFlashDrafter(make_net(target), target, tree_nodes=4, top_k=2)
+    # slot 1: tokens 10 (0.6), 11 (0.4); slot 2: 20 (0.9), 21 (0.1); slot 3: 30 (0.5), 31 (0.5)
+    logits = torch.full((1, 3, VOCAB), -1e4)
+    for slot, pairs in enumerate([(10, 0.6, 11, 0.4), (20, 0.9, 21, 0.1), (30, 0.5, 31, 0.5)]):
+        logits[0, slot, pairs[0]], logits[0, slot, pairs[2]] = torch.tensor([pairs[1], pairs[3]]).log()
+    from mmspec.verifiers.logits import SamplingConfig
+
+    tree = drafter._ddtree(torch.tensor([5]), logits, SamplingConfig(False), None)
+    # scores: 10 (.6), 10-20 (.54), 11 (.4), 11-20 (.36), 10-20-30 (.27) ... -> the first four
+    assert tree.tokens[0].tolist() == [5, 10, 20, 11, 20]
+    assert tree.parents[0].tolist() == [-1, 0, 1, 0, 3]
+
+
+def test_layouts_round_trip_and_draft_the_same(target, tmp_path):
+    net = make_net(target)
+    ids = torch.randint(3, VOCAB, (2, 8), generator=torch.Generator().manual_seed(9))
+
+    def run(n):
+        return SpeculativeGenerator(target, DFlashDrafter(n, target, num_tokens=5)).generate(
+            ids, max_new_tokens=10, eos_token_id=[]).stats.accept_lengths
+
+    expected = run(net)
+    for layout in ("zlab", "speculators"):
+        save_dflash(net, tmp_path / layout, layout=layout, verifier="tiny-llama")
+        again = load_dflash(tmp_path / layout)
+        assert again.target_layer_ids == net.target_layer_ids and again.block_size == net.block_size
+        for k, v in net.state_dict().items():
+            assert torch.equal(again.state_dict()[k], v), k
+        assert run(again) == expected
+    spec = json.loads((tmp_path / "speculators" / "config.json").read_text())
+    assert spec["aux_hidden_state_layer_ids"] == [i + 1 for i in net.target_layer_ids]
+    assert spec["speculators_config"]["verifier"]["name_or_path"] == "tiny-llama"
+
+
+def test_documented_zlab_directory_drafts_like_the_model_it_describes(target, tmp_path):
+    """A directory written from z-lab's documented fields alone (Qwen3 config + block_size + dflash_config, weights
+    named layers.* / fc / hidden_norm / norm, no embeddings) loads to the model whose weights it holds."""
+    from safetensors.torch import save_file
+
+    net = make_net(target, block=4, ids=[0, 2])
+    cfg = net.config
+    doc = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": cfg.hidden_size,
+           "intermediate_size": cfg.intermediate_size, "num_hidden_layers": cfg.num_hidden_layers,
+           "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
+           "head_dim": cfg.head_dim, "rms_norm_eps": cfg.rms_norm_eps, "vocab_size": cfg.vocab_size,
+           "rope_theta": 10000.0, "max_position_embeddings": 512, "block_size": 4, "num_target_layers": 4,
+           "dflash_config": {"mask_token_id": MASK, "target_layer_ids": [0, 2]}}
+    (tmp_path / "config.json").write_text(json.dumps(doc))
+    weights = {k: v.clone() for k, v in net.state_dict().items() if "rotary" not in k}
+    weights["model.embed_tokens.weight"] = torch.zeros(VOCAB, cfg.hidden_size)  # ignored: the target's are used
+    save_file(weights, str(tmp_path / "model.safetensors"))
+    loaded = load_dflash(tmp_path)
+    assert read_config(tmp_path)[1] == "zlab"
+    ids = torch.randint(3, VOCAB, (1, 7), generator=torch.Generator().manual_seed(1))
+    a = SpeculativeGenerator(target, DFlashDrafter(net, target)).generate(ids, max_new_tokens=9, eos_token_id=[])
+    b = SpeculativeGenerator(target, DFlashDrafter(loaded, target)).generate(ids, max_new_tokens=9, eos_token_id=[])
+    assert a.stats.accept_lengths == b.stats.accept_lengths and torch.equal(a.sequences, b.sequences)
+
+
+def test_refusals(target):
+    net = make_net(target)
+    other = tiny_model("llama", seed=0, vocab_size=VOCAB, num_layers=2)
+    with pytest.raises(ValueError, match="target has 2 layers"):
+        DFlashDrafter(net, other)
+    wide = tiny_model("llama", seed=0, vocab_size=VOCAB, num_layers=4, hidden_size=32)
+    with pytest.raises(ValueError, match="hidden size"):
+        DFlashDrafter(net, wide)
+    with pytest.raises(ValueError, match="num_tokens"):
+        DFlashDrafter(net, target, num_tokens=6)
+    with pytest.raises(ValueError, match="mask token"):
+        make_config(target.config, mask_token_id=None)
+    with pytest.raises(ValueError, match="target_layer_ids"):
+        make_config(target.config, mask_token_id=MASK, target_layer_ids=[7])
