@@ -296,6 +296,34 @@ def build_parser() -> argparse.ArgumentParser:
     td.add_argument("--out", required=True, help="where to save the aligned drafter (a directory with mmspec.json)")
     _add_resume_arguments(td)
     td.set_defaults(func=cmd_train)
+    tdf = train_sub.add_parser("dflash", help="a DFlash block-diffusion drafter (target-conditioned) for a causal "
+                               "LM target, on the target's own responses")
+    tdf.add_argument("--target", default="zoo:code-target", help="zoo:<name> or a local causal LM checkpoint dir")
+    tdf.add_argument("--data", default=None, help=".jsonl of {prompt, response?}; rows without a response get the "
+                     "target's greedy one (every row checked first)")
+    tdf.add_argument("--generate", type=int, default=None, help="train on N target continuations of prefixes cut "
+                     "from --corpus (default: the zoo's code corpus)")
+    tdf.add_argument("--corpus", default=None, help="with --generate: glob of text files to cut prefixes from")
+    tdf.add_argument("--max-new-tokens", type=int, default=64, help="length of generated responses")
+    tdf.add_argument("--layers", type=int, default=2, help="draft layers (as wide as the target)")
+    tdf.add_argument("--block-size", type=int, default=16, help="block length B (root + B-1 draft slots)")
+    tdf.add_argument("--target-layers", default=None, help="comma list of target layer indices to read (default: "
+                     "the paper's spread of 5 from layer 1 to N-3)")
+    tdf.add_argument("--mask-token-id", type=int, default=None, help="default: the tokenizer's mask token")
+    tdf.add_argument("--steps", type=int, default=3000)
+    tdf.add_argument("--batch-size", type=int, default=16)
+    tdf.add_argument("--anchors", type=int, default=8, help="blocks per row per step (one forward, block mask)")
+    tdf.add_argument("--lr", type=float, default=1.5e-3)
+    tdf.add_argument("--kl-weight", type=float, default=0.0, help="add KL to the target's distributions (runs the "
+                     "target every step)")
+    tdf.add_argument("--online-features", action="store_true", help="run the target every step instead of once "
+                     "per row up front (less memory)")
+    tdf.add_argument("--budget-s", type=float, default=3 * 3600.0)
+    tdf.add_argument("--layout", choices=["zlab", "speculators"], default="zlab", help="output layout (both load "
+                     "here; vLLM / SGLang load them too)")
+    tdf.add_argument("--out", required=True, help="where to save the drafter (a directory with mmspec.json)")
+    _add_resume_arguments(tdf)
+    tdf.set_defaults(func=cmd_train)
     for method, what in (("eagle", "plain EAGLE-style feature drafter (no decoupling)"),
                          ("msd", "MSD: decoupled visual inputs, two-stage text-then-multimodal training"),
                          ("flash", "FLASH: compressed visual tokens + semi-autoregressive head")):

@@ -34,6 +34,8 @@ from .zoo.vlm_examples import Encoder, ScenePool
 def cmd_train(args) -> int:
     if args.train_command == "deer":
         return cli_train_deer(args)
+    if args.train_command == "dflash":
+        return cli_train_dflash(args)
     if args.train_command == "image-drafter":
         return cli_train_image_drafter(args)
     return cli_train_feature(args)
@@ -131,6 +133,138 @@ def cli_train_deer(args) -> int:
     last = f"after_stage{stages[-1]}"
     print(f"greedy block agreement (k=8): before {a['before'][8]['accepted']:.2f}, after {a[last][8]['accepted']:.2f}"
           f" tokens; saved to {out}")
+    return 0
+
+
+def dflash_rows(path: str, tok) -> list[tuple[list[int], list[int] | None]]:
+    """(prompt ids, response ids or None) per row of a ``--data`` .jsonl of ``prompt`` and optional ``response``;
+    every bad row is reported as ``file:line`` before anything runs."""
+    from .eval.datasets import read_jsonl
+
+    rows, bad = [], []
+    for n, r in enumerate(read_jsonl(path, ("prompt",)), 1):
+        prompt, response = r["prompt"], r.get("response")
+        if not isinstance(prompt, str) or not prompt:
+            bad.append(f"{path}:{n}: prompt must be a non-empty string")
+            continue
+        if response is not None and (not isinstance(response, str) or not response):
+            bad.append(f"{path}:{n}: response must be a non-empty string when given")
+            continue
+        ids = tok(prompt, add_special_tokens=False).input_ids
+        resp = tok(response, add_special_tokens=False).input_ids if response is not None else None
+        if resp is not None and len(resp) < 2:
+            bad.append(f"{path}:{n}: response of {len(resp)} token(s): a block needs at least 2")
+            continue
+        rows.append((ids, resp))
+    if bad:
+        raise ValueError(f"--data: {len(bad)} bad row(s): " + "; ".join(bad[:5]) + (" ..." if len(bad) > 5 else ""))
+    if len(rows) < 4:
+        raise ValueError(f"--data {path} holds {len(rows)} usable rows; need at least 4 (training + validation)")
+    return rows
+
+
+@torch.no_grad()
+def _respond(target, rows, max_new_tokens: int, eos, pad: int, partial: Path, progress: bool = True):
+    """The target's greedy response for every row without one, one prompt at a time (prompts differ in length),
+    each saved as it finishes so a killed run goes on from the next."""
+    from tqdm.auto import tqdm
+
+    from .training.loop import load_checkpoint, save_checkpoint
+
+    done = (load_checkpoint(partial) or {}).get("responses", {})
+    todo = [i for i, (_, r) in enumerate(rows) if r is None and i not in done]
+    for i in tqdm(todo, desc="target responses", disable=not progress):
+        ids = torch.tensor([rows[i][0]], device=target.device)
+        out = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                              max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad)
+        done[i] = out[0, ids.shape[1]:].tolist()
+        save_checkpoint(partial, {"responses": done})
+    return [(p, r if r is not None else done[i]) for i, (p, r) in enumerate(rows)]
+
+
+def cli_train_dflash(args) -> int:
+    """``mmspec train dflash``: a DFlash block-diffusion drafter for a causal LM target, on the target's own
+    responses: ``--data`` rows (their ``response``, or the target's greedy one) or ``--generate N`` continuations of
+    prefixes cut from the zoo's code corpus (or ``--corpus`` text files). Checkpoints go to ``<out>.ckpt``
+    (``--resume``); the output (z-lab layout, or ``--layout speculators``) is written atomically with its
+    ``mmspec.json`` record, so ``mmspec.pipeline(target, drafter=OUT)`` and ``mmspec eval`` run it as ``dflash``."""
+    from .drafters.dflash_io import save_dflash
+    from .drafters.dflash_model import DFlashDraftModel, make_config
+    from .training.artifact import cached
+    from .training.deer import target_generations
+    from .training.dflash import DFlashTrainConfig, Responses, train_dflash
+
+    if (args.data is None) == (args.generate is None):
+        raise ValueError("give exactly one of --data FILE (.jsonl of prompt / response) or --generate N")
+    for name in ("steps", "batch_size", "anchors", "layers", "block_size", "max_new_tokens"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.block_size < 2 or (args.generate is not None and args.generate < 8):
+        raise ValueError("--block-size must be >= 2 and --generate >= 8")
+    if args.lr <= 0 or args.budget_s <= 0 or args.kl_weight < 0:
+        raise ValueError("--lr and --budget-s must be > 0, --kl-weight >= 0")
+    layer_ids = [int(x) for x in args.target_layers.split(",")] if args.target_layers else None
+    loaded = load_target(args.target)
+    target, tok = loaded.model, loaded.tokenizer
+    if loaded.route != "text":
+        raise ValueError(f"mmspec train dflash trains drafters for causal LM targets; {args.target} is a "
+                         f"{loaded.route} target")
+    if tok is None:
+        raise ValueError("mmspec train dflash needs the target's tokenizer next to its weights")
+    rows = dflash_rows(args.data, tok) if args.data else None  # checked before any work
+    mask_id = args.mask_token_id if args.mask_token_id is not None else tok.mask_token_id
+    if mask_id is None and "<mask>" in tok.get_vocab():
+        mask_id = tok.convert_tokens_to_ids("<mask>")
+    if mask_id is None:
+        raise ValueError("the tokenizer has no mask token: pass --mask-token-id (any id the target never emits)")
+    settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "checkpoint_every")}
+    ckpt = prepare_run(args.out, args.resume, settings)
+    eos = tok.eos_token_id
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (eos or 0)
+    if rows is not None:
+        rows = _respond(target, rows, args.max_new_tokens, eos, pad, ckpt / "responses.partial.pt")
+        n_val = max(2, len(rows) // 20)
+        train, val = Responses.from_rows(rows[n_val:], pad), Responses.from_rows(rows[:n_val], pad)
+    else:
+        texts = read_text_files(args.corpus) if args.corpus else None
+        if texts is None:
+            corpus = load_corpus()
+            texts = corpus.texts("train") + corpus.texts("val")
+        ids = tok(texts, add_special_tokens=False).input_ids
+        stream = torch.tensor([t for doc in ids for t in doc + ([eos] if eos is not None else [])], dtype=torch.long)
+        gcfg = DEERConfig(gen_len=args.max_new_tokens, gen_batch=64)
+        if stream.numel() < 4 * (gcfg.prefix_max + 2):
+            raise ValueError(f"the corpus holds {stream.numel()} tokens: too little to cut prefixes from")
+        cut = stream.numel() // 20
+        n_val = max(8, args.generate // 32)
+        train = cached(ckpt / "generations-train.pt", lambda: target_generations(
+            target, stream[cut:], args.generate, gcfg, 2024, pad_id=pad, partial=ckpt / "generations-train.partial.pt"))
+        val = cached(ckpt / "generations-val.pt", lambda: target_generations(
+            target, stream[:cut], n_val, gcfg, 2025, pad_id=pad, partial=ckpt / "generations-val.partial.pt"))
+    cfg = DFlashTrainConfig(steps=args.steps, budget_s=args.budget_s, batch_size=args.batch_size,
+                            anchors=args.anchors, lr=args.lr, kl_weight=args.kl_weight,
+                            cache_features=args.kl_weight == 0 and not args.online_features)
+    with torch.random.fork_rng():  # the same command trains the same drafter (and a resumed run matches it)
+        torch.manual_seed(cfg.seed)
+        net = DFlashDraftModel(make_config(target.config, num_layers=args.layers, block_size=args.block_size,
+                                           mask_token_id=mask_id, target_layer_ids=layer_ids)).to(target.device)
+        report = train_dflash(net, target, train, val, cfg, checkpoint=ckpt / "train.pt",
+                              checkpoint_every_s=args.checkpoint_every)
+
+    def save(d):
+        save_dflash(net, d, layout=args.layout, verifier=args.target,
+                    verifier_architectures=list(getattr(target.config, "architectures", None) or []))
+        tok.save_pretrained(d)
+        (d / "train_report.json").write_text(json.dumps(report, indent=2, default=str))
+
+    record = {"kind": "dflash", "method": "dflash", "route": "text", "layout": args.layout,
+              "target": target_identity(args.target, target), "trained_by": "mmspec train dflash",
+              "settings": settings}
+    out = write_artifact(args.out, save, record)
+    after = report["heldout_after"]
+    print(f"DFlash drafter saved to {out}; held-out greedy accepted length of a block {after['accepted_length']:.2f} "
+          f"(before training {report['heldout_before']['accepted_length']:.2f}); per-slot agreement "
+          f"{[round(a, 2) for a in after['slot_agreement'][:6]]} ...")
     return 0
 
 
@@ -239,4 +373,4 @@ def cli_train_image_drafter(args) -> int:
     return 0
 
 
-__all__ = ["cmd_train", "cli_train_deer", "cli_train_feature", "cli_train_image_drafter", "read_text_files"]
+__all__ = ["cmd_train", "cli_train_deer", "cli_train_dflash", "dflash_rows", "cli_train_feature", "cli_train_image_drafter", "read_text_files"]

@@ -13,6 +13,7 @@ from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForImageTex
                           AutoTokenizer, JanusForConditionalGeneration, LlavaForConditionalGeneration)
 
 from .drafters import DiffusionLM
+from .drafters.dflash_io import is_dflash_dir, load_dflash
 from .drafters.feature_model import FeatureDraftModel
 from .drafters.ngram import NGramLM
 from .drafters.remote_code import needs_trust, require_trust
@@ -104,8 +105,8 @@ def zoo_diffusion_lm(entry: ZooEntry, context: str = "cache", **kwargs) -> Diffu
 
 
 def load_drafter(spec, target: Target, home=None, device=None, trust_remote_code: bool = False):
-    """A drafter spec as an object: ``zoo:<name>`` or a checkpoint directory (feature drafter, diffusion LM or
-    causal LM, told apart by the files they carry), placed on ``device`` when given. Named drafters
+    """A drafter spec as an object: ``zoo:<name>`` or a checkpoint directory (feature drafter, DFlash drafter in
+    the z-lab or speculators layout, diffusion LM or causal LM, told apart by the files they carry), placed on ``device`` when given. Named drafters
     (``"prompt-lookup"``, the image target's ``"ar"`` / ``"feature"`` / ``"sar"``) and objects come back as
     they are. A directory shipping its own modeling code (LLaDA, Dream) loads only with
     ``trust_remote_code=True``."""
@@ -128,6 +129,8 @@ def load_drafter(spec, target: Target, home=None, device=None, trust_remote_code
     if (path / "feature_drafter.json").exists():  # it reads the target's features: same dtype
         net = FeatureDraftModel.from_pretrained(path, target=target.model).to(dtype=target.model.dtype)
         return place(net, device)
+    if is_dflash_dir(path):  # a DFlash drafter in the z-lab or speculators layout: reads the target's features
+        return place(load_dflash(path, dtype=target.model.dtype), device)
     require_config(path, "drafter", ("config.json", "feature_drafter.json"))
     if needs_trust(path):  # remote-code checkpoints are diffusion LMs (LLaDA / Dream style) here
         require_trust(path, trust_remote_code, "trust_remote_code=True (CLI: --trust-remote-code)")

@@ -17,6 +17,8 @@ import torch
 
 from .drafters import (AutoregressiveDrafter, DEERDrafter, DiffusionLM, Drafter, FeatureDrafter, NoDrafter,
                        PromptLookupDrafter)
+from .drafters.dflash import DFlashDrafter
+from .drafters.dflash_model import DFlashDraftModel
 from .drafters.diffuspec import ADLConfig, CPSConfig, DiffuSpecDrafter
 from .drafters.feature_model import FeatureDraftModel, signature_mismatch
 from .drafters.ngram import NGramLM
@@ -36,6 +38,8 @@ TEXT_METHODS = {
     "prompt-lookup": "n-gram lookup in the context, no drafter model",
     "deer": "a diffusion LM drafts a block in one step (DEER)",
     "diffuspec": "a diffusion LM's lattice with causal path search (DiffuSpec)",
+    "dflash": "a block-diffusion drafter on the target's features drafts a block in one forward (DFlash): a chain, "
+              "or a DDTree with tree_nodes",
 }
 VLM_METHODS = {
     "plain": TEXT_METHODS["plain"],
@@ -58,6 +62,7 @@ METHODS = {"text": TEXT_METHODS, "vlm": VLM_METHODS, "image": IMAGE_METHODS, "ja
 CAUSAL_METHODS = ("chain", "tree", "dynamic")  # a small causal LM drafts
 DIFFUSION_METHODS = ("deer", "diffuspec")  # a diffusion LM drafts
 FEATURE_METHODS = ("msd", "flash", "eagle")  # a feature drafter reads the target's hidden states
+BLOCK_METHODS = ("dflash",)  # a block-diffusion drafter reads several of the target's layers
 NO_MODEL_METHODS = ("plain", "mmspec-plain", "prompt-lookup")
 IMAGE_DRAFTERS = ("ar", "feature", "sar")  # the zoo image target's: small AR model, image-eagle, image-sar
 
@@ -89,6 +94,7 @@ def draft_length(method: str, num_tokens: int | None = None) -> int | None:
 
 
 DYNAMIC_TREE = dict(top_k=4, num_nodes=16)  # EAGLE-2 expansion width and kept nodes
+DFLASH_TREE = dict(tree_nodes=16, top_k=4)  # DDTree's node budget and per-slot candidates
 # DiffuSpec's CPS mix of dLM and causal-proxy scores for the zoo. The paper's λ = 0.5 suits a 7B dLM with a strong
 # n-gram; here the 4-gram (3.48 nats/token) is weaker than the dLM, and held-out *validation* prompts
 # (8 × 64 tokens, greedy, k = 8) gave τ 1.82 / 2.04 / 2.18 / 1.97 for λ = 0.5 / 0.7 / 0.85 / 1.0.
@@ -118,7 +124,8 @@ LANTERN_TREE = TreeTemplate.full((2, 2, 1, 1, 1))
 
 OPTIONS = {  # what each route takes (mmspec.pipeline's **options), with its defaults
     "text": dict(num_tokens=None, confidence=CHAIN_CONFIDENCE, tree=None, top_k=DYNAMIC_TREE["top_k"],
-                 num_nodes=DYNAMIC_TREE["num_nodes"], causal=None, cps=True, adl=True, lattice=False, cps_config=None, adl_config=None),
+                 num_nodes=DYNAMIC_TREE["num_nodes"], causal=None, cps=True, adl=True, lattice=False, cps_config=None,
+                 adl_config=None, tree_nodes=None),
     "vlm": dict(num_tokens=None, tree=None, top_k=DYNAMIC_TREE["top_k"], num_nodes=None, compress_to=None),
     "image": dict(cfg_scale=DEFAULT_CFG_SCALE, temperature=1.0, lantern_k=None, delta=None, lam=None,
                   tree="static", num_tokens=4, vq=None, feature_drafter=None, sar_drafter=None),
@@ -168,6 +175,8 @@ def drafter_kind(obj) -> str:
         return "diffusion"
     if isinstance(obj, FeatureDraftModel):
         return "feature"
+    if isinstance(obj, DFlashDraftModel):
+        return "dflash"
     if isinstance(obj, NGramLM):
         return "ngram"
     if type(obj).__name__ == "JanusForConditionalGeneration":
@@ -202,14 +211,16 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
                   top_k: int = DYNAMIC_TREE["top_k"], num_nodes: int | None = DYNAMIC_TREE["num_nodes"],
                   compress_to: int | None = None, causal=None, eos_token_id=None, cps: bool = True, adl: bool = True,
                   lattice: bool = False, cps_config=None, adl_config=None,
-                  confidence: float | None = None) -> Drafter | None:
+                  confidence: float | None = None, tree_nodes: int | None = None) -> Drafter | None:
     """The drafter of a text or VLM ``method`` (None for ``plain``), from ``model``: a small causal LM
     (chain / tree / dynamic), a DiffusionLM (deer / diffuspec) or a FeatureDraftModel (msd / flash / eagle, with
     ``target`` the model whose features it reads). ``num_tokens`` None is the method's default draft length. A
     ``chain`` with a ``confidence`` stops where the drafter's confidence falls below it (the text route and the code
     bench pass CHAIN_CONFIDENCE) and then drafts at most CONFIDENT_CHAIN_TOKENS by default; None drafts every chain
     to its length, as the VLM route's text-only chain does. ``deer`` cuts its block and ``diffuspec`` each row's draft
-    (and so ADL's L_gen) at the same ``confidence``."""
+    (and so ADL's L_gen) at the same ``confidence``. ``dflash`` takes a DFlashDraftModel and ``target``: a chain of
+    ``num_tokens`` slots (default: its whole block) cut at ``confidence``, or with ``tree_nodes`` a DDTree over the
+    slots' ``top_k`` tokens."""
     _check_drafter(method, model, tree)
     k = draft_length(method, num_tokens)
     if method == "plain":
@@ -230,6 +241,9 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
     if method == "diffuspec":
         return DiffuSpecDrafter(model, causal=causal, eos_token_id=eos_token_id, num_tokens=k, cps=cps, adl=adl,
                                 lattice=lattice, cps_config=cps_config, adl_config=adl_config, confidence=confidence)
+    if method == "dflash":
+        return DFlashDrafter(model, target, num_tokens=num_tokens, confidence=None if tree_nodes else confidence,
+                             tree_nodes=tree_nodes, top_k=top_k)
     if method in FEATURE_METHODS:
         return FeatureDrafter(model, target, num_tokens=k, tree=tree, top_k=top_k, num_nodes=num_nodes,
                               compress_to=compress_to)
@@ -237,9 +251,10 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
 
 
 NEEDS = {**{m: "causal" for m in CAUSAL_METHODS}, **{m: "diffusion" for m in DIFFUSION_METHODS},
-         **{m: "feature" for m in FEATURE_METHODS}}  # the kind of drafter model each method drafts with
+         **{m: "feature" for m in FEATURE_METHODS}, **{m: "dflash" for m in BLOCK_METHODS}}  # each method's drafter
 WHAT = {"causal": "a small causal LM drafter", "diffusion": "a diffusion LM drafter (DiffusionLM)",
-        "feature": "a feature drafter (FeatureDraftModel or its directory)"}
+        "feature": "a feature drafter (FeatureDraftModel or its directory)",
+        "dflash": "a block-diffusion drafter (DFlashDraftModel or its directory)"}
 
 
 def _check_drafter(method: str, model, tree) -> None:
@@ -329,7 +344,7 @@ def check_image_method(method: str) -> None:
 
 
 __all__ = ["METHODS", "TEXT_METHODS", "VLM_METHODS", "IMAGE_METHODS", "CAUSAL_METHODS", "DIFFUSION_METHODS",
-           "FEATURE_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "DRAFT_TOKENS", "CHAIN_CONFIDENCE", "CONFIDENT_CHAIN_TOKENS", "draft_length", "DYNAMIC_TREE", "CPS_LAMBDA", "ZOO_ADL",
+           "FEATURE_METHODS", "BLOCK_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "DRAFT_TOKENS", "CHAIN_CONFIDENCE", "CONFIDENT_CHAIN_TOKENS", "draft_length", "DYNAMIC_TREE", "DFLASH_TREE", "CPS_LAMBDA", "ZOO_ADL",
            "BOUND_DEFAULTS", "LANTERN_TREE", "OPTIONS", "take_options", "wrong_method",
            "drafter_kind", "check_vocab", "check_feature", "causal_method", "NEEDS", "build_drafter", "zoo_diffuspec",
            "engine", "lattice_tree", "resolve_bound", "tree_options", "image_drafter", "check_image_method"]

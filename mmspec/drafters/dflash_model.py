@@ -66,6 +66,11 @@ def make_config(target_config, num_layers: int = 2, block_size: int = DEFAULT_BL
         raise ValueError(f"target_layer_ids must be layer indices in 0..{n - 1}, got {ids}")
     heads = num_attention_heads or target_config.num_attention_heads
     hidden = target_config.hidden_size
+    rope = dict(getattr(target_config, "rope_parameters", None) or {})
+    if rope.get("rope_type", "default") != "default" or "rope_theta" not in rope:
+        # per-layer-type or scaled rope (Gemma3, long-context variants): the drafter's own plain rotary, whose base
+        # matters only inside the drafter (its context and block share it)
+        rope = {"rope_type": "default", "rope_theta": float(rope.get("rope_theta", 10000.0) or 10000.0)}
     cfg = Qwen3Config(
         vocab_size=target_config.vocab_size, hidden_size=hidden,
         intermediate_size=intermediate_size or target_config.intermediate_size, num_hidden_layers=num_layers,
@@ -74,8 +79,7 @@ def make_config(target_config, num_layers: int = 2, block_size: int = DEFAULT_BL
         head_dim=head_dim or getattr(target_config, "head_dim", None) or hidden // heads,
         rms_norm_eps=getattr(target_config, "rms_norm_eps", 1e-6),
         max_position_embeddings=getattr(target_config, "max_position_embeddings", 4096),
-        rope_parameters=dict(getattr(target_config, "rope_parameters", None) or {"rope_type": "default",
-                                                                                  "rope_theta": 10000.0}),
+        rope_parameters={"rope_type": "default", "rope_theta": float(rope["rope_theta"])},
         tie_word_embeddings=False, attention_bias=False)
     cfg.architectures = ["DFlashDraftModel"]
     cfg.block_size = int(block_size)

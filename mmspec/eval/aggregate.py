@@ -46,8 +46,18 @@ def summarise(records: list[dict], base: str) -> list[dict]:
             "exact": sum(exact) / len(exact) if exact else None,
             "draft_share": draft / (draft + verify) if draft + verify > 0 else None,
             "accept_hist": {int(k): v for k, v in sorted(hist.items())},
+            "slot_acceptance": slot_acceptance(hist),
         })
     return rows
+
+
+def slot_acceptance(hist: Counter | dict) -> list[float]:
+    """Per draft slot j = 1, 2, ...: the share of verification steps whose draft was accepted through slot j (a
+    step that emits n tokens accepted n - 1 drafts, the bonus token aside). For a block drafter this is its
+    acceptance per slot in real decoding, not teacher-forced."""
+    steps = sum(hist.values())
+    longest = max(hist, default=1)
+    return [sum(v for n, v in hist.items() if n >= j + 1) / steps for j in range(1, longest)] if steps else []
 
 
 def by_category(records: list[dict], base: str) -> dict[str, list[dict]]:
@@ -77,4 +87,4 @@ def summarise_suite(records: list[dict], base: str) -> dict:
             "shards": {str(k): v for k, v in by_shard(records, base).items()}}
 
 
-__all__ = ["summarise", "by_category", "by_shard", "merge_shards", "summarise_suite"]
+__all__ = ["slot_acceptance", "summarise", "by_category", "by_shard", "merge_shards", "summarise_suite"]

@@ -1,7 +1,7 @@
 """The text/code benchmark on the zoo: held-out completion prompts, every text method side by side.
 
 Methods: plain decoding, HF assisted generation and prompt lookup (the peers), the zoo's AR drafter
-(chain), DEER (Stage I only and Stages I+II), DiffuSpec with CPS and ADL switched on and off, and the
+(chain), the DFlash block drafter ``code-dflash`` (a confident chain, a DDTree, the whole block), DEER (Stage I only and Stages I+II), DiffuSpec with CPS and ADL switched on and off, and the
 CPS lattice tree. Each diffusion method is built fresh per run from the zoo (``code-deer``,
 ``code-deer-s1``, ``code-dlm``, ``code-ngram``)."""
 
@@ -10,14 +10,23 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..loading import zoo_diffusion_lm
-from ..registry import CHAIN_CONFIDENCE, build_drafter, zoo_diffuspec
-from ..zoo import code_data, load
+from ..registry import CHAIN_CONFIDENCE, DFLASH_TREE, build_drafter, zoo_diffuspec
+from ..zoo import available, code_data, load, zoo_home
 from .bench import compare
 
 BASE_METHODS = ["plain", "mmspec-plain", "hf-assisted", "hf-prompt-lookup", "chain", "prompt-lookup"]
 DIFFUSION_METHODS = ["deer-s1", "deer", "diffuspec", "diffuspec-no-cps", "diffuspec-no-adl", "diffuspec-no-cps-no-adl",
                      "diffuspec-lattice", "deer-lattice"]
-CODE_METHODS = BASE_METHODS + DIFFUSION_METHODS
+BLOCK_METHODS = ["dflash", "dflash-tree", "dflash-block"]  # code-dflash: confident chain, DDTree, the whole block
+FEATURE_METHODS = ["eagle-chain"]  # code-eagle: the autoregressive feature drafter the block drafter is up against
+CODE_METHODS = BASE_METHODS + BLOCK_METHODS + FEATURE_METHODS + DIFFUSION_METHODS
+
+
+EAGLE_CHAIN_TOKENS = 8  # as the VLM suite's feature chains
+
+
+def zoo_root(home) -> Path:
+    return Path(home) if home is not None else zoo_home()
 
 
 def diffusion_factories(home: str | Path | None = None, deer_tokens: int = 8, diffuspec_tokens: int = 8,
@@ -47,7 +56,19 @@ def diffusion_factories(home: str | Path | None = None, deer_tokens: int = 8, di
                                  adl=adl, lattice=lattice, confidence=CHAIN_CONFIDENCE, **tuned)
         return make
 
+    def dflash(**kw):
+        return lambda: build_drafter("dflash", get("code-dflash").model, target=target.model, **kw)
+
+    block = {}
+    built = {n for n in ("code-dflash", "code-eagle") if n in available() and (zoo_root(home) / n).is_dir()}
+    if "code-dflash" in built:  # a zoo built before the block drafter existed has none
+        block = {"dflash": dflash(confidence=CHAIN_CONFIDENCE), "dflash-tree": dflash(**DFLASH_TREE),
+                 "dflash-block": dflash()}
+    if "code-eagle" in built:
+        block["eagle-chain"] = lambda: build_drafter("eagle", get("code-eagle").model, target=target.model,
+                                                     num_tokens=EAGLE_CHAIN_TOKENS)
     return {
+        **block,
         "deer-s1": deer("code-deer-s1"),
         "deer": deer("code-deer"),
         "diffuspec": diffuspec(),
@@ -68,9 +89,9 @@ def run_code_suite(methods: list[str] | None = None, num_prompts: int = 8, max_n
                    do_sample: bool = False, temperature: float = 0.6, repeats: int = 1, num_tokens: int | None = None,
                    deer_tokens: int = 8, diffuspec_tokens: int = 8, context: str = "cache",
                    home: str | Path | None = None, progress: bool = True) -> dict:
-    methods = methods or CODE_METHODS
     target, draft = load("code-target", home), load("code-drafter", home)
     extra = diffusion_factories(home, deer_tokens, diffuspec_tokens, context)
+    methods = methods or [m for m in CODE_METHODS if m in BASE_METHODS or m in extra]
     prompts = code_prompts(target.tokenizer, num_prompts)
     report = compare(target.model, draft.model, prompts, methods, max_new_tokens=max_new_tokens,
                      num_tokens=num_tokens, do_sample=do_sample, temperature=temperature, repeats=repeats,
@@ -81,4 +102,4 @@ def run_code_suite(methods: list[str] | None = None, num_prompts: int = 8, max_n
     return report
 
 
-__all__ = ["CODE_METHODS", "DIFFUSION_METHODS", "diffusion_factories", "run_code_suite", "code_prompts"]
+__all__ = ["CODE_METHODS", "DIFFUSION_METHODS", "BLOCK_METHODS", "FEATURE_METHODS", "diffusion_factories", "run_code_suite", "code_prompts"]

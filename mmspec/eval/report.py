@@ -28,6 +28,21 @@ def method_table(summary: list[dict]) -> list[str]:
     return lines
 
 
+def slot_table(summary: list[dict], slots: int = 8) -> list[str]:
+    """Per-slot acceptance in real decoding (share of steps accepted through slot j) of the methods that ever
+    accepted 3 drafts or more; empty when none did."""
+    rows = [r for r in summary if len(r.get("slot_acceptance") or []) >= 3]
+    if not rows:
+        return []
+    lines = ["Acceptance per draft slot (share of verification steps accepted through slot j):", "",
+             "| method | " + " | ".join(f"slot {j}" for j in range(1, slots + 1)) + " |", "|---|" + "---|" * slots]
+    for r in rows:
+        acc = r["slot_acceptance"]
+        lines.append(f"| {r['method']} | " + " | ".join(_pct(acc[j]) if j < len(acc) else "–" for j in range(slots))
+                     + " |")
+    return lines + [""]
+
+
 def category_table(categories: dict[str, list[dict]], summary: list[dict], key: str, fmt: str, unit: str = "") -> list[str]:
     """Spec-Bench layout: one row per method, one column per category, then the overall figure."""
     cats = list(categories)
@@ -107,6 +122,7 @@ def to_markdown(results: dict) -> str:
         lines += [f"## {name} — {s['target']}", "", s["notes"] + ".", "", *method_table(s["summary"]), ""]
         if s.get("cost_model"):
             lines += [*cost_table(s["cost_model"], s["base"]), ""]
+        lines += slot_table(s["summary"])
         if s.get("skipped"):
             lines += [f"Skipped {len(s['skipped'])} item(s), not counted above: "
                       + "; ".join(f"{r['id']} ({r['skipped']})" for r in s["skipped"]) + ".", ""]

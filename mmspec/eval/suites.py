@@ -138,7 +138,8 @@ def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:
         draft = load_drafter(cfg.drafter or "zoo:code-drafter", target, cfg.home)
         extra = diffusion_factories(cfg.home, cfg.block_tokens, cfg.block_tokens)
         extra.update(_dlm_methods(cfg, target, drafter_device))  # --dlm replaces the zoo's deer / diffuspec
-        available, default = ALL_METHODS + list(extra), CODE_METHODS
+        available = ALL_METHODS + list(extra)
+        default = [m for m in CODE_METHODS if m in available]  # a zoo without code-dflash / code-eagle runs the rest
     else:
         draft = load_drafter(cfg.drafter, target, cfg.home, drafter_device) if cfg.drafter else None
         if draft is not None:  # through the pipeline: kind and vocabulary checks

@@ -1,4 +1,5 @@
-"""The text route: a causal LM target with an AR, diffusion (DEER / DiffuSpec) or prompt-lookup drafter."""
+"""The text route: a causal LM target with an AR, diffusion (DEER / DiffuSpec), block-diffusion (DFlash) or
+prompt-lookup drafter."""
 
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def text_drafter(target: Target, drafter, method: str | None, home=None, device=
     if kind in ("ngram", "janus"):
         raise ValueError(f"a {type(drafter).__name__} cannot draft for a text target")
     if method is None:
-        method = {"causal": causal_method(opts["tree"]), "diffusion": "deer", "none": "prompt-lookup"}[kind]
+        method = {"causal": causal_method(opts["tree"]), "diffusion": "deer", "none": "prompt-lookup",
+                  "dflash": "dflash"}[kind]
     got = "none" if drafter is None else type(drafter).__name__
     if method in NO_MODEL_METHODS and kind != "none":
         raise ValueError(f"method {method!r} takes no drafter model (got a {got})")
@@ -61,13 +63,18 @@ def text_drafter(target: Target, drafter, method: str | None, home=None, device=
         if drafter.vocab_size != tv:
             raise ValueError(f"diffusion drafter proposes {drafter.vocab_size} ids but the target has {tv}: build "
                              f"it with DiffusionLM(..., target_vocab_size={tv})")
+    if (method == "dflash") != (kind == "dflash"):
+        raise ValueError(f"method 'dflash' takes a block-diffusion drafter (DFlashDraftModel, zoo:code-dflash, or a "
+                         f"z-lab / speculators DFlash directory); method {method!r} with a {got} does not fit")
+    if opts["tree_nodes"] is not None and method != "dflash":
+        raise ValueError(f"tree_nodes (a DDTree's node budget) applies to method 'dflash' only, not {method!r}")
     if method == "diffuspec" and target.zoo == "code-target":  # the zoo's tuned settings, unless given
         causal = zoo_load("code-ngram", home).model if opts["causal"] is None and opts["cps"] else opts["causal"]
         tuned = zoo_diffuspec(causal)
         opts.update(causal=causal, cps_config=opts["cps_config"] or tuned["cps_config"],
                     adl_config=opts["adl_config"] or tuned["adl_config"])
     eos = getattr(target.tokenizer, "eos_token_id", None)
-    return method, build_drafter(method, drafter, eos_token_id=eos, **opts)
+    return method, build_drafter(method, drafter, target=target.model, eos_token_id=eos, **opts)
 
 
 def encode_prompts(tokenizer, prompts) -> tuple[torch.LongTensor, torch.Tensor]:

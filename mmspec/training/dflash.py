@@ -1,7 +1,7 @@
 """Training a DFlash block-diffusion drafter against a frozen target (arXiv 2602.06036, Sec. 3.3).
 
 Data: the target's own responses (:class:`~mmspec.training.deer.Generations`: a prefix, then the target's greedy
-continuation). Each step runs the frozen target once over the rows (``output_hidden_states``) for the K named layers'
+continuation; or :class:`Responses` of any lengths). Each step runs the frozen target once over the rows (``output_hidden_states``) for the K named layers'
 features and its distributions, then the drafter over **many random anchors per row in one forward**
 (:func:`~mmspec.drafters.dflash_model.teacher_forced_logits`: block ``a`` sees the context before ``a`` and itself).
 Anchors lie in the continuation (a block's root is a token the target emitted, as at decoding time), with at least
@@ -48,19 +48,45 @@ class DFlashTrainConfig:
     seed: int = 2602
 
 
-def row_lengths(data: Generations) -> torch.LongTensor:
-    return data.prefix + data.gen_len
+@dataclass
+class Responses:
+    """Rows of prompt + target response of any lengths: ``tokens[i, :lengths[i]]``, the response from
+    ``prefix[i]`` on (right padded). :class:`~mmspec.training.deer.Generations` is the fixed-length case."""
+
+    tokens: torch.Tensor  # [N, W]
+    prefix: torch.Tensor  # [N]
+    lengths: torch.Tensor  # [N]
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+    @classmethod
+    def from_rows(cls, rows: list[tuple[list[int], list[int]]], pad_id: int = 0) -> "Responses":
+        """From (prompt ids, response ids) pairs; every response needs at least 2 tokens."""
+        short = [i for i, (_, r) in enumerate(rows) if len(r) < 2]
+        if short:
+            raise ValueError(f"{len(short)} response(s) shorter than 2 tokens (e.g. row {short[0]}): a block needs a "
+                             "root and a label")
+        width = max(len(p) + len(r) for p, r in rows)
+        tokens = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        for i, (p, r) in enumerate(rows):
+            tokens[i, : len(p) + len(r)] = torch.tensor(list(p) + list(r))
+        return cls(tokens, torch.tensor([len(p) for p, _ in rows]), torch.tensor([len(p) + len(r) for p, r in rows]))
 
 
-def sample_anchors(data: Generations, idx: torch.LongTensor, m: int, gen: torch.Generator) -> torch.LongTensor:
-    """[len(idx), m] anchor positions, uniform over each row's continuation with at least one token after them
-    (positions prefix .. prefix + gen_len − 2), drawn on the CPU from ``gen``."""
-    span = data.gen_len - 1
+def row_lengths(data) -> torch.LongTensor:
+    return data.lengths if isinstance(data, Responses) else data.prefix + data.gen_len
+
+
+def sample_anchors(data, idx: torch.LongTensor, m: int, gen: torch.Generator) -> torch.LongTensor:
+    """[len(idx), m] anchor positions, uniform over each row's response with at least one token after them
+    (positions prefix .. length − 2), drawn on the CPU from ``gen``."""
+    span = (row_lengths(data)[idx] - data.prefix[idx] - 1)[:, None]
     u = torch.rand(len(idx), m, generator=gen)
-    return data.prefix[idx][:, None] + (u * span).long().clamp(max=span - 1)
+    return data.prefix[idx][:, None] + torch.minimum((u * span).long(), span - 1)
 
 
-def make_batch(data: Generations, idx: torch.LongTensor, anchors: torch.LongTensor,
+def make_batch(data, idx: torch.LongTensor, anchors: torch.LongTensor,
                features: torch.Tensor | None = None) -> dict:
     """A training batch of rows ``idx``; with ``features`` (precomputed, [N, W, K·H]) it carries theirs."""
     width = int(row_lengths(data)[idx].max())
@@ -71,7 +97,7 @@ def make_batch(data: Generations, idx: torch.LongTensor, anchors: torch.LongTens
 
 
 @torch.no_grad()
-def precompute_features(target, net: DFlashDraftModel, data: Generations, batch_size: int = 32,
+def precompute_features(target, net: DFlashDraftModel, data, batch_size: int = 32,
                         progress: bool = True) -> torch.Tensor:
     """[N, W, K·H] float16 on the CPU: the target's features of the drafter's layers over every row, computed once
     (a training step then costs the drafter's forward and backward only; the target's forward over a row is what
@@ -158,17 +184,19 @@ def block_acceptance(net: DFlashDraftModel, target, batches: list[dict]) -> dict
         hits += agree.sum((0, 1)).float().cpu()
         counts += valid.sum((0, 1)).float().cpu()
         run = agree.long().cumprod(-1).sum(-1)  # leading agreeing slots per block
-        accepted += float(run.sum())
-        blocks += run.numel()
+        real = valid[..., 0]  # blocks with a label (a short row's spare anchors have none)
+        accepted += float(run[real].sum())
+        blocks += int(real.sum())
     return {"slot_agreement": (hits / counts.clamp(min=1)).tolist(), "accepted_length": accepted / max(blocks, 1),
             "blocks": blocks}
 
 
-def validation_batches(val: Generations, cfg: DFlashTrainConfig, block_size: int) -> list[dict]:
-    """Fixed held-out blocks: every ``block_size // 2``-th continuation position of the first ``val_rows`` rows."""
+def validation_batches(val, cfg: DFlashTrainConfig, block_size: int) -> list[dict]:
+    """Fixed held-out blocks: every ``block_size // 2``-th response position of the first ``val_rows`` rows."""
     n = min(cfg.val_rows, len(val))
     step = max(1, block_size // 2)
-    offsets = torch.arange(0, val.gen_len - 1, step)
+    longest = int((row_lengths(val) - val.prefix).max())
+    offsets = torch.arange(0, longest - 1, step)
     out = []
     for i in range(0, n, 32):
         idx = torch.arange(i, min(i + 32, n))
@@ -177,7 +205,7 @@ def validation_batches(val: Generations, cfg: DFlashTrainConfig, block_size: int
     return out
 
 
-def train_dflash(net: DFlashDraftModel, target, train: Generations, val: Generations,
+def train_dflash(net: DFlashDraftModel, target, train, val,
                  cfg: DFlashTrainConfig | None = None, progress: bool = True, checkpoint=None,
                  checkpoint_every_s: float = 120.0, features: torch.Tensor | None = None) -> dict:
     """Train ``net`` against the frozen ``target`` (both on one device); returns the report (config, steps, tokens,
@@ -187,8 +215,9 @@ def train_dflash(net: DFlashDraftModel, target, train: Generations, val: Generat
     cfg = cfg or DFlashTrainConfig()
     if model_device(net) != model_device(target):
         raise ValueError(f"the drafter is on {model_device(net)} but the target on {model_device(target)}")
-    if train.gen_len < 2 or val.gen_len < 2:
-        raise ValueError("target responses need at least 2 tokens for a block to have a label")
+    for name, data in (("training", train), ("validation", val)):
+        if len(data) == 0 or int((row_lengths(data) - data.prefix).min()) < 2:
+            raise ValueError(f"{name} responses need at least 2 tokens each (a block needs a root and a label)")
     target.eval()
     for p in target.parameters():
         p.requires_grad_(False)
@@ -221,5 +250,5 @@ def train_dflash(net: DFlashDraftModel, target, train: Generations, val: Generat
             "heldout_before": before, "heldout_after": after}
 
 
-__all__ = ["DFlashTrainConfig", "dflash_loss", "precompute_features", "target_outputs", "block_acceptance", "train_dflash", "sample_anchors", "make_batch",
+__all__ = ["Responses", "row_lengths", "DFlashTrainConfig", "dflash_loss", "precompute_features", "target_outputs", "block_acceptance", "train_dflash", "sample_anchors", "make_batch",
            "validation_batches"]

@@ -18,7 +18,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from ..drafters import AutoregressiveDrafter
 from ..training.logits import logits_at
 from ..training.loop import load_checkpoint, model_device, on_model, save_checkpoint, train_loop
-from . import code_dflash, code_diffusion, code_distill
+from . import code_dflash, code_diffusion, code_distill, code_eagle
 from .code_data import CodeCorpus, completion_prompts, ensure_tokenizer, extra_training_files, load_corpus, read_texts
 from .code_loader import BASE_NAMES, NAMES, load
 from .common import build_device, build_dir, logits_checksum, seed_everything, versions
@@ -142,6 +142,8 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
         results.update(code_diffusion.build(home, micro, progress, extra))
     if "code-dflash" in names:
         results.update(code_dflash.build(home, micro, progress, ["code-dflash"]))
+    if "code-eagle" in names:
+        results.update(code_eagle.build(home, micro, progress, ["code-eagle"]))
     return results
 
 
@@ -344,4 +346,6 @@ def checksum(entry: ZooEntry) -> dict:
         return code_diffusion.checksum(entry)
     if entry.name in code_dflash.NAMES:
         return code_dflash.checksum(entry)
+    if entry.name in code_eagle.NAMES:
+        return code_eagle.checksum(entry)
     return logits_checksum(entry.model(checksum_input(entry.tokenizer).to(model_device(entry.model))).logits)

@@ -59,39 +59,40 @@ def checksum(entry: ZooEntry) -> dict:
     return logits_checksum(h)
 
 
-def _data(home: Path, target, streams: dict, micro: bool, progress: bool) -> tuple[Generations, Generations]:
-    """(train, val) target continuations: the first rows of the distillation set's draws, cached."""
+def target_data(home: Path, target, micro: bool, progress: bool = True):
+    """(tokenizer, train, val): the target continuations the block drafter (and ``code-eagle``) train on — the first
+    rows of the distillation set's draws (:mod:`mmspec.zoo.code_distill`), cached under ``.build/code-dflash``."""
+    from .code_data import ensure_tokenizer, load_corpus
+    from .streams import token_stream
+
+    tok = ensure_tokenizer(home, micro)
     base = code_distill.data_config(micro)
     work = build_dir(home, "code-dflash")
-    out = []
+    out, corpus = [], None
     for split, n, seed in (("train", MICRO_N_TRAIN if micro else N_TRAIN, 2024),
                            ("val", MICRO_N_VAL if micro else N_VAL, 2025)):
         path = work / f"generations-{split}{'-micro' if micro else ''}.pt"
         saved = load_checkpoint(path)
         if saved is None:
+            corpus = corpus or load_corpus(micro=micro)
             cfg = dataclasses.replace(base, n_train=n)
-            data = target_generations(target, streams[split], n, cfg, seed, progress=progress,
+            data = target_generations(target, token_stream(tok, corpus.texts(split)), n, cfg, seed, progress=progress,
                                       partial=work / f"{path.stem}.partial.pt")
             save_checkpoint(path, {"value": data})
             (work / f"{path.stem}.partial.pt").unlink(missing_ok=True)
         else:
             data = saved["value"]
         out.append(data)
-    return out[0], out[1]
+    return tok, out[0], out[1]
 
 
 def build(home: Path, micro: bool = False, progress: bool = True, names: list[str] | None = None) -> dict:
     from .code import _load_on_build_device  # the family's shared loader (code imports this module)
-    from .code_data import ensure_tokenizer, load_corpus
-    from .streams import token_stream
 
     home = Path(home)
     t0 = time.perf_counter()
-    tok = ensure_tokenizer(home, micro)
-    corpus = load_corpus(micro=micro)
-    streams = {s: token_stream(tok, corpus.texts(s)) for s in ("train", "val")}
     target = _load_on_build_device("code-target", home)
-    train, val = _data(home, target, streams, micro, progress)
+    tok, train, val = target_data(home, target, micro, progress)
     work = build_dir(home, "code-dflash")
     seed_everything(SEED)
     cfg = make_config(target.config, num_layers=LAYERS, block_size=BLOCK, mask_token_id=MASK_ID)
@@ -140,4 +141,4 @@ def _decode_tau(target, net, tok, micro: bool) -> dict:
             for k in (TAU_BLOCK, 8)}
 
 
-__all__ = ["NAMES", "build", "checksum"]
+__all__ = ["NAMES", "build", "checksum", "target_data"]

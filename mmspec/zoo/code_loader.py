@@ -16,7 +16,8 @@ from .home import read_json
 BASE_NAMES = ["code-target", "code-drafter"]
 DIFFUSION_NAMES = ["code-dlm", "code-deer-s1", "code-deer", "code-ngram"]
 DFLASH_NAMES = ["code-dflash"]
-NAMES = BASE_NAMES + DIFFUSION_NAMES + DFLASH_NAMES
+FEATURE_NAMES = ["code-eagle"]
+NAMES = BASE_NAMES + DIFFUSION_NAMES + DFLASH_NAMES + FEATURE_NAMES
 
 
 def load(name: str, path: Path) -> ZooEntry:
@@ -25,6 +26,11 @@ def load(name: str, path: Path) -> ZooEntry:
 
         return ZooEntry(name, load_dflash(path), PreTrainedTokenizerFast.from_pretrained(path),
                         read_json(path / "zoo.json"), path)
+    if name in FEATURE_NAMES:
+        from ..drafters.feature_model import FeatureDraftModel
+
+        return ZooEntry(name, FeatureDraftModel.from_pretrained(path).eval(),
+                        PreTrainedTokenizerFast.from_pretrained(path), read_json(path / "zoo.json"), path)
     if name in DIFFUSION_NAMES:
         return _load_diffusion(name, path)
     model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
@@ -41,4 +47,4 @@ def _load_diffusion(name: str, path: Path) -> ZooEntry:
     return ZooEntry(name, model, tok, cfg, path)
 
 
-__all__ = ["BASE_NAMES", "DIFFUSION_NAMES", "DFLASH_NAMES", "NAMES", "load"]
+__all__ = ["BASE_NAMES", "DIFFUSION_NAMES", "DFLASH_NAMES", "FEATURE_NAMES", "NAMES", "load"]

@@ -207,3 +207,28 @@ def test_refusals(target):
         make_config(target.config, mask_token_id=None)
     with pytest.raises(ValueError, match="target_layer_ids"):
         make_config(target.config, mask_token_id=MASK, target_layer_ids=[7])
+
+
+def test_registry_and_pipeline_route_a_block_drafter(target, ragged_batch, greedy_reference):
+    """mmspec.pipeline takes a DFlashDraftModel as method dflash (a chain, or a DDTree with tree_nodes), exact; the
+    wrong pairings are refused by name."""
+    import mmspec
+    from mmspec import registry as reg
+
+    net = make_net(target)
+    assert reg.drafter_kind(net) == "dflash" and "dflash" in reg.TEXT_METHODS
+    assert type(reg.build_drafter("dflash", net, target=target)) is DFlashDrafter
+    assert reg.build_drafter("dflash", net, target=target, tree_nodes=5).max_nodes == 6
+    ids, mask = ragged_batch(2, 8, seed=3)
+    ref = greedy_reference(target, ids, 10, attention_mask=mask)
+    for options in ({}, {"tree_nodes": 5}):
+        pipe = mmspec.pipeline(target, drafter=net, **options)
+        assert pipe.method == "dflash"
+        out = pipe.generate(input_ids=ids, attention_mask=mask, max_new_tokens=10, stop_at_eos=False)
+        assert torch.equal(out.sequences, ref)
+    with pytest.raises(ValueError, match="needs a small causal LM drafter"):
+        mmspec.pipeline(target, drafter=net, method="chain")
+    with pytest.raises(ValueError, match="tree_nodes"):
+        mmspec.pipeline(target, drafter=target, method="chain", tree_nodes=4)
+    with pytest.raises(ValueError, match="block-diffusion drafter"):
+        reg.build_drafter("dflash", target, target=target)

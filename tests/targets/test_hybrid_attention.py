@@ -20,6 +20,8 @@ from transformers import (
 
 from mmspec import SpeculativeGenerator, SpecKVCache, TreeTemplate
 from mmspec.drafters import AutoregressiveDrafter, PromptLookupDrafter
+from mmspec.drafters.dflash import DFlashDrafter
+from mmspec.drafters.dflash_model import DFlashDraftModel, make_config
 from mmspec.layer_masks import FULL, SLIDING, AttentionLayout, attention_layout
 from tests.tiny_models import sharpen
 
@@ -47,6 +49,11 @@ def build(family, layers=4, seed=0):
     return sharpen(model, seed)
 
 
+def dflash_net(target, seed=5):
+    torch.manual_seed(seed)
+    return sharpen(DFlashDraftModel(make_config(target.config, num_layers=1, block_size=5, mask_token_id=3)), seed)
+
+
 @pytest.mark.parametrize("family", ["gemma2", "gemma3", "qwen3", "qwen2"])
 def test_hybrid_models_are_greedy_exact(family, ragged_batch, greedy_reference):
     target, weak = build(family), build(family, layers=2, seed=1)
@@ -57,6 +64,10 @@ def test_hybrid_models_are_greedy_exact(family, ragged_batch, greedy_reference):
         "tree-weak": AutoregressiveDrafter(weak, tree=TreeTemplate.full((2, 2, 1))),
         "dynamic-self": AutoregressiveDrafter(target, num_tokens=4, tree="dynamic", top_k=3, num_nodes=10),
         "prompt-lookup": PromptLookupDrafter(num_tokens=5, max_ngram=2),
+        # the block drafter reads the hybrid target's features (verify forward's hidden states) and keeps its own
+        # full-attention context cache
+        "dflash-chain": DFlashDrafter(dflash_net(target), target, num_tokens=4),
+        "dflash-ddtree": DFlashDrafter(dflash_net(target), target, tree_nodes=6, top_k=2),
     }
     for name, drafter in drafters.items():
         out = SpeculativeGenerator(target, drafter).generate(ids, attention_mask=mask, max_new_tokens=20,

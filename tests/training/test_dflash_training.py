@@ -1,0 +1,140 @@
+"""Training the DFlash drafter: the many-anchor forward equals one block at a time, a killed run resumes to the same
+weights, training raises held-out block acceptance, and `mmspec train dflash` writes a directory the pipeline runs
+exactly."""
+
+import json
+
+import pytest
+import torch
+
+from mmspec.drafters.dflash_model import DFlashDraftModel, make_config, teacher_forced_logits
+from mmspec.tiny import tiny_model
+from mmspec.training import dflash as dflash_training
+from mmspec.training.deer import DEERConfig, target_generations
+from mmspec.training.dflash import DFlashTrainConfig, Responses, block_acceptance, train_dflash, validation_batches
+from tests.tiny_models import sharpen
+
+V = 48
+
+
+@pytest.fixture(scope="module")
+def target():
+    return sharpen(tiny_model("llama", seed=0, vocab_size=V, num_layers=3, hidden_size=32), seed=0)
+
+
+@pytest.fixture(scope="module")
+def data(target):
+    stream = torch.randint(3, V, (4000,), generator=torch.Generator().manual_seed(0))
+    cfg = DEERConfig(gen_len=12, prefix_min=4, prefix_max=10, gen_batch=16)
+    return (target_generations(target, stream, 48, cfg, seed=1, progress=False),
+            target_generations(target, stream, 16, cfg, seed=2, progress=False))
+
+
+def net_for(target, seed=0):
+    torch.manual_seed(seed)
+    return DFlashDraftModel(make_config(target.config, num_layers=1, block_size=4, mask_token_id=2))
+
+
+def test_many_anchors_in_one_forward_equal_one_block_at_a_time(target, data):
+    """The block mask keeps blocks apart: each anchor's slots are what that block alone gives."""
+    train, _ = data
+    net = sharpen(net_for(target), seed=3)
+    tokens = train.tokens[:2, :20]
+    feats, _ = dflash_training.target_outputs(target, net, tokens)
+    anchors = torch.tensor([[6, 9, 13], [5, 11, 16]])
+    emb, head = target.get_input_embeddings(), target.get_output_embeddings()
+    with torch.no_grad():
+        together = teacher_forced_logits(net, emb, head, tokens, feats, anchors)
+        for j in range(3):
+            alone = teacher_forced_logits(net, emb, head, tokens, feats, anchors[:, j:j + 1])
+            assert torch.allclose(together[:, j], alone[:, 0], atol=1e-5)
+        # a block sees no context at or after its anchor: changing a later feature leaves it as it is
+        later = feats.clone()
+        later[0, 6:] += 1.0
+        moved = teacher_forced_logits(net, emb, head, tokens, later, anchors)
+    assert torch.allclose(moved[0, 0], together[0, 0], atol=1e-5) and not torch.allclose(moved[0, 1], together[0, 1])
+
+
+def _train(target, data, ckpt, fail_at=None, monkeypatch=None, steps=12):
+    train, val = data
+    cfg = DFlashTrainConfig(steps=steps, batch_size=4, anchors=3, lr=5e-3, warmup=2, eval_every=4, patience=10,
+                            val_rows=8)
+    if fail_at is not None:
+        real, calls = dflash_training.make_batch, {"n": 0}
+
+        def failing(*a, **k):
+            calls["n"] += 1
+            if calls["n"] == fail_at:
+                raise KeyboardInterrupt("killed")
+            return real(*a, **k)
+
+        monkeypatch.setattr(dflash_training, "make_batch", failing)
+    net = net_for(target)
+    report = train_dflash(net, target, train, val, cfg, progress=False, checkpoint=ckpt, checkpoint_every_s=0.0)
+    return net, report
+
+
+def test_killed_training_resumes_to_the_same_weights(target, data, tmp_path, monkeypatch):
+    straight, ref = _train(target, data, tmp_path / "a.pt")
+    with pytest.raises(KeyboardInterrupt):
+        _train(target, data, tmp_path / "b.pt", fail_at=8, monkeypatch=monkeypatch)
+    monkeypatch.undo()
+    again, res = _train(target, data, tmp_path / "b.pt")
+    assert res["steps"] == ref["steps"] == 12 and res["val_history"] == ref["val_history"]
+    for (k, a), b in zip(straight.state_dict().items(), again.state_dict().values()):
+        assert torch.equal(a, b), k
+
+
+def test_training_raises_heldout_block_acceptance(target, data):
+    net, report = _train(target, data, None, steps=150)
+    before, after = report["heldout_before"], report["heldout_after"]
+    assert after["slot_agreement"][0] > before["slot_agreement"][0] + 0.2
+    assert after["accepted_length"] > before["accepted_length"] + 0.2
+    assert report["rows_seen"] == 150 * 4 and report["tokens_seen"] > 0
+
+
+def test_responses_of_any_length(target):
+    rows = [([5, 6, 7], [8, 9, 10, 11]), ([5, 6], [9, 10]), ([4, 5, 6, 7, 8], [12, 13, 14])]
+    data = Responses.from_rows(rows)
+    assert data.lengths.tolist() == [7, 4, 8] and data.prefix.tolist() == [3, 2, 5]
+    anchors = dflash_training.sample_anchors(data, torch.arange(3), 50, torch.Generator().manual_seed(0))
+    assert ((anchors >= data.prefix[:, None]) & (anchors <= data.lengths[:, None] - 2)).all()
+    net = net_for(target)
+    got = block_acceptance(net, target, validation_batches(data, DFlashTrainConfig(val_rows=3), net.block_size))
+    assert got["blocks"] == 3 + 1 + 2  # anchors with a label only: every 2nd response position
+    with pytest.raises(ValueError, match="shorter than 2"):
+        Responses.from_rows([([1, 2], [3])])
+
+
+def test_cli_trains_a_drafter_the_pipeline_runs_exactly(tmp_path):
+    """`mmspec train dflash` on the zoo target with a small --data file (responses given, and one row whose
+    response the target writes), then mmspec.pipeline picks the directory up as method dflash, greedy-exact."""
+    import mmspec
+    from mmspec.cli import main
+
+    rows = [{"prompt": f"def f{i}(x):\n", "response": f"    return x + {i}\n\n"} for i in range(7)]
+    rows.append({"prompt": "def g(a, b):\n"})
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    out = tmp_path / "drafter"
+    assert main(["train", "dflash", "--data", str(data), "--steps", "3", "--batch-size", "2", "--anchors", "2",
+                 "--layers", "1", "--block-size", "4", "--max-new-tokens", "8", "--out", str(out)]) == 0
+    record = json.loads((out / "mmspec.json").read_text())
+    assert record["kind"] == "dflash" and record["method"] == "dflash"
+    assert json.loads((out / "config.json").read_text())["dflash_config"]["mask_token_id"] == 2
+    pipe = mmspec.pipeline("zoo:code-target", drafter=str(out))
+    assert pipe.method == "dflash"
+    got = pipe("def add(a, b):\n", max_new_tokens=12, stop_at_eos=False)
+    plain = pipe("def add(a, b):\n", max_new_tokens=12, stop_at_eos=False, method="plain")
+    assert torch.equal(got.sequences, plain.sequences)
+
+
+def test_cli_reports_bad_rows_by_line(tmp_path, capsys):
+    from mmspec.cli import main
+
+    data = tmp_path / "bad.jsonl"
+    data.write_text(json.dumps({"prompt": "x = 1\n", "response": "y"}) + "\n" + json.dumps({"prompt": ""}) + "\n")
+    assert main(["train", "dflash", "--data", str(data), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert f"{data}:1: response of 1 token(s)" in err and f"{data}:2: prompt must be a non-empty string" in err
+    assert not (tmp_path / "o").exists() and not (tmp_path / "o.ckpt").exists()  # refused before any work
