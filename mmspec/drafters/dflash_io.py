@@ -113,17 +113,19 @@ def load_dflash(path: str | Path, dtype: torch.dtype = torch.float32) -> DFlashD
     return net.to(dtype).eval()
 
 
-def _weights(net: DFlashDraftModel) -> dict:
-    return {k: v.detach().contiguous().cpu() for k, v in net.state_dict().items() if "rotary_emb" not in k}
+def _weights(net: DFlashDraftModel, dtype: torch.dtype | None = None) -> dict:
+    return {k: v.detach().to("cpu", dtype or v.dtype).contiguous() for k, v in net.state_dict().items()
+            if "rotary_emb" not in k}
 
 
 def save_dflash(net: DFlashDraftModel, path: str | Path, layout: str = "zlab", verifier: str | None = None,
-                verifier_architectures: list[str] | None = None) -> Path:
-    """Write ``net`` to ``path`` in the ``"zlab"`` (default) or ``"speculators"`` layout."""
+                verifier_architectures: list[str] | None = None, dtype: torch.dtype | None = None) -> Path:
+    """Write ``net`` to ``path`` in the ``"zlab"`` (default) or ``"speculators"`` layout (weights in ``dtype``, default
+    the model's own)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     cfg = net.config
-    save_file(_weights(net), str(path / WEIGHTS), metadata={"format": "pt"})
+    save_file(_weights(net, dtype), str(path / WEIGHTS), metadata={"format": "pt"})
     base = cfg.to_dict()
     for key in ("dflash_config", "block_size", "num_target_layers", "verifier", "architectures"):
         base.pop(key, None)

@@ -39,7 +39,8 @@ def test_function_body_stops_at_dedent():
 
 def test_micro_build_loads_and_matches_checksum(tmp_path, greedy_reference):
     metrics = build("code", micro=True, home=tmp_path, progress=False)
-    assert set(metrics) == {"code-target", "code-drafter", "code-dlm", "code-deer-s1", "code-deer", "code-ngram"}
+    assert set(metrics) == {"code-target", "code-drafter", "code-dlm", "code-deer-s1", "code-deer", "code-ngram",
+                            "code-dflash", "code-eagle"}
     for name in ("code-target", "code-drafter"):
         m = read_json(tmp_path / name / "metrics.json")
         for key in ("heldout_loss_nats_per_token", "parse_rate", "distinct_2", "steps", "stopped"):
@@ -67,7 +68,7 @@ def test_micro_build_loads_and_matches_checksum(tmp_path, greedy_reference):
     from mmspec.zoo.code import checksum
     from mmspec.loading import zoo_diffusion_lm
 
-    for name in ("code-dlm", "code-deer-s1", "code-deer", "code-ngram"):
+    for name in ("code-dlm", "code-deer-s1", "code-deer", "code-ngram", "code-dflash", "code-eagle"):
         entry = load(name, home=tmp_path)
         got, rec = checksum(entry), entry.config["checksum"]
         assert abs(got["sum"] - rec["sum"]) <= 1e-4 * max(1.0, abs(rec["sum"])), name
@@ -89,6 +90,20 @@ def test_micro_build_loads_and_matches_checksum(tmp_path, greedy_reference):
         out = SpeculativeGenerator(target.model, drafter).generate(ids, max_new_tokens=12, eos_token_id=[])
         assert torch.equal(out.sequences, ref)
 
+    # the block drafter and the feature drafter: two training stages recorded with real-decoding tau, exact drafting
+    from mmspec.drafters.dflash import DFlashDrafter
+    from mmspec.drafters.feature import FeatureDrafter
+
+    block = read_json(tmp_path / "code-dflash" / "metrics.json")
+    assert set(block["stages"]) == {"1", "2"} and block["stages"]["2"]["train_rows"] > block["stages"]["1"]["train_rows"]
+    assert {"chain15", "chain8"} <= set(block["tau_decode"]) and all(t >= 1.0 for t in block["tau_decode"].values())
+    assert len(block["heldout_shipped"]["slot_agreement"]) == 15
+    assert "tau_chain8" in read_json(tmp_path / "code-eagle" / "metrics.json")
+    for drafter in (DFlashDrafter(load("code-dflash", home=tmp_path).model, target.model, tree_nodes=6),
+                    FeatureDrafter(load("code-eagle", home=tmp_path).model, target.model, num_tokens=4)):
+        out = SpeculativeGenerator(target.model, drafter).generate(ids, max_new_tokens=12, eos_token_id=[])
+        assert torch.equal(out.sequences, ref)
+
     # the code benchmark suite runs every text method on the micro zoo, exactly
     from mmspec.eval.code_suite import CODE_METHODS, run_code_suite
 
@@ -96,7 +111,7 @@ def test_micro_build_loads_and_matches_checksum(tmp_path, greedy_reference):
     assert [r["method"] for r in report["results"]] == CODE_METHODS
     for r in report["results"]:
         assert r["exact"] == 1.0, r["method"]
-        if r["method"].startswith(("deer", "diffuspec", "mmspec")):
+        if r["method"].startswith(("deer", "diffuspec", "mmspec", "dflash", "eagle")):
             assert r["tau"] >= 1.0 and r["accept_lengths"]
             assert sum(r["accept_lengths"]) == 2 * 8  # per step emitted tokens, over both prompts
 
