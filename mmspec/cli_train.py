@@ -17,15 +17,22 @@ import torch
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
 
 from . import zoo
+from tqdm.auto import tqdm
+
+from .drafters.dflash_io import save_dflash
+from .drafters.dflash_model import DFlashDraftModel, make_config
 from .drafters.diffusion import check_vocabularies, model_vocab_size
+from .eval.datasets import read_jsonl
 from .drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
 from .drafters.remote_code import explain_remote_failure
 from .image_codes import TokenLayout, layout_of
 from .loading import load_target
-from .training.artifact import prepare_run, target_identity, write_artifact
-from .training.deer import DEERConfig, align, load_dlm
+from .training.artifact import cached, prepare_run, target_identity, write_artifact
+from .training.deer import DEERConfig, align, load_dlm, target_generations
+from .training.dflash import DFlashTrainConfig, Responses, train_dflash
 from .training.feature import FeatureTrainConfig, jsonl_batches, train_feature_drafter
 from .training.image_feature import train_image_drafter
+from .training.loop import load_checkpoint, save_checkpoint
 from .zoo import vlm_drafters  # zoo_batches looked up per call (the resume tests replace it)
 from .zoo.code_data import ensure_tokenizer, load_corpus
 from .zoo.vlm_examples import Encoder, ScenePool
@@ -139,8 +146,6 @@ def cli_train_deer(args) -> int:
 def dflash_rows(path: str, tok) -> list[tuple[list[int], list[int] | None]]:
     """(prompt ids, response ids or None) per row of a ``--data`` .jsonl of ``prompt`` and optional ``response``;
     every bad row is reported as ``file:line`` before anything runs."""
-    from .eval.datasets import read_jsonl
-
     rows, bad = [], []
     for n, r in enumerate(read_jsonl(path, ("prompt",)), 1):
         prompt, response = r["prompt"], r.get("response")
@@ -167,10 +172,6 @@ def dflash_rows(path: str, tok) -> list[tuple[list[int], list[int] | None]]:
 def _respond(target, rows, max_new_tokens: int, eos, pad: int, partial: Path, progress: bool = True):
     """The target's greedy response for every row without one, one prompt at a time (prompts differ in length),
     each saved as it finishes so a killed run goes on from the next."""
-    from tqdm.auto import tqdm
-
-    from .training.loop import load_checkpoint, save_checkpoint
-
     done = (load_checkpoint(partial) or {}).get("responses", {})
     todo = [i for i, (_, r) in enumerate(rows) if r is None and i not in done]
     for i in tqdm(todo, desc="target responses", disable=not progress):
@@ -188,12 +189,6 @@ def cli_train_dflash(args) -> int:
     prefixes cut from the zoo's code corpus (or ``--corpus`` text files). Checkpoints go to ``<out>.ckpt``
     (``--resume``); the output (z-lab layout, or ``--layout speculators``) is written atomically with its
     ``mmspec.json`` record, so ``mmspec.pipeline(target, drafter=OUT)`` and ``mmspec eval`` run it as ``dflash``."""
-    from .drafters.dflash_io import save_dflash
-    from .drafters.dflash_model import DFlashDraftModel, make_config
-    from .training.artifact import cached
-    from .training.deer import target_generations
-    from .training.dflash import DFlashTrainConfig, Responses, train_dflash
-
     if (args.data is None) == (args.generate is None):
         raise ValueError("give exactly one of --data FILE (.jsonl of prompt / response) or --generate N")
     for name in ("steps", "batch_size", "anchors", "layers", "block_size", "max_new_tokens"):

@@ -20,7 +20,7 @@ from PIL import Image
 from ..image_gen import NO_DRAFTER
 from ..pipeline import pipeline
 from ..loading import load_drafter, load_target
-from ..registry import draft_length, drafter_kind
+from ..registry import DFLASH_TREE, draft_length, drafter_kind
 from ..routes.text import text_drafter
 from ..routes.vlm import vlm_drafter
 from ..tree import DEFAULT_TREE, tree_label
@@ -142,9 +142,14 @@ def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:
         default = [m for m in CODE_METHODS if m in available]  # a zoo without code-dflash / code-eagle runs the rest
     else:
         draft = load_drafter(cfg.drafter, target, cfg.home, drafter_device) if cfg.drafter else None
-        if draft is not None:  # through the pipeline: kind and vocabulary checks
-            text_drafter(target, draft, "chain")
         extra = _dlm_methods(cfg, target, drafter_device)
+        if draft is not None and drafter_kind(draft) == "dflash":  # a block drafter: its own rows, no AR chain
+            block, draft = draft, None
+            text_drafter(target, block, "dflash")  # through the pipeline: the drafter fits this target
+            extra.update({"dflash": lambda: text_drafter(target, block, "dflash")[1],
+                          "dflash-tree": lambda: text_drafter(target, block, "dflash", **DFLASH_TREE)[1]})
+        elif draft is not None:  # through the pipeline: kind and vocabulary checks
+            text_drafter(target, draft, "chain")
         available = [m for m in ALL_METHODS if draft is not None or m not in NEEDS_DRAFT] + list(extra)
         default = available
     methods = cfg.methods_for(suite, available, default)

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
 from ..drafters.dflash_model import DFlashDraftModel, teacher_forced_logits
 from .deer import Generations
@@ -102,8 +103,6 @@ def precompute_features(target, net: DFlashDraftModel, data, batch_size: int = 3
     """[N, W, K·H] float16 on the CPU: the target's features of the drafter's layers over every row, computed once
     (a training step then costs the drafter's forward and backward only; the target's forward over a row is what
     dominates a step on a CPU)."""
-    from tqdm.auto import tqdm
-
     N, W = data.tokens.shape
     lengths = row_lengths(data)
     out = None

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from ..drafters.dflash import DFlashDrafter
 from ..drafters.dflash_io import load_dflash, save_dflash
 from ..drafters.dflash_model import DFlashDraftModel, make_config
 from ..training.deer import Generations, target_generations
@@ -27,9 +28,12 @@ from ..training.dflash import DFlashTrainConfig, block_acceptance, precompute_fe
     validation_batches
 from ..training.loop import load_checkpoint, model_device, on_model, save_checkpoint
 from . import code_distill
+from .code_data import ensure_tokenizer, load_corpus
+from .code_loader import load
 from .common import build_device, build_dir, logits_checksum, seed_everything, versions
 from .entry import ZooEntry
 from .home import write_json
+from .streams import token_stream
 
 NAMES = ["code-dflash"]
 SEED = 4242
@@ -66,13 +70,15 @@ def checksum(entry: ZooEntry) -> dict:
     return logits_checksum(h)
 
 
+def load_target_model(home: Path):
+    """``code-target`` from ``home`` (float32, as the zoo loads it) on the build's device: the drafters' teacher."""
+    return load("code-target", Path(home) / "code-target").model.to(build_device())
+
+
 def target_data(home: Path, target, micro: bool, progress: bool = True, n_train: int | None = None):
     """(tokenizer, train, val): the target continuations the block drafter (and ``code-eagle``) train on — the first
     ``n_train`` rows (default ``N_TRAIN``) of the distillation set's draws (:mod:`mmspec.zoo.code_distill`: the same
     seed and batches, so a longer set extends a shorter one row for row), cached under ``.build/code-dflash``."""
-    from .code_data import ensure_tokenizer, load_corpus
-    from .streams import token_stream
-
     tok = ensure_tokenizer(home, micro)
     base = code_distill.data_config(micro)
     work = build_dir(home, "code-dflash")
@@ -110,11 +116,9 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
     """Data (cached), features (cached), two checkpointed training stages (the first ``N_TRAIN`` rows, then
     ``N_TRAIN2``), then the shipped drafter measured: held-out block acceptance and τ of real decoding on validation
     prompts."""
-    from .code import _load_on_build_device  # the family's shared loader (code imports this module)
-
     home = Path(home)
     t0 = time.perf_counter()
-    target = _load_on_build_device("code-target", home)
+    target = load_target_model(home)
     work = build_dir(home, "code-dflash")
     seed_everything(SEED)
     cfg = make_config(target.config, num_layers=LAYERS, block_size=BLOCK, mask_token_id=MASK_ID)
@@ -160,12 +164,10 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
 
 def _decode_tau(target, net, tok, micro: bool) -> dict:
     """τ of real greedy decoding through the engine on held-out validation prompts (not teacher-forced)."""
-    from ..drafters.dflash import DFlashDrafter
-
     prompts = code_distill.tau_prompts(tok, micro)
     return {f"chain{k}": code_distill.decode_tau(target, lambda k=k: DFlashDrafter(net, target, num_tokens=k),
                                                  prompts, micro)
             for k in (TAU_BLOCK, 8)}
 
 
-__all__ = ["NAMES", "build", "checksum", "target_data"]
+__all__ = ["NAMES", "build", "checksum", "target_data", "load_target_model"]

@@ -15,18 +15,22 @@ import time
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
+from ..drafters.feature import FeatureDrafter
 from ..drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
 from ..training.dflash import row_lengths
 from ..training.feature import FeatureTrainConfig, slot_accuracy, train_feature_drafter
 from ..training.loop import load_checkpoint, model_device, on_model, save_checkpoint
+from . import code_distill
+from .code_dflash import load_target_model, target_data
 from .common import build_device, build_dir, feature_checksum_output, logits_checksum, seed_everything, versions
 from .entry import ZooEntry
 from .home import write_json
 
 NAMES = ["code-eagle"]
 SEED = 5151
-TRAIN = FeatureTrainConfig(stage1_steps=3000, stage1_budget_s=60 * 60.0, stage2_steps=0, batch_size=16, lr=2e-3,
+TRAIN = FeatureTrainConfig(stage1_steps=2000, stage1_budget_s=20 * 60.0, stage2_steps=0, batch_size=16, lr=2e-3,
                            warmup=100, eval_every=250, patience=4)
 MICRO_TRAIN = dataclasses.replace(TRAIN, stage1_steps=10, stage1_budget_s=30.0, batch_size=4, warmup=2, eval_every=5)
 CHAIN_TOKENS = 8
@@ -36,8 +40,6 @@ CHAIN_TOKENS = 8
 def last_layer_features(target, data, batch_size: int = 32, progress: bool = True) -> torch.Tensor:
     """[N, W, H] float16 on the CPU: the target's last-layer hidden states over every row (what the loop hands a
     feature drafter), computed once."""
-    from tqdm.auto import tqdm
-
     N, W = data.tokens.shape
     lengths = row_lengths(data)
     out = torch.zeros(N, W, target.config.hidden_size, dtype=torch.float16)
@@ -65,13 +67,9 @@ def checksum(entry: ZooEntry) -> dict:
 
 
 def build(home: Path, micro: bool = False, progress: bool = True, names: list[str] | None = None) -> dict:
-    from . import code_distill
-    from .code import _load_on_build_device
-    from .code_dflash import target_data
-
     home = Path(home)
     t0 = time.perf_counter()
-    target = _load_on_build_device("code-target", home)
+    target = load_target_model(home)
     tok, train, val = target_data(home, target, micro, progress)
     work = build_dir(home, "code-eagle")
     feat_path = work / f"features{'-micro' if micro else ''}.pt"
@@ -98,8 +96,6 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
     shipped = FeatureDraftModel.from_pretrained(out, target=target).to(model_device(target)).eval()
 
     def tau() -> float:
-        from ..drafters.feature import FeatureDrafter
-
         prompts = code_distill.tau_prompts(tok, micro)
         return code_distill.decode_tau(target, lambda: FeatureDrafter(shipped, target, num_tokens=CHAIN_TOKENS),
                                        prompts, micro)

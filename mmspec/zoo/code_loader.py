@@ -9,6 +9,8 @@ from pathlib import Path
 import torch
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
+from ..drafters.dflash_io import load_dflash
+from ..drafters.feature_model import FeatureDraftModel
 from ..drafters.ngram import NGramLM
 from .entry import ZooEntry
 from .home import read_json
@@ -22,13 +24,9 @@ NAMES = BASE_NAMES + DIFFUSION_NAMES + DFLASH_NAMES + FEATURE_NAMES
 
 def load(name: str, path: Path) -> ZooEntry:
     if name in DFLASH_NAMES:
-        from ..drafters.dflash_io import load_dflash
-
         return ZooEntry(name, load_dflash(path), PreTrainedTokenizerFast.from_pretrained(path),
                         read_json(path / "zoo.json"), path)
     if name in FEATURE_NAMES:
-        from ..drafters.feature_model import FeatureDraftModel
-
         return ZooEntry(name, FeatureDraftModel.from_pretrained(path).eval(),
                         PreTrainedTokenizerFast.from_pretrained(path), read_json(path / "zoo.json"), path)
     if name in DIFFUSION_NAMES:
