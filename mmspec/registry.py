@@ -40,6 +40,7 @@ TEXT_METHODS = {
     "diffuspec": "a diffusion LM's lattice with causal path search (DiffuSpec)",
     "dflash": "a block-diffusion drafter on the target's features drafts a block in one forward (DFlash): a chain, "
               "or a DDTree with tree_nodes",
+    "eagle": "EAGLE-style feature drafter (one layer on the target's last-layer features)",
 }
 VLM_METHODS = {
     "plain": TEXT_METHODS["plain"],

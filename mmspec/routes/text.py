@@ -41,13 +41,15 @@ def text_drafter(target: Target, drafter, method: str | None, home=None, device=
         return "custom", drafter
     if kind == "feature":
         check_feature(drafter, target.model)
-        raise ValueError("feature drafters (EAGLE / MSD / FLASH) serve VLM and image targets here; for a text "
-                         "target pass a small causal LM (chain / tree / dynamic) or a diffusion LM (deer / diffuspec)")
+        if drafter.config.method != "eagle":
+            raise ValueError(f"a {drafter.config.method.upper()} feature drafter serves VLM targets; a text target takes "
+                             "an EAGLE-style feature drafter (method 'eagle'), a small causal LM, a diffusion LM or a "
+                             "DFlash drafter")
     if kind in ("ngram", "janus"):
         raise ValueError(f"a {type(drafter).__name__} cannot draft for a text target")
     if method is None:
         method = {"causal": causal_method(opts["tree"]), "diffusion": "deer", "none": "prompt-lookup",
-                  "dflash": "dflash"}[kind]
+                  "dflash": "dflash", "feature": "eagle"}[kind]
     got = "none" if drafter is None else type(drafter).__name__
     if method in NO_MODEL_METHODS and kind != "none":
         raise ValueError(f"method {method!r} takes no drafter model (got a {got})")
@@ -63,6 +65,9 @@ def text_drafter(target: Target, drafter, method: str | None, home=None, device=
         if drafter.vocab_size != tv:
             raise ValueError(f"diffusion drafter proposes {drafter.vocab_size} ids but the target has {tv}: build "
                              f"it with DiffusionLM(..., target_vocab_size={tv})")
+    if (method == "eagle") != (kind == "feature"):
+        raise ValueError(f"method 'eagle' takes an EAGLE-style feature drafter (FeatureDraftModel, zoo:code-eagle); "
+                         f"method {method!r} with a {got} does not fit")
     if (method == "dflash") != (kind == "dflash"):
         raise ValueError(f"method 'dflash' takes a block-diffusion drafter (DFlashDraftModel, zoo:code-dflash, or a "
                          f"z-lab / speculators DFlash directory); method {method!r} with a {got} does not fit")

@@ -9,7 +9,7 @@ from ..registry import CAUSAL_METHODS
 # 1.1x on the 15-layer code target; vlm: MSD)
 ZOO_METHOD = {"code-target": "chain", "vlm-target": "msd"}
 ZOO_DRAFTERS = {
-    "code-target": {"deer": "zoo:code-deer", "diffuspec": "zoo:code-dlm", "dflash": "zoo:code-dflash",
+    "code-target": {"deer": "zoo:code-deer", "diffuspec": "zoo:code-dlm", "dflash": "zoo:code-dflash", "eagle": "zoo:code-eagle",
                     **{m: "zoo:code-drafter" for m in CAUSAL_METHODS}},
     "vlm-target": {"msd": "zoo:vlm-msd", "flash": "zoo:vlm-flash", "eagle": "zoo:vlm-eagle",
                    **{m: "zoo:vlm-drafter" for m in CAUSAL_METHODS}},
