@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
-from .lean_layer import _rotate, rms_norm
+from .lean_layer import _rotate, decoder_layer, rms_norm
 
 DEFAULT_BLOCK_SIZE = 16  # the paper's B
 DEFAULT_NUM_FEATURE_LAYERS = 5  # the paper's K on Qwen3
@@ -165,26 +165,9 @@ class DFlashDraftModel(nn.Module):
         ``keys_values(i, k, v)`` returns layer i's keys / values to attend to given the block's own (the context's
         in front of them: from a cache, or concatenated in training); ``mask`` [B, 1, T, S] bool (True = attend).
         Returns the final-normed hidden states [B, T, H]."""
-        B, T, _ = x.shape
-        cos4, sin4 = cos[:, None], sin[:, None]
         h = x
         for i, layer in enumerate(self.layers):
-            attn, mlp = layer.self_attn, layer.mlp
-            D = attn.head_dim
-            y = rms_norm(layer.input_layernorm, h)
-            q = rms_norm(attn.q_norm, F.linear(y, attn.q_proj.weight).view(B, T, -1, D)).transpose(1, 2)
-            k = rms_norm(attn.k_norm, F.linear(y, attn.k_proj.weight).view(B, T, -1, D)).transpose(1, 2)
-            v = F.linear(y, attn.v_proj.weight).view(B, T, -1, D).transpose(1, 2)
-            q, k = _rotate(q, cos4, sin4), _rotate(k, cos4, sin4)
-            keys, values = keys_values(i, k, v)
-            if keys.shape[1] != q.shape[1]:  # grouped K/V heads
-                keys = keys.repeat_interleave(q.shape[1] // keys.shape[1], dim=1)
-                values = values.repeat_interleave(q.shape[1] // values.shape[1], dim=1)
-            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling)
-            h = h + F.linear(o.transpose(1, 2).reshape(B, T, -1), attn.o_proj.weight)
-            y = rms_norm(layer.post_attention_layernorm, h)
-            h = h + F.linear(F.silu(F.linear(y, mlp.gate_proj.weight)) * F.linear(y, mlp.up_proj.weight),
-                             mlp.down_proj.weight)
+            h = decoder_layer(layer, h, cos, sin, lambda k, v, i=i: keys_values(i, k, v), mask)
         return rms_norm(self.norm, h)
 
 

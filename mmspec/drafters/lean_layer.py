@@ -70,21 +70,24 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + rotated * sin
 
 
-def lean_layer_forward(layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache,
-                       mask: torch.Tensor | None) -> torch.Tensor:
-    """One decoder layer over ``h`` [B, T, H]: K / V are written to ``cache`` (a SpecKVCache with the nodes
-    already registered by ``prepare_append``) and the layer's output is returned. ``mask``: [B, 1, T, S]
-    boolean (True = attend), or None for a single query that sees every key."""
+def decoder_layer(layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys_values,
+                  mask: torch.Tensor | None) -> torch.Tensor:
+    """One Llama / Qwen3-style decoder layer over ``h`` [B, T, H] as tensor ops on its own weights (q / k RMSNorm when
+    the attention module has them, as Qwen3's does); ``cos`` / ``sin`` [B, T, D]. ``keys_values(k, v)`` returns the
+    keys / values the queries attend to given the new nodes' own (a cache's update, or a drafter's extra context in
+    front of them). ``mask``: [B, 1, T, S] boolean (True = attend), or None for a single query that sees every key."""
     attn, mlp = layer.self_attn, layer.mlp
     B, T, _ = h.shape
     D = attn.head_dim
     x = rms_norm(layer.input_layernorm, h)
-    q = F.linear(x, attn.q_proj.weight).view(B, T, -1, D).transpose(1, 2)
-    k = F.linear(x, attn.k_proj.weight).view(B, T, -1, D).transpose(1, 2)
+    q = F.linear(x, attn.q_proj.weight).view(B, T, -1, D)
+    k = F.linear(x, attn.k_proj.weight).view(B, T, -1, D)
+    if getattr(attn, "q_norm", None) is not None:
+        q, k = rms_norm(attn.q_norm, q), rms_norm(attn.k_norm, k)
     v = F.linear(x, attn.v_proj.weight).view(B, T, -1, D).transpose(1, 2)
     cos, sin = cos[:, None], sin[:, None]
-    q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-    k, v = cache.layers[attn.layer_idx].update(k, v)
+    q, k = _rotate(q.transpose(1, 2), cos, sin), _rotate(k.transpose(1, 2), cos, sin)
+    k, v = keys_values(k, v)
     if k.shape[1] != q.shape[1]:  # grouped K/V heads
         k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
         v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
@@ -93,6 +96,14 @@ def lean_layer_forward(layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Ten
     x = rms_norm(layer.post_attention_layernorm, h)
     return h + F.linear(F.silu(F.linear(x, mlp.gate_proj.weight)) * F.linear(x, mlp.up_proj.weight),
                         mlp.down_proj.weight)
+
+
+def lean_layer_forward(layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache,
+                       mask: torch.Tensor | None) -> torch.Tensor:
+    """One decoder layer over ``h`` [B, T, H]: K / V are written to ``cache`` (a SpecKVCache with the nodes
+    already registered by ``prepare_append``) and the layer's output is returned. ``mask``: [B, 1, T, S]
+    boolean (True = attend), or None for a single query that sees every key."""
+    return decoder_layer(layer, h, cos, sin, cache.layers[layer.self_attn.layer_idx].update, mask)
 
 
 def lean_stack(layers, h: torch.Tensor, table: RotaryTable, positions: torch.LongTensor, cache,
@@ -141,5 +152,5 @@ def drafter_logits(model, cache, input_ids: torch.LongTensor, parents: torch.Lon
     return F.linear(rms_norm(inner.norm, h[:, first:]), model.lm_head.weight)
 
 
-__all__ = ["lean_supported", "RotaryTable", "rms_norm", "lean_layer_forward", "lean_stack", "LEAN_LM_CLASSES", "lean_lm_supported",
+__all__ = ["lean_supported", "RotaryTable", "rms_norm", "decoder_layer", "lean_layer_forward", "lean_stack", "LEAN_LM_CLASSES", "lean_lm_supported",
            "drafter_logits"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..loading import zoo_diffusion_lm
 from ..registry import CHAIN_CONFIDENCE, DFLASH_TREE, build_drafter, zoo_diffuspec
-from ..zoo import available, code_data, load, zoo_home
+from ..zoo import code_data, load, zoo_home
 from .bench import compare
 
 BASE_METHODS = ["plain", "mmspec-plain", "hf-assisted", "hf-prompt-lookup", "chain", "prompt-lookup"]
@@ -60,7 +60,7 @@ def diffusion_factories(home: str | Path | None = None, deer_tokens: int = 8, di
         return lambda: build_drafter("dflash", get("code-dflash").model, target=target.model, **kw)
 
     block = {}
-    built = {n for n in ("code-dflash", "code-eagle") if n in available() and (zoo_root(home) / n).is_dir()}
+    built = {n for n in ("code-dflash", "code-eagle") if (zoo_root(home) / n / "zoo.json").exists()}
     if "code-dflash" in built:  # a zoo built before the block drafter existed has none
         block = {"dflash": dflash(confidence=CHAIN_CONFIDENCE), "dflash-tree": dflash(**DFLASH_TREE),
                  "dflash-block": dflash()}

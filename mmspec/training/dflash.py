@@ -98,18 +98,21 @@ def make_batch(data, idx: torch.LongTensor, anchors: torch.LongTensor,
 
 
 @torch.no_grad()
-def precompute_features(target, net: DFlashDraftModel, data, batch_size: int = 32,
-                        progress: bool = True) -> torch.Tensor:
-    """[N, W, K·H] float16 on the CPU: the target's features of the drafter's layers over every row, computed once
-    (a training step then costs the drafter's forward and backward only; the target's forward over a row is what
-    dominates a step on a CPU)."""
+def precompute_features(target, net: DFlashDraftModel | None, data, batch_size: int = 32, progress: bool = True,
+                        select=None) -> torch.Tensor:
+    """[N, W, F] float16 on the CPU: the target's features over every row, computed once (a training step then costs
+    the drafter's forward and backward only; the target's forward over a row is what dominates a step on a CPU).
+    The features are ``net``'s layers (``select_features``), or ``select(hidden_states)`` (e.g. the last layer's, what
+    a feature drafter reads)."""
+    select = select or net.select_features
     N, W = data.tokens.shape
     lengths = row_lengths(data)
     out = None
     for i in tqdm(range(0, N, batch_size), desc="target features", disable=not progress):
         idx = torch.arange(i, min(i + batch_size, N))
         width = int(lengths[idx].max())
-        feats, _ = target_outputs(target, net, on_model(data.tokens[idx, :width], target))
+        hidden = target(input_ids=on_model(data.tokens[idx, :width], target), output_hidden_states=True).hidden_states
+        feats = select(hidden)
         if out is None:
             out = torch.zeros(N, W, feats.shape[-1], dtype=torch.float16)
         out[idx, :width] = feats.to("cpu", torch.float16)

@@ -15,11 +15,10 @@ import time
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from ..drafters.feature import FeatureDrafter
 from ..drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
-from ..training.dflash import row_lengths
+from ..training.dflash import precompute_features, row_lengths
 from ..training.feature import FeatureTrainConfig, slot_accuracy, train_feature_drafter
 from ..training.loop import load_checkpoint, model_device, on_model, save_checkpoint
 from . import code_distill
@@ -34,21 +33,6 @@ TRAIN = FeatureTrainConfig(stage1_steps=2000, stage1_budget_s=20 * 60.0, stage2_
                            warmup=100, eval_every=250, patience=4)
 MICRO_TRAIN = dataclasses.replace(TRAIN, stage1_steps=10, stage1_budget_s=30.0, batch_size=4, warmup=2, eval_every=5)
 CHAIN_TOKENS = 8
-
-
-@torch.no_grad()
-def last_layer_features(target, data, batch_size: int = 32, progress: bool = True) -> torch.Tensor:
-    """[N, W, H] float16 on the CPU: the target's last-layer hidden states over every row (what the loop hands a
-    feature drafter), computed once."""
-    N, W = data.tokens.shape
-    lengths = row_lengths(data)
-    out = torch.zeros(N, W, target.config.hidden_size, dtype=torch.float16)
-    for i in tqdm(range(0, N, batch_size), desc="target features", disable=not progress):
-        idx = torch.arange(i, min(i + batch_size, N))
-        width = int(lengths[idx].max())
-        h = target(input_ids=on_model(data.tokens[idx, :width], target), output_hidden_states=True).hidden_states[-1]
-        out[idx, :width] = h.to("cpu", torch.float16)
-    return out
 
 
 def row_batch(data, idx: torch.Tensor, features: torch.Tensor | None = None) -> dict:
@@ -75,7 +59,8 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
     feat_path = work / f"features{'-micro' if micro else ''}.pt"
     saved = load_checkpoint(feat_path)
     if saved is None:
-        features = last_layer_features(target, train, progress=progress)
+        # the last layer's hidden states: what the loop hands a feature drafter
+        features = precompute_features(target, None, train, progress=progress, select=lambda hs: hs[-1])
         save_checkpoint(feat_path, {"value": features})
     else:
         features = saved["value"]
@@ -111,4 +96,4 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
     return {"code-eagle": metrics}
 
 
-__all__ = ["NAMES", "build", "checksum", "last_layer_features", "row_batch"]
+__all__ = ["NAMES", "build", "checksum", "row_batch"]
