@@ -22,6 +22,18 @@ class TextOutput:
     stats: GenerationStats | None  # tau, accept lengths, times; None for plain decoding
     seconds: float  # wall time of the call's decoding
     config: dict = field(default_factory=dict)  # the method and settings the call applied
+    new_tokens: int | None = None  # generated tokens summed over rows, EOS included (plain decoding too)
+
+
+def generated_count(new: torch.LongTensor, eos: int | list[int] | None) -> int:
+    """Tokens a row generated in a plain ``generate`` output's new columns: up to and including its first EOS
+    (the padding HF writes after it does not count), or every column when it never stopped."""
+    if eos is None or new.shape[1] == 0:
+        return int(new.numel())
+    hit = torch.isin(new, torch.tensor([eos] if isinstance(eos, int) else list(eos), device=new.device))
+    j = torch.arange(new.shape[1], device=new.device)[None, :]
+    first = torch.where(hit, j, new.shape[1]).min(1).values
+    return int(torch.where(hit.any(1), first + 1, new.shape[1]).sum())
 
 
 @dataclass
@@ -70,5 +82,5 @@ def engine_eos(eos: int | list[int] | None) -> int | list[int]:
     return [] if eos is None else eos
 
 
-__all__ = ["TextOutput", "ImageOutput", "DEFAULT_SEED", "call_generator", "hf_sampling_rng", "eos_token_id",
+__all__ = ["TextOutput", "ImageOutput", "generated_count", "DEFAULT_SEED", "call_generator", "hf_sampling_rng", "eos_token_id",
            "engine_eos"]

@@ -116,6 +116,21 @@ class _Call:
     generated: torch.LongTensor | None = None  # [B] new tokens per row
     context: DraftContext | None = None  # what the drafter is offered
     run: Any = None  # the drafter's own state for this call (what its begin returned)
+    streamer: Any = None  # HF streamer protocol (put / end): each step's committed tokens, batch 1 only
+
+
+def check_streamer(streamer, input_ids: torch.Tensor) -> None:
+    """A streamer follows HF's protocol (``put`` / ``end``) and streams one row: tokens of rows that accept
+    different numbers of drafts per step do not form one tensor."""
+    if streamer is None:
+        return
+    if not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
+        raise ValueError(f"streamer must have HF's streamer methods put(token_ids) and end(), got "
+                         f"{type(streamer).__name__}")
+    rows = input_ids.shape[0] if input_ids.dim() == 2 else 1
+    if rows != 1:
+        raise ValueError(f"streamer= streams one sequence: batch size must be 1, got {rows} (as HF's streamers "
+                         "require); generate the rows one call each to stream them")
 
 
 class SpeculativeGenerator:
@@ -154,19 +169,36 @@ class SpeculativeGenerator:
                  max_new_tokens: int = 64, do_sample: bool = False, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, eos_token_id=None,
                  generator: torch.Generator | None = None, pad_token_id: int | None = None,
-                 **prefill_inputs) -> GenerationOutput:
+                 streamer=None, **prefill_inputs) -> GenerationOutput:
         """Speculative generation; same arguments and output layout as HF ``generate``.
 
         ``prefill_inputs`` (e.g. ``pixel_values`` for LLaVA-class targets) go to the prefill forward
         only; the prompt's image placeholder tokens stay in ``input_ids`` as HF lays them out. Any other
         keyword is an error.
+
+        ``streamer``: an object with HF's streamer protocol (``TextStreamer``, ``TextIteratorStreamer``, or any
+        ``put`` / ``end``), fed as HF feeds it: the prompt ids ``[1, P]`` first, then each step's committed tokens
+        ``[1, n]`` (cut at EOS and the budget) as soon as they are verified, then ``end()`` (also when the call
+        fails, so a consumer thread never waits forever). One row only, as HF's streamers take.
         """
         if not isinstance(input_ids, torch.Tensor):
             raise ValueError(f"input_ids must be a LongTensor of shape [batch, prompt_len], got {type(input_ids).__name__}")
+        check_streamer(streamer, input_ids)
         check_prefill_inputs(self._prefill_names, prefill_inputs)
         t_start = time.perf_counter()
-        call = self._start(make_request(self.target, input_ids, attention_mask, max_new_tokens, do_sample, temperature,
-                                        top_k, top_p, eos_token_id, generator, pad_token_id, prefill_inputs))
+        try:
+            call = self._start(make_request(self.target, input_ids, attention_mask, max_new_tokens, do_sample,
+                                            temperature, top_k, top_p, eos_token_id, generator, pad_token_id,
+                                            prefill_inputs))
+            if streamer is not None:
+                call.streamer = streamer
+                streamer.put(call.request.input_ids.cpu())
+            return self._run(call, t_start)
+        finally:
+            if streamer is not None:
+                streamer.end()
+
+    def _run(self, call: _Call, t_start: float) -> GenerationOutput:
         self._prefill(call)
         if call.state.active.any():
             with timed(call.stats, "draft_time"):
@@ -215,6 +247,8 @@ class SpeculativeGenerator:
         call.generated = torch.ones(B, dtype=torch.long, device=dev)
         for b in range(B):
             stats.accept_lengths[b].append(1)
+        if call.streamer is not None:
+            call.streamer.put(first[:, None].cpu())
         self._retire(call, self._is_eos(call, first))
         call.context = DraftContext(call.state, ids, mask, capacity, image_token_id(self.target),
                                     hidden=self.drafter.target_features(out.hidden_states) if wants_features else None,
@@ -246,6 +280,8 @@ class SpeculativeGenerator:
         rows = torch.nonzero(state.active).flatten()
         for b, n in zip(rows.tolist(), counts[rows].tolist()):  # one device sync, not one per row
             call.stats.accept_lengths[b].append(n)
+            if call.streamer is not None and n:
+                call.streamer.put(new[b: b + 1, :n].cpu())
         state.append(new, counts)
         call.generated += counts
         self._retire(call, finished)

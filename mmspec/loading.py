@@ -145,6 +145,20 @@ def load_drafter(spec, target: Target, home=None, device=None, trust_remote_code
     return AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **kw).eval()
 
 
+def as_dtype(value) -> torch.dtype | None:
+    """A floating torch dtype from a dtype or its name (``"bfloat16"``, ``"torch.float16"``, ``"fp16"``);
+    None stays None."""
+    if value is None or isinstance(value, torch.dtype) and value.is_floating_point:
+        return value
+    names = {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16", "float": "float32"}
+    name = str(value).removeprefix("torch.")
+    dtype = getattr(torch, names.get(name, name), None) if isinstance(value, str) else None
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating torch dtype or its name (float32, float16, bfloat16), got "
+                         f"{value!r}")
+    return dtype
+
+
 def place(obj, device):
     """``obj`` moved to ``device`` (a DiffusionLM moves its model); None leaves it where it is."""
     if device is None:
@@ -156,5 +170,5 @@ def place(obj, device):
     return obj
 
 
-__all__ = ["RECORD", "NAMED_DRAFTERS", "read_record", "zoo_name", "model_dir", "load_target", "load_drafter",
+__all__ = ["RECORD", "NAMED_DRAFTERS", "as_dtype", "read_record", "zoo_name", "model_dir", "load_target", "load_drafter",
            "zoo_diffusion_lm", "place"]

@@ -18,8 +18,10 @@ would work. ``method`` is the pipeline's default; ``generate(method=...)`` switc
 
 from __future__ import annotations
 
+import torch
+
 from .frontend import ImageOutput, TextOutput
-from .loading import load_target
+from .loading import as_dtype, load_target
 from .registry import OPTIONS
 from .routes.image import ImagePipeline, JanusPipeline, image_pipeline, janus_pipeline
 from .routes.text import TextPipeline, text_drafter
@@ -27,7 +29,7 @@ from .routes.vlm import VLMPipeline, vlm_drafter
 
 
 def pipeline(target, drafter=None, method: str | None = None, *, tokenizer=None, processor=None, device_map=None,
-             drafter_device=None, home=None, trust_remote_code: bool = False, **options):
+             device=None, dtype=None, drafter_device=None, home=None, trust_remote_code: bool = False, **options):
     """Inspect ``target`` and build the generator of its route (see the module docstring).
 
     ``target``: a model, ``zoo:<name>`` or a checkpoint directory (loaded with ``device_map``, e.g. ``"auto"``).
@@ -35,10 +37,21 @@ def pipeline(target, drafter=None, method: str | None = None, *, tokenizer=None,
     directory, ``"prompt-lookup"``, or for the zoo image target ``"ar"`` / ``"feature"`` / ``"sar"``; placed on
     ``drafter_device`` when given. ``options`` are the route's own settings (``mmspec.registry.OPTIONS``:
     num_tokens, tree, cfg_scale, ...). ``trust_remote_code``: a drafter directory that ships its own modeling code
-    (LLaDA, Dream) may run it.
+    (LLaDA, Dream) may run it. ``device`` / ``dtype`` (e.g. ``"cuda"``, ``"bfloat16"``): where and in what
+    precision the target runs (a given model is moved in place); the drafter follows to ``device`` unless
+    ``drafter_device`` says otherwise, and drafters that read the target's features take its dtype.
     """
+    if device is not None and device_map is not None:
+        raise ValueError("give device= (one device) or device_map= (e.g. 'auto', sharded loading), not both")
     t = load_target(target, tokenizer or processor, device_map, home)
     route = t.route
+    dtype = as_dtype(dtype)
+    if route in ("image", "janus") and dtype not in (None, torch.float32):
+        raise ValueError(f"{route} targets run in float32 here (their VQ decoders and guidance are checked in "
+                         f"float32); got dtype={dtype}")
+    if route in ("text", "vlm") and (device is not None or dtype is not None):
+        t.model.to(device=device, dtype=dtype)
+    drafter_device = drafter_device if drafter_device is not None else device
     if route == "text":
         def build(m):
             return text_drafter(t, drafter, m, home, drafter_device, trust_remote_code, **options)

@@ -22,7 +22,8 @@ import time
 import torch
 
 from .arguments import reject_unknown
-from .frontend import TextOutput, call_generator, engine_eos, eos_token_id, hf_sampling_rng
+from .frontend import TextOutput, call_generator, engine_eos, generated_count, eos_token_id, hf_sampling_rng
+from .generator import check_streamer
 from .loading import load_drafter, load_target
 from .registry import VLM_METHODS, build_drafter, engine
 from .vision import forward_inputs
@@ -112,11 +113,14 @@ class VLMGenerator:
     def generate(self, images=None, prompts: list[str] | str = (), max_new_tokens: int = 64, do_sample: bool = False,
                  temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
                  generator: torch.Generator | None = None, seed: int | None = None, stop_at_eos: bool = True,
-                 method: str | None = None, **unknown) -> TextOutput:
+                 method: str | None = None, streamer=None, **unknown) -> TextOutput:
+        """``streamer``: HF's streamer protocol (``TextStreamer(gen.tokenizer, skip_prompt=True)``, ...), fed each
+        step's committed tokens as they are verified; one prompt per call."""
         reject_unknown(unknown, VLMGenerator.generate, "VLMGenerator.generate")
         spec = self._engine_for(method)
         inputs = self.prepare(images, prompts)
         ids, mask = inputs.pop("input_ids"), inputs.pop("attention_mask")
+        check_streamer(streamer, ids)
         eos = eos_token_id(stop_at_eos, self.tokenizer, self.target)
         rng = call_generator(generator, seed, self.target.device)
         t0 = time.perf_counter()
@@ -126,18 +130,20 @@ class VLMGenerator:
             with hf_sampling_rng(rng):
                 seqs = self.target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
                                             eos_token_id=eos, pad_token_id=self.tokenizer.pad_token_id, **sampling,
-                                            **inputs)
+                                            streamer=streamer, **inputs)
             stats = None
         else:
             out = spec.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=do_sample,
                                 temperature=temperature, top_k=top_k, top_p=top_p, generator=rng,
-                                eos_token_id=engine_eos(eos), pad_token_id=self.tokenizer.pad_token_id, **inputs)
+                                eos_token_id=engine_eos(eos), pad_token_id=self.tokenizer.pad_token_id,
+                                streamer=streamer, **inputs)
             seqs, stats = out.sequences, out.stats
         seconds = time.perf_counter() - t0
         texts = self.tokenizer.batch_decode(seqs[:, ids.shape[1]:], skip_special_tokens=True)
         config = dict(method=method or self.method, max_new_tokens=max_new_tokens, do_sample=do_sample,
                       temperature=temperature, top_k=top_k, top_p=top_p, stop_at_eos=stop_at_eos, seed=seed)
-        return TextOutput([t.strip() for t in texts], seqs, stats, seconds, config)
+        count = stats.new_tokens if stats is not None else generated_count(seqs[:, ids.shape[1]:], eos)
+        return TextOutput([t.strip() for t in texts], seqs, stats, seconds, config, count)
 
 
 __all__ = ["VLMGenerator"]

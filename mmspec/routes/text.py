@@ -8,7 +8,8 @@ import time
 import torch
 
 from ..arguments import reject_unknown
-from ..frontend import TextOutput, call_generator, engine_eos, eos_token_id, hf_sampling_rng
+from ..frontend import TextOutput, call_generator, engine_eos, generated_count, eos_token_id, hf_sampling_rng
+from ..generator import check_streamer
 from ..loading import load_drafter
 from ..registry import (CAUSAL_METHODS, DIFFUSION_METHODS, NO_MODEL_METHODS, TEXT_METHODS, build_drafter,
                         causal_method, check_feature, check_vocab, drafter_kind, engine, take_options, wrong_method,
@@ -133,8 +134,10 @@ class TextPipeline:
     def generate(self, prompts=None, *, input_ids=None, attention_mask=None, max_new_tokens: int = 64,
                  do_sample: bool = False, temperature: float = 1.0, top_k: int | None = None,
                  top_p: float | None = None, generator: torch.Generator | None = None, seed: int | None = None,
-                 stop_at_eos: bool = True, method: str | None = None, images=None, pixel_values=None,
-                 class_ids=None, **unknown) -> TextOutput:
+                 stop_at_eos: bool = True, method: str | None = None, streamer=None, images=None,
+                 pixel_values=None, class_ids=None, **unknown) -> TextOutput:
+        """``streamer``: HF's streamer protocol (e.g. ``TextIteratorStreamer(pipe.tokenizer, skip_prompt=True)``),
+        fed each step's committed tokens as they are verified; one prompt per call."""
         reject_unknown(unknown, type(self).generate, "the text pipeline's generate")
         if images is not None or pixel_values is not None:
             raise ValueError(f"images given, but {self.target.name} ({type(self.model).__name__}) is a text-only "
@@ -143,6 +146,7 @@ class TextPipeline:
             raise ValueError("class ids are inputs of class-conditional image targets, not of a text target")
         method, spec = self._engine_for(method)
         ids, mask = self._inputs(prompts, input_ids, attention_mask)
+        check_streamer(streamer, ids)
         dev = self.model.device
         ids, mask = ids.to(dev), (torch.ones_like(ids) if mask is None else mask.to(dev))
         eos = eos_token_id(stop_at_eos, self.tokenizer, self.model)
@@ -154,12 +158,12 @@ class TextPipeline:
                 dict(do_sample=False)
             with hf_sampling_rng(rng):
                 seqs = self.model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, eos_token_id=eos,
-                                           pad_token_id=pad if pad is not None else 0, **kw)
+                                           pad_token_id=pad if pad is not None else 0, streamer=streamer, **kw)
             stats = None
         else:
             out = spec.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=do_sample,
                                 temperature=temperature, top_k=top_k, top_p=top_p, eos_token_id=engine_eos(eos),
-                                pad_token_id=pad, generator=rng)
+                                pad_token_id=pad, generator=rng, streamer=streamer)
             seqs, stats = out.sequences, out.stats
         seconds = time.perf_counter() - t0
         texts = None
@@ -167,7 +171,8 @@ class TextPipeline:
             texts = self.tokenizer.batch_decode(seqs[:, ids.shape[1]:], skip_special_tokens=True)
         config = dict(method=method, max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature,
                       top_k=top_k, top_p=top_p, stop_at_eos=stop_at_eos, seed=seed)
-        return TextOutput(texts, seqs, stats, seconds, config)
+        count = stats.new_tokens if stats is not None else generated_count(seqs[:, ids.shape[1]:], eos)
+        return TextOutput(texts, seqs, stats, seconds, config, count)
 
     def _pad_id(self):
         tok = self.tokenizer
