@@ -30,4 +30,34 @@ def synchronize(device=None) -> None:
         torch.cuda.synchronize(device)
 
 
-__all__ = ["timed", "synchronize"]
+class TokenClock:
+    """A streamer (HF's ``put`` / ``end`` protocol) that only notes when tokens arrive: the first ``put`` is the
+    prompt, each later one a step's committed tokens. Its ``put`` gets tensors already copied to the host, so the
+    arrival times include the device's work. One call per clock."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.arrivals: list[tuple[float, int]] = []  # (seconds since start, tokens in this put), prompt excluded
+        self._prompt_seen = False
+
+    def put(self, value) -> None:
+        now = time.perf_counter() - self.start
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        self.arrivals.append((now, int(value.numel())))
+
+    def end(self) -> None:
+        pass
+
+    def latency(self) -> tuple[float | None, float | None]:
+        """(time to first token, time per output token after it) in seconds; None where undefined (no token; a
+        single token has no TPOT)."""
+        if not self.arrivals:
+            return None, None
+        first, last = self.arrivals[0][0], self.arrivals[-1][0]
+        later = sum(n for _, n in self.arrivals) - 1  # tokens after the first one
+        return first, (last - first) / later if later > 0 else None
+
+
+__all__ = ["timed", "synchronize", "TokenClock"]

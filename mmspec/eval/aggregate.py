@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
+
 from .cost_model import cost_model
 
 
@@ -47,8 +49,47 @@ def summarise(records: list[dict], base: str) -> list[dict]:
             "draft_share": draft / (draft + verify) if draft + verify > 0 else None,
             "accept_hist": {int(k): v for k, v in sorted(hist.items())},
             "slot_acceptance": slot_acceptance(hist),
+            **latency_percentiles(recs),
+            "specbench_speedup": specbench_speedup(records, m, base),
         })
     return rows
+
+
+def latency_percentiles(recs: list[dict]) -> dict:
+    """p50 / p95 over prompts of time to first token and time per output token (seconds; None when the records
+    carry no latency, e.g. image runs)."""
+    out = {}
+    for name in ("ttft", "tpot"):
+        values = [r[name] for r in recs if r.get(name) is not None]
+        for q in (50, 95):
+            out[f"{name}_p{q}"] = float(np.percentile(values, q)) if values else None
+    return out
+
+
+def specbench_speedup(records: list[dict], method: str, base: str) -> float | None:
+    """The speedup Spec-Bench's ``evaluation/speed.py`` computes from the answer files: the mean over questions of
+    the method's tokens/s (Σ new tokens / Σ wall time over a question's turns) over the mean of the baseline's,
+    whose tokens are counted from its answer text (EOS left out). A mean of per-question rates, so it differs a
+    little from ``speedup`` (a ratio of total times)."""
+    def rates(m: str, key: str) -> list[float]:
+        by_q: dict[str, list[float]] = {}
+        for r in records:
+            if r["method"] == m and r.get(key) is not None:
+                q = by_q.setdefault(question_id(r), [0.0, 0.0])
+                q[0] += r[key]
+                q[1] += r["seconds"]
+        return [tok / sec for tok, sec in by_q.values() if sec > 0]
+
+    mine, theirs = rates(method, "new_tokens"), rates(base, "text_tokens")
+    if not mine or not theirs:
+        return None
+    return float(np.mean(mine) / np.mean(theirs))
+
+
+def question_id(record: dict) -> str:
+    """The question a record answers: chat items are turns ``<question>-<turn>``, other items questions."""
+    item = str(record.get("id", record["item"]))
+    return item.rsplit("-", 1)[0] if record.get("suite") == "chat" else item
 
 
 def slot_acceptance(hist: Counter | dict) -> list[float]:
@@ -87,4 +128,4 @@ def summarise_suite(records: list[dict], base: str) -> dict:
             "shards": {str(k): v for k, v in by_shard(records, base).items()}}
 
 
-__all__ = ["slot_acceptance", "summarise", "by_category", "by_shard", "merge_shards", "summarise_suite"]
+__all__ = ["latency_percentiles", "specbench_speedup", "question_id", "slot_acceptance", "summarise", "by_category", "by_shard", "merge_shards", "summarise_suite"]

@@ -22,7 +22,7 @@ from ..generator import SpeculativeGenerator
 from ..loading import load_target
 from ..registry import CAUSAL_METHODS, CHAIN_CONFIDENCE, build_drafter, draft_length
 from ..tiny import ARCHITECTURES, tiny_model
-from ..timing import synchronize
+from ..timing import TokenClock, synchronize
 from .cost_model import cost_table, cost_model
 from .load import load_average, load_check
 
@@ -86,7 +86,7 @@ def split_prompt(prompt) -> tuple[torch.Tensor, dict]:
     return prompt, {}
 
 
-def _hf_generate(target, prompt, max_new_tokens, eos_token_id=None, **kw):
+def _hf_generate(target, prompt, max_new_tokens, eos_token_id=None, streamer=None, **kw):
     """HF generate for exactly ``max_new_tokens`` (EOS disabled unless ``eos_token_id`` is given, as for
     the mmspec runs). Everything goes in as generate() arguments: a None set through
     ``GenerationConfig.update`` is refilled from the model's defaults, and a run that stops at EOS
@@ -94,27 +94,29 @@ def _hf_generate(target, prompt, max_new_tokens, eos_token_id=None, **kw):
     ids, inputs = split_prompt(prompt)
     kw.setdefault("do_sample", False)
     return target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                           eos_token_id=eos_token_id, **kw, **inputs)
+                           eos_token_id=eos_token_id, streamer=streamer, **kw, **inputs)
 
 
 def build_runner(method: str, target, draft, num_tokens: int, max_new_tokens: int, sampling: dict,
                  drafter_factory=None, eos_token_id: int | None = None):
-    """A callable prompt -> (sequence, stats or None) for one method (``drafter_factory`` builds the
-    drafter of a method that is not one of the built-ins)."""
+    """A callable ``(prompt, streamer=None) -> (sequence, stats or None)`` for one method (``drafter_factory``
+    builds the drafter of a method that is not one of the built-ins)."""
     pad = target.generation_config.pad_token_id
     hf_kw = dict(pad_token_id=pad if pad is not None else 0, eos_token_id=eos_token_id)
     if sampling.get("do_sample"):
         hf_kw.update(do_sample=True, temperature=sampling["temperature"], top_k=None, top_p=None)
     if method == "plain":
-        return lambda ids: (_hf_generate(target, ids, max_new_tokens, **hf_kw), None)
+        return lambda ids, streamer=None: (_hf_generate(target, ids, max_new_tokens, streamer=streamer, **hf_kw),
+                                           None)
     if method == "hf-assisted":
         if draft is None:
             return None
-        return lambda ids: (_hf_generate(target, ids, max_new_tokens, assistant_model=draft, **hf_kw), None)
+        return lambda ids, streamer=None: (_hf_generate(target, ids, max_new_tokens, assistant_model=draft,
+                                                        streamer=streamer, **hf_kw), None)
     if method == "hf-prompt-lookup":
         k = draft_length("prompt-lookup", num_tokens)
-        return lambda ids: (_hf_generate(target, ids, max_new_tokens, prompt_lookup_num_tokens=k,
-                                         **hf_kw), None)
+        return lambda ids, streamer=None: (_hf_generate(target, ids, max_new_tokens, prompt_lookup_num_tokens=k,
+                                                        streamer=streamer, **hf_kw), None)
     if drafter_factory is not None:
         return _speculative_runner(target, drafter_factory(), max_new_tokens, sampling, eos_token_id)
     if method in CAUSAL_METHODS and draft is None:
@@ -128,26 +130,28 @@ def _speculative_runner(target, drafter, max_new_tokens: int, sampling: dict, eo
     gen_kw = dict(do_sample=bool(sampling.get("do_sample")), temperature=sampling.get("temperature", 1.0))
     seed = int(sampling.get("seed", 0))
 
-    def run(prompt):
+    def run(prompt, streamer=None):
         ids, inputs = split_prompt(prompt)
         g = torch.Generator().manual_seed(seed)
         out = gen.generate(ids, max_new_tokens=max_new_tokens, eos_token_id=[] if eos_token_id is None else eos_token_id,
-                           generator=g, **gen_kw, **inputs)
+                           generator=g, streamer=streamer, **gen_kw, **inputs)
         return out.sequences, out.stats
 
     return run
 
 
 def time_methods(runners: dict, prompts: list, repeats: int = 1, warmup: int = 1, seed: int = 0,
-                 progress: bool = True, desc: str = "bench") -> dict:
+                 progress: bool = True, desc: str = "bench", clock: bool = False) -> dict:
     """Run ``runners`` (method -> callable prompt -> (output, stats or None)) over the prompts: ``warmup`` calls
     each first, then ``repeats`` rounds in which every prompt runs through all methods back to back, so a slow
     spell of a shared machine hits the methods of a prompt alike instead of one method's whole block. Returns
     per method ``times`` ([round][prompt] seconds), ``outputs`` and ``stats`` (first round). Every call draws
-    from ``seed`` afresh: HF sampling from torch's global RNG, seeded for the call and restored after it."""
+    from ``seed`` afresh: HF sampling from torch's global RNG, seeded for the call and restored after it.
+    ``clock``: runners take ``streamer=``; each timed call streams into a :class:`~mmspec.timing.TokenClock`
+    and ``latency`` ([round][prompt] (TTFT, TPOT)) is returned too — every method alike, HF's included."""
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
-    runs = {m: {"times": [], "outputs": [], "stats": []} for m in runners}
+    runs = {m: {"times": [], "outputs": [], "stats": [], "latency": []} for m in runners}
     rng = torch.Generator().manual_seed(seed)
     total = len(runners) * (warmup + repeats * len(prompts))
     with torch.inference_mode(), tqdm(total=total, desc=desc, disable=not progress) as bar:
@@ -159,13 +163,20 @@ def time_methods(runners: dict, prompts: list, repeats: int = 1, warmup: int = 1
         for round_ in range(repeats):
             for run in runs.values():
                 run["times"].append([])
+                run["latency"].append([])
             for prompt in prompts:
                 for method, runner in runners.items():
                     with hf_sampling_rng(rng):
                         t0 = time.perf_counter()
-                        out, stats = runner(prompt)
+                        if clock:
+                            tick = TokenClock()
+                            out, stats = runner(prompt, streamer=tick)
+                        else:
+                            out, stats = runner(prompt)
                         synchronize()  # on a GPU, the method's queued kernels are part of its time
                         runs[method]["times"][-1].append(time.perf_counter() - t0)
+                        if clock:
+                            runs[method]["latency"][-1].append(tick.latency())
                     if round_ == 0:
                         runs[method]["outputs"].append(out)
                         runs[method]["stats"].append(stats)
@@ -173,11 +184,19 @@ def time_methods(runners: dict, prompts: list, repeats: int = 1, warmup: int = 1
     return runs
 
 
-def prompt_record(seconds: float, new_tokens: int, stats, exact: bool | None) -> dict:
-    """One method on one prompt: what reports aggregate (sums merge across prompts, categories and shards)."""
+def prompt_record(seconds: float, new_tokens: int, stats, exact: bool | None, latency=None,
+                  new_ids: list[int] | None = None) -> dict:
+    """One method on one prompt: what reports aggregate (sums merge across prompts, categories and shards).
+    ``latency``: the rounds' (TTFT, TPOT) pairs, kept as their medians; ``new_ids``: the generated ids (first
+    round), for answer files."""
     rec = {"seconds": seconds, "new_tokens": int(new_tokens), "exact": exact, "target_forwards": None,
            "row_forwards": None, "accept_lengths": [], "draft_time": None, "verify_time": None,
-           "prefill_time": None}
+           "prefill_time": None, "ttft": None, "tpot": None}
+    for j, name in enumerate(("ttft", "tpot")):
+        values = [pair[j] for pair in latency or () if pair[j] is not None]
+        rec[name] = statistics.median(values) if values else None
+    if new_ids is not None:
+        rec["new_ids"] = [int(t) for t in new_ids]
     if stats is not None:
         rec.update(target_forwards=stats.target_forwards, row_forwards=stats.row_forwards,
                    accept_lengths=[n for row in stats.accept_lengths for n in row],
@@ -230,7 +249,7 @@ def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str]
     # each method's time is the median over rounds of its time for the whole prompt set (bench) or, per prompt,
     # the median over rounds (per-prompt records)
     load_start = load_average()
-    runs = time_methods(runners, prompts, repeats, warmup, seed, progress, desc)
+    runs = time_methods(runners, prompts, repeats, warmup, seed, progress, desc, clock=True)
     load = load_check(load_start, [sum(t) for t in runs["plain"]["times"]])
     results: dict[str, MethodResult] = {}
     records: dict[str, list[dict]] = {}
@@ -241,7 +260,12 @@ def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str]
         for i, (seq, stats, p) in enumerate(zip(run["outputs"], run["stats"], prompts)):
             produced = seq.shape[1] - split_prompt(p)[0].shape[1]
             same = None if do_sample else bool(seq.shape == plain_out[i].shape and torch.equal(seq, plain_out[i]))
-            records[method].append(prompt_record(statistics.median(t[i] for t in run["times"]), produced, stats, same))
+            new_ids = seq[0, seq.shape[1] - produced:]
+            rec = prompt_record(statistics.median(t[i] for t in run["times"]), produced, stats, same,
+                                [lat[i] for lat in run["latency"]], new_ids)
+            # what the answer's text holds (Spec-Bench counts the baseline's tokens from its text: EOS left out)
+            rec["text_tokens"] = produced - (int((new_ids == eos_token_id).sum()) if eos_token_id is not None else 0)
+            records[method].append(rec)
             if stats is not None:
                 new += stats.new_tokens
                 rows += stats.row_forwards

@@ -43,6 +43,38 @@ def slot_table(summary: list[dict], slots: int = 8) -> list[str]:
     return lines + [""]
 
 
+def latency_table(summary: list[dict]) -> list[str]:
+    """Time to first token and per output token (p50 / p95 over prompts, every method streamed alike) and the
+    speedup Spec-Bench's speed.py computes from the answer files (a mean of per-question rates)."""
+    rows = [r for r in summary if r.get("ttft_p50") is not None]
+    if not rows:
+        return []
+    ms = lambda x: _f(None if x is None else 1000 * x, ".1f")  # noqa: E731
+    lines = ["Latency (ms; p50 / p95 over prompts) and Spec-Bench's speedup arithmetic:", "",
+             "| method | TTFT p50 | TTFT p95 | TPOT p50 | TPOT p95 | Spec-Bench speedup |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['method']} | {ms(r['ttft_p50'])} | {ms(r['ttft_p95'])} | {ms(r['tpot_p50'])} | "
+                     f"{ms(r['tpot_p95'])} | {_f(r.get('specbench_speedup'), '.2f')}× |")
+    return lines + [""]
+
+
+def hist_table(summary: list[dict], longest: int = 8) -> list[str]:
+    """Share of verification steps that emitted n tokens (n - 1 drafts accepted), per method that drafts."""
+    rows = [r for r in summary if sum((r.get("accept_hist") or {}).values()) and len(r["accept_hist"]) > 1]
+    if not rows:
+        return []
+    heads = [str(n) for n in range(1, longest)] + [f"{longest}+"]
+    lines = ["Tokens emitted per verification step (share of steps):", "",
+             "| method | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
+    for r in rows:
+        hist = {int(k): v for k, v in r["accept_hist"].items()}
+        steps = sum(hist.values())
+        cells = [hist.get(n, 0) / steps for n in range(1, longest)]
+        cells.append(sum(v for n, v in hist.items() if n >= longest) / steps)
+        lines.append(f"| {r['method']} | " + " | ".join(_pct(c) for c in cells) + " |")
+    return lines + [""]
+
+
 def category_table(categories: dict[str, list[dict]], summary: list[dict], key: str, fmt: str, unit: str = "") -> list[str]:
     """Spec-Bench layout: one row per method, one column per category, then the overall figure."""
     cats = list(categories)
@@ -123,6 +155,12 @@ def to_markdown(results: dict) -> str:
         if s.get("cost_model"):
             lines += [*cost_table(s["cost_model"], s["base"]), ""]
         lines += slot_table(s["summary"])
+        lines += hist_table(s["summary"])
+        lines += latency_table(s["summary"])
+        if s.get("spec_bench"):
+            lines += ["Spec-Bench answer files (one per method; `speed.py` / `equal.py` run on them unchanged, see "
+                      "spec_bench/README.md): " + ", ".join(f"[{m}]({f})" for m, f in s["spec_bench"]["files"].items()),
+                      ""]
         if s.get("skipped"):
             lines += [f"Skipped {len(s['skipped'])} item(s), not counted above: "
                       + "; ".join(f"{r['id']} ({r['skipped']})" for r in s["skipped"]) + ".", ""]
@@ -158,4 +196,4 @@ def write_outputs(results: dict, out: Path) -> tuple[Path, Path]:
     return js, md
 
 
-__all__ = ["to_markdown", "write_outputs", "method_table", "category_table", "headline"]
+__all__ = ["to_markdown", "write_outputs", "method_table", "latency_table", "hist_table", "category_table", "headline"]

@@ -24,6 +24,8 @@ from .load import load_average, load_check
 from .plots import plot_accept_hist, plot_speed_quality, plot_speedup
 from .report import headline, write_outputs
 from .run_dir import RunDirectory
+from .spec_bench import SUITES as SPEC_BENCH_SUITES
+from .spec_bench import write_answer_files
 from .suites import build_suite
 
 
@@ -89,6 +91,11 @@ def _run_suites(cfg: EvalConfig, suites: list, procs: Processes, out: Path, t_st
         entry = {"target": suite.target, "notes": suite.notes, "base": suite.base, "methods": suite.methods,
                  "lossless": [m for m in suite.methods if m != suite.base and not m.startswith("lantern")],
                  **summarise_suite(merged, suite.base), "records": merged, "skipped": skipped}
+        if suite.name in SPEC_BENCH_SUITES and suite.tokenizer is not None:
+            entry["spec_bench"] = write_answer_files(out / "spec_bench", suite.name, merged, suite.tokenizer,
+                                                     suite.target.split(",")[0], suite.methods, suite.base)
+        for r in merged:  # the answers' ids live in the answer files, not in results.json
+            r.pop("new_ids", None)
         if suite.name == "image" and cfg.image_quality:
             entry.update(image_quality(cfg, suite, out))
         entry["wall_seconds"] = time.perf_counter() - t0

@@ -48,6 +48,7 @@ class Suite:
     notes: str = ""
     runner: Callable | None = None  # (indices, desc) -> records
     table: dict = field(default_factory=dict)  # image: slug -> (image suite name, method, settings)
+    tokenizer: object = None  # text suites: decodes the answers written as Spec-Bench files
 
     def run(self, indices: list[int], rank: int = 0) -> list[dict]:
         desc = f"{self.name}" + (f" [rank {rank}]" if rank else "")
@@ -222,7 +223,7 @@ def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:
     notes = (f"{source}; {'up to ' if stop else ''}{cfg.max_new_tokens} new tokens"
              + (", multi-turn questions continue from the target's greedy answers" if suite == "chat" else ""))
     return Suite(suite, spec + (f", drafter {cfg.drafter}" if cfg.drafter else ""), "plain", available,
-                 ["plain"] + [m for m in methods if m != "plain"], items, notes, run)
+                 ["plain"] + [m for m in methods if m != "plain"], items, notes, run, tokenizer=tok)
 
 
 # ---------------------------------------------------------------------------------------------------- vlm

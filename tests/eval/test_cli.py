@@ -246,3 +246,67 @@ def test_image_quality_joins_the_image_suite(tmp_path):
     assert suite["quality_by_method"]["lantern-chain"]["max_moved_mass"] <= 0.1 + 1e-6
     assert (out / "image_speed_quality.png").exists() and (out / "image" / "image_bench.json").exists()
     assert "Fréchet distance" in (out / "report.md").read_text()
+
+
+def _read_answers(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _speed_py(file: Path, base_file: Path, tokenizer) -> tuple[float, list[int]]:
+    """Spec-Bench's evaluation/speed.py arithmetic (task 'overall'): the mean over questions of the method's
+    Σ new_tokens / Σ wall_time, over the mean of the baseline's, whose tokens are counted from its answer text
+    as len(tokenizer(text).input_ids) - 1; mean accepted tokens over every step of every answer."""
+    speeds, accepts = [], []
+    for d in _read_answers(file):
+        c = d["choices"][0]
+        speeds.append(sum(c["new_tokens"]) / sum(c["wall_time"]))
+        accepts.extend(c["accept_lengths"])
+    base = []
+    for d in _read_answers(base_file):
+        c = d["choices"][0]
+        tokens = sum(len(tokenizer(t).input_ids) - 1 for t in c["turns"])
+        base.append(tokens / sum(c["wall_time"]))
+    return (sum(speeds) / len(speeds)) / (sum(base) / len(base)), accepts
+
+
+def test_spec_bench_answer_files(run):
+    """One answer file per method that Spec-Bench's speed.py reads to the report's figures (speedup within 1%,
+    mean accepted tokens = τ) and whose greedy turns equal the baseline's (equal.py)."""
+    from transformers import AutoTokenizer
+
+    out, results = run
+    assert "vlm" not in {p.name for p in (out / "spec_bench").iterdir()}  # Spec-Bench's files are text answers
+    tokenizer = AutoTokenizer.from_pretrained(out / "spec_bench" / "tokenizer")
+    for name in ("code", "chat"):
+        suite = results["suites"][name]
+        assert set(suite["spec_bench"]["files"]) == set(suite["methods"])
+        plain = _read_answers(out / "spec_bench" / name / "plain.jsonl")
+        questions = {q["question_id"] for q in QUESTIONS} if name == "chat" else None
+        for row in suite["summary"]:
+            path = out / "spec_bench" / name / f"{row['method']}.jsonl"
+            answers = _read_answers(path)
+            for d in answers:
+                assert set(d) == {"question_id", "category", "answer_id", "model_id", "choices", "tstamp"}
+                c = d["choices"][0]
+                n = len(c["turns"])
+                assert all(len(c[k]) == n for k in ("decoding_steps", "new_tokens", "wall_time"))
+                assert all(isinstance(t, str) for t in c["turns"]) and all(w > 0 for w in c["wall_time"])
+            if questions is not None:
+                assert {str(q) for q in questions} == {d["question_id"] for d in answers}
+                assert [len(d["choices"][0]["turns"]) for d in answers] == [2, 1]  # turns grouped per question
+            assert [d["choices"][0]["turns"] for d in answers] == [d["choices"][0]["turns"] for d in plain]
+            speedup, accepts = _speed_py(path, out / "spec_bench" / name / "plain.jsonl", tokenizer)
+            assert speedup == pytest.approx(row["specbench_speedup"], rel=0.01), (name, row["method"])
+            assert sum(accepts) / len(accepts) == pytest.approx(row["tau"])
+
+
+def test_latency_percentiles(run):
+    _, results = run
+    for name in ("code", "chat", "vlm"):
+        suite = results["suites"][name]
+        for r in suite["records"]:
+            assert 0 < r["ttft"] <= r["seconds"] and (r["tpot"] is None or 0 < r["tpot"] < r["seconds"])
+        for row in suite["summary"]:
+            assert 0 < row["ttft_p50"] <= row["ttft_p95"] and 0 < row["tpot_p50"] <= row["tpot_p95"]
+    assert "| method | TTFT p50 | TTFT p95 | TPOT p50 | TPOT p95 | Spec-Bench speedup |" in (
+        run[0] / "report.md").read_text()
