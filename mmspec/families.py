@@ -76,12 +76,13 @@ def model_position_ids(positions: torch.LongTensor, shift: PositionShift | None)
 # ---------------------------------------------------------------------------------------------- prefix masks
 def bidirectional_blocks(model, prefill_inputs: dict, valid: torch.BoolTensor) -> torch.BoolTensor | None:
     """``[B, P, P]``: pairs of prompt tokens that see each other although the later one comes second
-    (the model's own prefix mask beyond causal), or None without ``token_type_ids``. Other families that
-    take them are refused: mmspec's 4-D mask would silently replace theirs."""
+    (the model's own prefix mask beyond causal), or None without ``token_type_ids`` (PaliGemma without them: what
+    transformers does then, see :func:`_paligemma_untyped_prompt`). Other families that take them are refused:
+    mmspec's 4-D mask would silently replace theirs."""
     token_type_ids = prefill_inputs.get("token_type_ids")
-    if token_type_ids is None:
-        return None
     model_type = getattr(model.config, "model_type", "")
+    if token_type_ids is None:
+        return _paligemma_untyped_prompt(model, valid) if model_type == "paligemma" else None
     tt = token_type_ids.to(valid.device)
     if model_type == "paligemma":
         # PaliGemma: the prefix (image + prompt, token type 0) attends bidirectionally; the suffix (type 1)
@@ -96,6 +97,35 @@ def bidirectional_blocks(model, prefill_inputs: dict, valid: torch.BoolTensor) -
         return (block[:, :, None] == block[:, None, :]) & image[:, :, None] & image[:, None, :]
     raise ValueError(f"token_type_ids given to a {model_type or type(model).__name__} target: mmspec rebuilds the "
                      "prompt masks they describe only for PaliGemma and Gemma3 (its own mask replaces the model's)")
+
+
+def _paligemma_untyped_prompt(model, valid: torch.BoolTensor) -> torch.BoolTensor | None:
+    """The prompt mask HF (5.x) gives PaliGemma called without ``token_type_ids``, beyond causal.
+
+    Its forward then adds no prefix block and asks ``create_causal_mask`` for a plain causal mask; but PaliGemma's
+    language model is built with ``use_bidirectional_attention=True`` (the config's default), so its attention
+    modules are not causal themselves (``is_causal=False``). Under SDPA (or ``"mmspec_tree"``, which falls back to
+    it), a prefill whose batch has no padding gets no mask at all (``_ignore_causal_mask_sdpa``), and SDPA then
+    attends bidirectionally over the whole prompt: the same as ``token_type_ids`` of 0 everywhere. With any padded
+    row (the decision is for the whole batch), or eager / flex attention, the mask is materialised and causal.
+    Sliding-window layers (PaliGemma 2) skip their mask only while the prompt is shorter than the window; a longer
+    prompt would leave them causal and the full layers bidirectional, which mmspec does not rebuild: refused."""
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    if not getattr(cfg, "use_bidirectional_attention", False):
+        return None  # causal attention modules: no mask means SDPA's causal path
+    impl = getattr(cfg, "_attn_implementation", None) or getattr(model.config, "_attn_implementation", None) or "sdpa"
+    if impl not in ("sdpa", "mmspec_tree") or not bool(valid.all()):
+        return None  # a materialised causal (+ padding) mask
+    window = getattr(cfg, "sliding_window", None)
+    sliding = "sliding_attention" in (getattr(cfg, "layer_types", None) or ["sliding_attention"])
+    if window is not None and sliding and valid.shape[1] >= window:
+        raise ValueError(
+            f"PaliGemma called without token_type_ids on an unpadded prompt of {valid.shape[1]} tokens, not shorter "
+            f"than its sliding window ({window}): transformers then attends bidirectionally over the whole prompt in "
+            "the full-attention layers but causally in the sliding-window ones, a mask mmspec does not rebuild. Pass "
+            "the processor's token_type_ids (0 on the image + prompt prefix, 1 on a suffix), which give PaliGemma's "
+            "prefix attention")
+    return valid[:, :, None] & valid[:, None, :]
 
 
 def add_prefix_blocks(mask, blocks: torch.BoolTensor | None, layout=None):
