@@ -15,6 +15,8 @@ from tqdm.auto import tqdm
 
 from . import zoo
 from .cli_errors import EXPECTED_ERRORS, error_line
+from .cli_generate import add_generate_parser
+from .cli_image import image_model_kind, janus_image, refuse_other_kind
 from .cli_train import cmd_train
 from .demo import run_demo
 from .eval import run_bench, write_report
@@ -96,15 +98,22 @@ def cmd_bench(args) -> int:
 
 
 def cmd_image(args) -> int:
-    """``mmspec image``: class-conditional pictures with plain AR, speculative decoding, LANTERN or LANTERN++.
-    ``stats.json`` records the settings the method applied (bounds resolved), not every flag given."""
+    """``mmspec image``: pictures with plain AR, speculative decoding, LANTERN or LANTERN++ — class-conditional with
+    the zoo's image model (the default ``--model``), or text-to-image with a Janus checkpoint (``--model DIR
+    --prompt TEXT``: :func:`mmspec.cli_image.janus_image`). ``stats.json`` records the settings the method
+    applied (bounds resolved), not every flag given."""
     if args.temperature < 0:
         raise ValueError(f"--temperature must be >= 0 (0: greedy), got {args.temperature}")
     if args.batch < 1:
         raise ValueError(f"--batch must be >= 1, got {args.batch}")
+    kind = image_model_kind(args.model)
+    refuse_other_kind(args, kind)  # --classes for Janus, --prompt for the zoo model: one clear error
+    if kind == "janus":
+        return janus_image(args)
+    args.method = args.method or "lantern++"
     kw = dict(cfg_scale=args.cfg_scale, temperature=args.temperature, lantern_k=args.lantern_k, delta=args.delta,
-              lam=args.lam, tree=args.tree, num_tokens=args.num_tokens)
-    gen = pipeline("zoo:image-target", method=args.method, drafter=args.drafter, **kw)  # checks the combination
+              lam=args.lam, tree=args.tree or "static", num_tokens=args.num_tokens)
+    gen = pipeline(args.model, method=args.method, drafter=args.drafter, **kw)  # checks the combination
     try:
         classes = [int(c) for c in args.classes.split(",")] if args.classes else list(range(gen.layout.num_classes))
     except ValueError:
@@ -216,6 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", default="runs/demo")
     demo.set_defaults(func=cmd_demo)
 
+    add_generate_parser(sub)
+
     bench = sub.add_parser("bench", help="methods side by side: tau, speedup vs plain and HF peers, exactness")
     bench.add_argument("--model", default="tiny:llama", help="zoo:<name> (e.g. zoo:code-target), "
                        "tiny:<llama|qwen2|mistral> or a local checkpoint dir")
@@ -252,10 +263,21 @@ def build_parser() -> argparse.ArgumentParser:
                        help="how the diffusion drafter reads the prefix")
     bench.set_defaults(func=cmd_bench)
 
-    img = sub.add_parser("image", help="class-conditional image generation (zoo image-target): ar, spec, lantern, "
-                         "lantern++")
-    img.add_argument("--method", choices=["ar", "spec", "lantern", "lantern++"], default="lantern++")
-    img.add_argument("--classes", default=None, help="comma list of class ids (-1: unconditional); default all")
+    img = sub.add_parser("image", help="image generation with ar, spec, lantern, lantern++: class-conditional "
+                         "(zoo image-target, the default) or text-to-image with a Janus checkpoint (--model DIR "
+                         "--prompt TEXT)")
+    img.add_argument("--model", default="zoo:image-target", help="zoo:image-target (class-conditional, --classes) or "
+                     "a Janus checkpoint directory (JanusForConditionalGeneration with its processor; text-to-image, "
+                     "--prompt / --prompts-file, one picture per prompt)")
+    img.add_argument("--method", choices=["ar", "spec", "lantern", "lantern++"], default=None,
+                     help="default lantern++; for a Janus model without --drafter, ar (the stock Janus generate)")
+    img.add_argument("--classes", default=None, help="zoo model only: comma list of class ids (-1: unconditional); "
+                     "default all")
+    img.add_argument("--prompt", action="append", default=None, help="Janus only: a text prompt (repeatable), one "
+                     "picture each")
+    img.add_argument("--prompts-file", default=None, help="Janus only: a text file, one prompt a line")
+    img.add_argument("--no-chat-template", action="store_true", help="Janus only: tokenize the prompts as they are, "
+                     "not as a user turn of the processor's chat template")
     img.add_argument("--cfg-scale", type=float, default=DEFAULT_CFG_SCALE)
     img.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0: greedy)")
     img.add_argument("--lantern-k", type=int, default=None, help="--method lantern / lantern++: latent neighbours "
@@ -264,14 +286,16 @@ def build_parser() -> argparse.ArgumentParser:
                      "one candidate, S_m <= δ (default 0.1; the output's own distance is reported as output TV)")
     img.add_argument("--lam", type=float, default=None, help="--method lantern++ only: multiplicative bound λ "
                      "on each candidate, p̃(x) <= λ·p(x) (default 10, chosen on the zoo: README, Image generation)")
-    img.add_argument("--tree", default="static", help="chain, static (the default tree: README, Image generation), "
+    img.add_argument("--tree", default=None, help="chain, static (the default tree: README, Image generation; for "
+                     "Janus the default is static for lantern++, else a chain of --num-tokens), "
                      "dynamic, or a shape's label as the image suite reports it: branching per depth (2x1x1x1x1x1) or "
                      "spine<depth>+<alternatives at the root> (spine7+1)")
     img.add_argument("--num-tokens", type=int, default=4, help="chain length")
     img.add_argument("--drafter", default=None, help="ar: the zoo's small AR drafter (run with CFG); feature: "
                      "image-eagle, a feature drafter on the guided target's features; sar: image-sar, the same "
                      "drafting 4 tokens per forward; or a directory written by `mmspec train image-drafter`. "
-                     "Default: feature when image-eagle is built, else ar")
+                     "Default: feature when image-eagle is built, else ar. For a Janus --model: a smaller Janus "
+                     "checkpoint directory sharing its codebook (needed by spec, lantern, lantern++)")
     img.add_argument("--seed", type=int, default=0)
     img.add_argument("--batch", type=int, default=12)
     img.add_argument("--out", default="runs/image")

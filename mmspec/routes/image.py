@@ -11,7 +11,7 @@ from ..arguments import reject_unknown
 from ..frontend import ImageOutput
 from ..image_codes import layout_of
 from ..image_gen import ImageGenerator
-from ..janus import JanusImageGenerator
+from ..janus import JanusImageGenerator, fill_boi_token_id, janus_prompt_ids
 from ..loading import load_drafter, load_target
 from ..registry import IMAGE_DRAFTERS, IMAGE_METHODS, check_vocab, drafter_kind, resolve_bound, take_options, \
     wrong_method
@@ -109,15 +109,27 @@ def image_pipeline(target: Target, drafter, method: str | None, home=None, devic
 
 
 class JanusPipeline:
-    """Janus text-to-image: prompt ids ending with ``<begin_of_image>`` in, codes and pictures out."""
+    """Janus text-to-image: text prompts (``prompts=``, through the checkpoint's processor and chat template:
+    :func:`~mmspec.janus.janus_prompt_ids`) or prompt ids ending with ``<begin_of_image>`` in, codes and
+    pictures out, one picture per prompt."""
     route = "janus"
 
-    def __init__(self, generator, method: str, **defaults):
-        self.generator, self.method, self.defaults = generator, method, defaults
+    def __init__(self, generator, method: str, processor=None, **defaults):
+        self.generator, self.method, self.processor, self.defaults = generator, method, processor, defaults
 
-    def generate(self, input_ids=None, attention_mask=None, *, class_ids=None, images=None, **kw) -> ImageOutput:
-        if class_ids is not None or images is not None or input_ids is None:
-            raise ValueError("a Janus target takes prompt ids (input_ids ending with <begin_of_image>)")
+    def encode(self, prompts, chat_template: bool = True):
+        """``(input_ids, attention_mask)`` of text prompts, left-padded, ending with ``<begin_of_image>``."""
+        return janus_prompt_ids(self.processor, prompts, self.generator.boi, chat_template)
+
+    def generate(self, input_ids=None, attention_mask=None, *, prompts=None, chat_template: bool = True,
+                 class_ids=None, images=None, **kw) -> ImageOutput:
+        if class_ids is not None or images is not None or (input_ids is None) == (prompts is None):
+            raise ValueError("a Janus target takes text prompts (prompts=) or prompt ids (input_ids ending with "
+                             "<begin_of_image>), one of them")
+        if prompts is not None:
+            input_ids, attention_mask = self.encode(prompts, chat_template)
+            if bool(attention_mask.all()):
+                attention_mask = None  # unpadded: what the stock generate (method 'ar') takes
         return self.generator.generate(input_ids, attention_mask, **{**self.defaults, "method": self.method, **kw})
 
     __call__ = generate
@@ -131,4 +143,5 @@ def janus_pipeline(target: Target, drafter, method: str | None, home=None, **opt
     draft = load_target(drafter, None, None, home).model if isinstance(drafter, (str, Path)) else drafter
     if draft is not None and drafter_kind(draft) != "janus":
         raise ValueError("a Janus target drafts with a smaller Janus model sharing its codebook")
-    return JanusPipeline(JanusImageGenerator(target.model, draft), method, **opts)
+    fill_boi_token_id(target.model, target.tokenizer)
+    return JanusPipeline(JanusImageGenerator(target.model, draft), method, target.tokenizer, **opts)

@@ -1,0 +1,145 @@
+"""``mmspec image`` with a real visual autoregressive checkpoint: Janus text-to-image (``--model DIR --prompt TEXT``)
+through :func:`mmspec.pipeline`'s Janus route, next to the zoo's class-conditional model (the default ``--model``).
+
+Which kind a ``--model`` is gets decided from its name or its ``config.json`` before anything is loaded, and the
+options of the other kind (``--classes`` for the zoo model; ``--prompt`` / ``--prompts-file`` /
+``--no-chat-template`` for Janus) are refused with a ValueError (one ``mmspec: error:`` line)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from tqdm.auto import tqdm
+
+from .loading import model_dir, zoo_name
+from .model_dirs import require_config
+from .pipeline import pipeline
+from .registry import check_image_method, resolve_bound
+from .zoo.image_data import image_grid, tensor_to_pil
+
+ZOO_IMAGE = "zoo:image-target"
+ZOO_DRAFTERS = ("ar", "feature", "sar")  # the zoo image model's own drafters, by name
+KINDS = {"zoo": "the zoo's class-conditional model",
+         "janus": "a Janus text-to-image checkpoint (JanusForConditionalGeneration)"}
+ONLY = {"zoo": (("classes", "--classes"),),  # options that apply to one kind only: (attribute, flag)
+        "janus": (("prompt", "--prompt"), ("prompts_file", "--prompts-file"),
+                  ("no_chat_template", "--no-chat-template"))}
+
+
+def image_model_kind(spec) -> str:
+    """``"zoo"`` for ``zoo:image-target``, ``"janus"`` for a Janus checkpoint directory; a ValueError otherwise."""
+    name = zoo_name(spec)
+    if name is not None:
+        if name != "image-target":
+            raise ValueError(f"--model {spec}: mmspec image generates with {ZOO_IMAGE} (class-conditional) or a "
+                             "Janus checkpoint directory (text-to-image)")
+        return "zoo"
+    path = require_config(model_dir(spec, "--model"), "--model")
+    mtype = json.loads((path / "config.json").read_text()).get("model_type")
+    if mtype == "janus":
+        return "janus"
+    raise ValueError(f"--model {spec} holds a {mtype or 'model of unknown type'} checkpoint: mmspec image runs Janus "
+                     f"checkpoints (text-to-image) and {ZOO_IMAGE} (class-conditional); a class-conditional visual "
+                     "AR checkpoint over VQ codes runs through mmspec.pipeline(DIR, vq=..., drafter=...)")
+
+
+def refuse_other_kind(args, kind: str) -> None:
+    """A ValueError naming the options given that belong to the other kind of model."""
+    for other, flags in ONLY.items():
+        given = [flag for attr, flag in flags if getattr(args, attr, None)]
+        if other != kind and given:
+            raise ValueError(f"{', '.join(given)} applies to {KINDS[other]}"
+                             + (f" ({ZOO_IMAGE})" if other == "zoo" else "") + f" only; --model {args.model} is "
+                             f"{KINDS[kind]}" + (" (it takes --prompt TEXT or --prompts-file FILE)"
+                                                 if kind == "janus" else " (it takes --classes)"))
+    if kind == "janus" and args.drafter in ZOO_DRAFTERS:
+        raise ValueError(f"--drafter {args.drafter} names a drafter of {ZOO_IMAGE}; a Janus model drafts with a "
+                         "smaller Janus checkpoint sharing its codebook: give its directory")
+
+
+def read_prompts(prompts: list[str] | None, prompts_file: str | None) -> list[str]:
+    """``--prompt`` values, then the non-empty lines of ``--prompts-file``; at least one."""
+    out = [p for p in (prompts or [])]
+    if prompts_file:
+        out += [line.strip() for line in Path(prompts_file).read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not out:
+        raise ValueError("a Janus checkpoint generates from text: give --prompt TEXT (repeatable) or --prompts-file "
+                         "FILE (one prompt a line)")
+    if not all(p.strip() for p in out):
+        raise ValueError("--prompt must not be empty")
+    return out
+
+
+def janus_image(args) -> int:
+    """``mmspec image --model DIR --prompt TEXT``: one picture per prompt with a Janus checkpoint; ``grid.png``,
+    ``picture_<i>.png``, ``codes.json`` and ``stats.json`` (the settings the method applied) under ``--out``."""
+    prompts = read_prompts(args.prompt, args.prompts_file)
+    method = args.method or ("lantern++" if args.drafter is not None else "ar")
+    check_image_method(method)
+    if method != "ar" and args.drafter is None:
+        raise ValueError(f"--method {method} on a Janus model needs --drafter DIR: a smaller Janus checkpoint sharing "
+                         "its codebook (or --method ar: the stock Janus generate)")
+    resolve_bound(method, args.delta, args.lam, args.lantern_k)  # a setting the method ignores: refused before loading
+    if method == "ar" and args.cfg_scale <= 1:
+        raise ValueError(f"--method ar runs the stock Janus generate, which needs --cfg-scale > 1, got "
+                         f"{args.cfg_scale}")
+    greedy = args.temperature == 0
+    chat = not args.no_chat_template
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    pipe = pipeline(args.model, drafter=args.drafter if method != "ar" else None, method=method,
+                    cfg_scale=args.cfg_scale, do_sample=not greedy, temperature=1.0 if greedy else args.temperature,
+                    lantern_k=args.lantern_k, delta=args.delta, lam=args.lam, tree=args.tree,
+                    num_tokens=args.num_tokens)
+    batches = [prompts[i: i + args.batch] for i in range(0, len(prompts), args.batch)]
+    if method == "ar":  # the stock generate ignores left padding: one token length per batch
+        for chunk in batches:
+            if not bool(pipe.encode(chunk, chat)[1].all()):
+                raise ValueError("--method ar runs the stock Janus generate, which ignores padding: the prompts of "
+                                 "one batch must have the same token length (use --batch 1)")
+    relaxed = method in ("lantern", "lantern++")
+    pictures, codes = [], []
+    stats = {"new_tokens": 0, "row_forwards": 0, "seconds": 0.0, "moved": [], "tv": [], "skipped": 0}
+    for i, chunk in enumerate(tqdm(batches, desc=f"mmspec image ({method}, Janus)")):
+        res = pipe.generate(prompts=chunk, chat_template=chat, seed=args.seed + i,
+                            **({"measure_output_tv": True} if relaxed else {}))
+        pictures.append(res.images)
+        codes += res.codes.tolist()
+        stats["seconds"] += res.seconds
+        if res.stats is not None:
+            stats["new_tokens"] += res.stats.new_tokens
+            stats["row_forwards"] += res.stats.row_forwards
+            stats["moved"] += res.stats.moved_mass
+            stats["tv"] += res.stats.output_tv
+            stats["skipped"] += res.stats.output_tv_skipped
+    images = torch.cat(pictures)
+    grid = out / "grid.png"
+    image_grid(images, nrow=min(len(prompts), 8), scale=3 if images.shape[-1] < 64 else 1).save(grid)
+    files = []
+    for i, img in enumerate(images):
+        files.append(str(out / f"picture_{i:03d}.png"))
+        tensor_to_pil(img).save(files[-1])
+    (out / "codes.json").write_text(json.dumps({"prompts": prompts, "codes": codes}))
+    applied = {k: v for k, v in res.config.items() if k != "seed"}
+    summary = {**applied, "model": str(args.model), **({"drafter_path": str(args.drafter)} if method != "ar" else {}),
+               "prompts": prompts, "chat_template": chat, "seed": args.seed, "batch": args.batch,
+               "images": len(prompts), "seconds": stats["seconds"],
+               "tau": stats["new_tokens"] / stats["row_forwards"] if stats["row_forwards"] else 1.0,
+               "grid": str(grid), "pictures": files, "codes": str(out / "codes.json")}
+    if relaxed:
+        tv = stats["tv"]
+        summary.update(max_moved_mass=max(stats["moved"]) if stats["moved"] else None,
+                       max_output_tv=max(tv) if tv else None, mean_output_tv=sum(tv) / len(tv) if tv else None,
+                       output_tv_measured=len(tv), output_tv_skipped=stats["skipped"])
+    (out / "stats.json").write_text(json.dumps(summary, indent=2))
+    Console().print(f"{len(prompts)} pictures (Janus, {method}) in {stats['seconds']:.2f}s, τ = {summary['tau']:.2f}"
+                    + (f", output TV per step (first token, exact) max {summary['max_output_tv']:.3f} mean "
+                       f"{summary['mean_output_tv']:.3f}" if relaxed and stats["tv"] else "")
+                    + f" → {grid}, {out / 'stats.json'}")
+    return 0
+
+
+__all__ = ["image_model_kind", "refuse_other_kind", "read_prompts", "janus_image"]
