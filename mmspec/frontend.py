@@ -57,11 +57,18 @@ def call_generator(generator: torch.Generator | None, seed: int | None, device) 
 
 
 @contextmanager
-def hf_sampling_rng(generator: torch.Generator):
+def hf_sampling_rng(generator: torch.Generator, advance: bool = True):
     """Hugging Face ``generate`` samples from torch's global RNG and takes no generator: for the call, seed that
-    RNG from ``generator``'s seed, and restore the caller's RNG state afterwards."""
+    RNG with a seed drawn from ``generator`` (so consecutive calls with one generator advance it and draw anew,
+    as every mmspec method does), and restore the caller's RNG state afterwards. ``advance=False`` seeds it from
+    ``generator.initial_seed()`` instead, leaving the generator as it is (every call draws alike: the bench's
+    side-by-side timing)."""
+    if advance:
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
+    else:
+        seed = generator.initial_seed()
     with torch.random.fork_rng():
-        torch.manual_seed(generator.initial_seed())
+        torch.manual_seed(seed)
         yield
 
 

@@ -32,7 +32,7 @@ from .kernels.dispatch import backend_for_device
 from .request import Request, cache_length, check_prefill_inputs, make_request, prefill_names
 from .state import DecodeState, DraftContext
 from .timing import timed
-from .tree import DraftTree
+from .tree import DraftTree, check_tree_size
 from .verifiers.acceptance import AcceptResult
 from .verifiers.tree_forward import prefill_parents, text_config, tree_forward
 from .verifiers.tree_verifier import TreeVerifier
@@ -149,6 +149,7 @@ class SpeculativeGenerator:
         out of ``total_time``): True for every row, an int n for the first n rows of the batch.
         Models the loop cannot drive exactly (recurrent layers, ALiBi, ...) are refused here (``mmspec.compat``)."""
         check_supported(target_model, "target")
+        check_tree_size(drafter.max_nodes, f"a step of {type(drafter).__name__}")
         self.target = target_model.eval()
         self.drafter = drafter
         self.max_cache_len = max_cache_len

@@ -13,9 +13,10 @@ from .verifiers.tree_forward import text_config
 from .vision import check_image_tokens
 
 # inputs of the target's forward that the decoding loop sets itself: never accepted from the caller
-_SET_BY_LOOP = {"self", "input_ids", "attention_mask", "past_key_values", "position_ids", "cache_position",
-                "use_cache", "inputs_embeds", "labels", "logits_to_keep", "output_hidden_states", "output_attentions",
-                "return_dict", "kwargs"}
+# (the KV cache is `cache` in newer transformers, `past_key_values` before: see mmspec.hf_args)
+_SET_BY_LOOP = {"self", "input_ids", "attention_mask", "cache", "past_key_values", "position_ids",
+                "cache_position", "use_cache", "inputs_embeds", "labels", "logits_to_keep", "output_hidden_states",
+                "output_attentions", "return_dict", "kwargs"}
 GENERATE_ARGS = ("input_ids", "attention_mask", "max_new_tokens", "do_sample", "temperature", "top_k", "top_p",
                  "eos_token_id", "generator", "pad_token_id")
 
@@ -114,16 +115,22 @@ def make_request(target, input_ids, attention_mask, max_new_tokens, do_sample, t
                    pad_token_id, generator, prefill_inputs)
 
 
-def cache_length(target, prompt_len: int, max_new_tokens: int, max_nodes: int, max_cache_len: int | None) -> int:
-    """Slots the target's cache needs for this call (the prompt, the budget and one draft tree), checked against
-    the model's positions and the caller's ``max_cache_len``."""
-    need = prompt_len + max_new_tokens + max_nodes + 1
+def check_positions(target, prompt_len: int, max_new_tokens: int) -> None:
+    """The prompt and the budget fit the model's positions: every method, plain decoding included, refuses a
+    request that would run past them (HF's ``generate`` would run on, into positions the model never learned)."""
     max_pos = getattr(text_config(target), "max_position_embeddings", None)
     if max_pos is not None and prompt_len + max_new_tokens > max_pos:
         raise ValueError(
             f"request longer than the model supports: prompt {prompt_len} + max_new_tokens "
             f"{max_new_tokens} > max_position_embeddings {max_pos}"
         )
+
+
+def cache_length(target, prompt_len: int, max_new_tokens: int, max_nodes: int, max_cache_len: int | None) -> int:
+    """Slots the target's cache needs for this call (the prompt, the budget and one draft tree), checked against
+    the model's positions and the caller's ``max_cache_len``."""
+    need = prompt_len + max_new_tokens + max_nodes + 1
+    check_positions(target, prompt_len, max_new_tokens)
     if max_cache_len is not None:
         if need > max_cache_len:
             raise ValueError(
@@ -135,4 +142,4 @@ def cache_length(target, prompt_len: int, max_new_tokens: int, max_nodes: int, m
 
 
 __all__ = ["Request", "GENERATE_ARGS", "make_request", "prefill_names", "check_prefill_inputs", "check_prompt",
-           "cache_length"]
+           "cache_length", "check_positions"]

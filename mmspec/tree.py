@@ -192,6 +192,16 @@ def tree_label(tree):
 
 
 # ---------------------------------------------------------------------- static templates
+MAX_TREE_NODES = 512  # draft nodes (root included) one verify forward may take: beyond it a step costs far more than
+# any tree can win (a verify forward's cost grows with its nodes), and "100x100" would run for minutes
+
+
+def check_tree_size(nodes: int, what: str) -> None:
+    """Refuse, before any work, a tree (or chain, or block) of more than :data:`MAX_TREE_NODES` nodes."""
+    if nodes > MAX_TREE_NODES:
+        raise ValueError(f"{what} has {nodes} nodes (root included); a draft tree may have at most {MAX_TREE_NODES}")
+
+
 @dataclass(frozen=True)
 class TreeTemplate:
     """A static tree shape: each node is the path of child *ranks* from the root.
@@ -208,6 +218,7 @@ class TreeTemplate:
     rank_paths: tuple[tuple[int, ...], ...]
 
     def __post_init__(self):
+        check_tree_size(len(self.rank_paths) + 1, "the tree template")
         paths = set(self.rank_paths)
         for p in self.rank_paths:
             if len(p) == 0:
@@ -236,6 +247,11 @@ class TreeTemplate:
     @classmethod
     def full(cls, branching: Sequence[int]) -> "TreeTemplate":
         """Every node at depth d gets ``branching[d]`` children (e.g. (3, 2, 1, 1, 1))."""
+        nodes, width = 1, 1
+        for k in branching:  # counted before any path is built: "100x100x100x100" would not fit in memory
+            width *= max(int(k), 0)
+            nodes += width
+            check_tree_size(nodes, f"the tree {'x'.join(str(k) for k in branching)}")
         level: list[tuple[int, ...]] = [()]
         out: list[tuple[int, ...]] = []
         for k in branching:
@@ -252,6 +268,7 @@ class TreeTemplate:
         at 9 nodes (``mmspec eval --suite image``; README "Image generation")."""
         if depth < 1 or root_alternatives < 0:
             raise ValueError(f"a spine needs depth >= 1 and root_alternatives >= 0, got {depth}, {root_alternatives}")
+        check_tree_size(1 + depth + root_alternatives, f"the tree spine{depth}+{root_alternatives}")
         return cls(tuple((0,) * d for d in range(1, depth + 1)) + tuple((r,) for r in range(1, root_alternatives + 1)))
 
     @classmethod
@@ -262,10 +279,13 @@ class TreeTemplate:
         try:
             if text.startswith("spine"):
                 depth, _, alternatives = text[len("spine"):].partition("+")
-                return cls.spine(int(depth), int(alternatives or 0))
-            branching = [int(k) for k in text.split("x")]
+                spine = (int(depth), int(alternatives or 0))
+            else:
+                spine, branching = None, [int(k) for k in text.split("x")]
         except ValueError:
-            branching = []
+            spine, branching = None, []
+        if spine is not None:
+            return cls.spine(*spine)
         if not branching or min(branching) < 1:
             raise ValueError(f"tree {label!r}: name a shape as its branching per depth (e.g. '2x2x1x1x1') or as "
                              "'spine<depth>+<alternatives at the root>' (e.g. 'spine7+1')")

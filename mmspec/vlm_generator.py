@@ -26,6 +26,7 @@ from .frontend import TextOutput, call_generator, engine_eos, generated_count, e
 from .generator import check_streamer
 from .loading import load_drafter, load_target
 from .registry import VLM_METHODS, build_drafter, engine
+from .request import check_positions
 from .vision import forward_inputs
 
 
@@ -125,6 +126,7 @@ class VLMGenerator:
         rng = call_generator(generator, seed, self.target.device)
         t0 = time.perf_counter()
         if spec is None:
+            check_positions(self.target, ids.shape[1], max_new_tokens)
             sampling = dict(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p) if do_sample else \
                 dict(do_sample=False)
             with hf_sampling_rng(rng):

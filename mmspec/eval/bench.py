@@ -157,7 +157,7 @@ def time_methods(runners: dict, prompts: list, repeats: int = 1, warmup: int = 1
     with torch.inference_mode(), tqdm(total=total, desc=desc, disable=not progress) as bar:
         for runner in runners.values():
             for _ in range(warmup):
-                with hf_sampling_rng(rng):
+                with hf_sampling_rng(rng, advance=False):
                     runner(prompts[0])
                 bar.update(1)
         for round_ in range(repeats):
@@ -166,7 +166,7 @@ def time_methods(runners: dict, prompts: list, repeats: int = 1, warmup: int = 1
                 run["latency"].append([])
             for prompt in prompts:
                 for method, runner in runners.items():
-                    with hf_sampling_rng(rng):
+                    with hf_sampling_rng(rng, advance=False):
                         t0 = time.perf_counter()
                         if clock:
                             tick = TokenClock()

@@ -11,6 +11,7 @@ from ..arguments import reject_unknown
 from ..frontend import TextOutput, call_generator, engine_eos, generated_count, eos_token_id, hf_sampling_rng
 from ..generator import check_streamer
 from ..loading import load_drafter
+from ..request import check_positions
 from ..registry import (CAUSAL_METHODS, DIFFUSION_METHODS, NO_MODEL_METHODS, TEXT_METHODS, build_drafter,
                         causal_method, check_feature, check_vocab, drafter_kind, engine, take_options, wrong_method,
                         zoo_diffuspec)
@@ -154,6 +155,7 @@ class TextPipeline:
         rng = call_generator(generator, seed, dev)
         t0 = time.perf_counter()
         if spec is None:
+            check_positions(self.model, ids.shape[1], max_new_tokens)
             kw = dict(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p) if do_sample else \
                 dict(do_sample=False)
             with hf_sampling_rng(rng):
