@@ -52,7 +52,36 @@ def summarise(records: list[dict], base: str) -> list[dict]:
             **latency_percentiles(recs),
             "specbench_speedup": specbench_speedup(records, m, base),
         })
+    for row in rows:
+        row["flags"] = measurement_flags(row, [r for r in records if r["method"] == row["method"]],
+                                         row["method"] == base)
     return rows
+
+
+SPEEDUP_SLACK = 1.25  # a speedup above τ × this is not what drafting can give (see measurement_flags)
+ROUND_SPREAD = 0.30  # timed rounds whose totals differ by more than this are flagged
+
+
+def measurement_flags(row: dict, recs: list[dict], is_base: bool) -> list[str]:
+    """What makes a row's speedup untrustworthy, in words (empty when nothing does):
+
+    * a speedup above τ × 1.25: each target forward of a speculative step costs at least about one plain step,
+      so a method that emits τ tokens per forward cannot run more than about τ times faster than plain decoding
+      (the slack covers engine differences and noise) — what a busy machine's slow baseline rounds produce;
+    * timed rounds that disagree: the totals of the rounds (``--repeats``) differ by more than 30%."""
+    flags = []
+    if not is_base and row["tau"] is not None and row["speedup"] is not None and \
+            row["speedup"] > SPEEDUP_SLACK * row["tau"]:
+        flags.append(f"speedup {row['speedup']:.2f}× exceeds what τ {row['tau']:.2f} allows "
+                     f"(≤ {SPEEDUP_SLACK * row['tau']:.2f}×): timing noise, re-run on a quiet machine")
+    rounds = [r["round_seconds"] for r in recs if r.get("round_seconds")]
+    if rounds and len({len(x) for x in rounds}) == 1 and len(rounds[0]) > 1:
+        totals = [sum(x[k] for x in rounds) for k in range(len(rounds[0]))]
+        spread = max(totals) / min(totals) - 1 if min(totals) > 0 else 0.0
+        if spread > ROUND_SPREAD:
+            flags.append(f"its {len(totals)} timed rounds disagree by {100 * spread:.0f}% "
+                         f"({min(totals):.2f}–{max(totals):.2f} s)")
+    return flags
 
 
 def latency_percentiles(recs: list[dict]) -> dict:
@@ -128,4 +157,4 @@ def summarise_suite(records: list[dict], base: str) -> dict:
             "shards": {str(k): v for k, v in by_shard(records, base).items()}}
 
 
-__all__ = ["latency_percentiles", "specbench_speedup", "question_id", "slot_acceptance", "summarise", "by_category", "by_shard", "merge_shards", "summarise_suite"]
+__all__ = ["measurement_flags", "latency_percentiles", "specbench_speedup", "question_id", "slot_acceptance", "summarise", "by_category", "by_shard", "merge_shards", "summarise_suite"]

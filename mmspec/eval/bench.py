@@ -19,11 +19,13 @@ from tqdm.auto import tqdm
 
 from ..frontend import hf_sampling_rng
 from ..generator import SpeculativeGenerator
-from ..loading import load_target
+from ..loading import load_target, zoo_name
 from ..registry import CAUSAL_METHODS, CHAIN_CONFIDENCE, build_drafter, draft_length
 from ..tiny import ARCHITECTURES, tiny_model
 from ..timing import TokenClock, synchronize
+from .aggregate import measurement_flags
 from .cost_model import cost_table, cost_model
+from .datasets import code_items
 from .load import load_average, load_check
 
 # plain / hf-*: Hugging Face's own generate (the baseline and the peers); the others mmspec.registry builds
@@ -53,6 +55,12 @@ def bench_model(spec: str, seed: int = 0, layers: int | None = None):
                   max_positions=2048)
         return tiny_model(arch, seed=seed, **kw), None
     target = load_target(spec)
+    if target.route != "text":
+        hint = {"vlm": "`mmspec bench --suite vlm` (zoo) or `mmspec eval --suite vlm --vlm-model DIR`",
+                "image": "`mmspec bench --suite image` or `mmspec eval --suite image`",
+                "janus": "`mmspec image --model DIR` (it reports the speed of each method)"}[target.route]
+        raise ValueError(f"mmspec bench --model times causal LMs; {spec} is a target of the {target.route} route: "
+                         f"use {hint}")
     return target.model, target.tokenizer
 
 
@@ -62,6 +70,32 @@ DEFAULT_TEXT_PROMPTS = [
     "import os\nimport sys\n\n\ndef main():\n",
     "Speculative decoding makes large language models faster because",
 ]
+
+
+def bench_prompts(spec: str, tokenizer, vocab_size: int, n: int, length: int | None,
+                  seed: int) -> tuple[list[torch.LongTensor], str]:
+    """The prompts ``mmspec bench`` times a model on, and what they are in words: a zoo model's family's
+    held-out prompts (the code suite's for ``zoo:code-target``), a few generic texts for other models with a
+    tokenizer, random-token prompts of ``length`` (default 48) for tokenizer-less ``tiny:`` models.
+    ``length`` applies to random-token prompts only (refused otherwise)."""
+    if tokenizer is not None and length is not None:
+        raise ValueError(f"--prompt-length sets the length of random-token prompts (tiny: models without a "
+                         f"tokenizer); {spec} is timed on text prompts")
+    if zoo_name(spec) == "code-target":
+        items = code_items(n)
+        ids = [tokenizer(it.text, return_tensors="pt", add_special_tokens=False).input_ids for it in items]
+        return ids, f"{len(ids)} held-out zoo code prompts (the code suite's)"
+    if tokenizer is not None:
+        return make_prompts(tokenizer, vocab_size, n, 0, seed), \
+            f"{n} generic prompts (mmspec.eval.bench.DEFAULT_TEXT_PROMPTS; `mmspec eval` times held-out data)"
+    length = 48 if length is None else length
+    if length < 4:
+        raise ValueError(f"--prompt-length must be >= 4, got {length}")
+    what = f"{n} random-token prompts of {length} tokens with a repeated motif"
+    if spec.startswith("tiny:"):
+        what += ("; the models are random-weight tiny models: the figures measure the engine and the methods' "
+                 "mechanics, not what a trained drafter gains (use zoo:code-target or `mmspec eval`)")
+    return make_prompts(None, vocab_size, n, length, seed), what
 
 
 def make_prompts(tokenizer, vocab_size: int, n: int, length: int, seed: int) -> list[torch.LongTensor]:
@@ -205,7 +239,8 @@ def prompt_record(seconds: float, new_tokens: int, stats, exact: bool | None, la
 
 
 def run_bench(model: str = "tiny:llama", draft: str | None = "tiny:llama", methods: list[str] | None = None,
-              num_prompts: int = 4, prompt_length: int = 48, max_new_tokens: int = 64, num_tokens: int | None = None,
+              num_prompts: int = 4, prompt_length: int | None = None, max_new_tokens: int = 64,
+              num_tokens: int | None = None,
               do_sample: bool = False, temperature: float = 1.0, repeats: int = 1, seed: int = 0,
               draft_layers: int = 1, progress: bool = True) -> dict:
     """Load models from specs (``tiny:<arch>``, a checkpoint dir, ``zoo:<name>``) and compare methods."""
@@ -216,10 +251,10 @@ def run_bench(model: str = "tiny:llama", draft: str | None = "tiny:llama", metho
     elif draft is not None:
         draft_model, _ = bench_model(draft, seed=seed + 1, layers=draft_layers)
     vocab = target.config.get_text_config().vocab_size
-    prompts = make_prompts(tokenizer, vocab, num_prompts, prompt_length, seed)
+    prompts, what = bench_prompts(model, tokenizer, vocab, num_prompts, prompt_length, seed)
     report = compare(target, draft_model, prompts, methods, max_new_tokens=max_new_tokens, num_tokens=num_tokens,
                      do_sample=do_sample, temperature=temperature, repeats=repeats, progress=progress)
-    report["config"].update(model=model, draft=draft, prompt_length=prompt_length, seed=seed)
+    report["config"].update(model=model, draft=draft, prompt_length=prompt_length, seed=seed, prompts=what)
     return report
 
 
@@ -263,6 +298,7 @@ def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str]
             new_ids = seq[0, seq.shape[1] - produced:]
             rec = prompt_record(statistics.median(t[i] for t in run["times"]), produced, stats, same,
                                 [lat[i] for lat in run["latency"]], new_ids)
+            rec["round_seconds"] = [t[i] for t in run["times"]]
             # what the answer's text holds (Spec-Bench counts the baseline's tokens from its text: EOS left out)
             rec["text_tokens"] = produced - (int((new_ids == eos_token_id).sum()) if eos_token_id is not None else 0)
             records[method].append(rec)
@@ -287,6 +323,7 @@ def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str]
     out = []
     for r in results.values():
         d = asdict(r)
+        d["flags"] = measurement_flags(d, records[r.method], r.method == "plain")
         if per_prompt:
             d["per_prompt"] = records[r.method]
         out.append(d)
@@ -311,6 +348,7 @@ def to_markdown(report: dict) -> str:
         f"{', EAGLE / MSD chains ' + str(cfg['feature_tokens']) if cfg.get('feature_tokens') else ''}, "
         f"{'sampling T=' + str(cfg['temperature']) if cfg['do_sample'] else 'greedy'}, torch {cfg['torch']}, "
         f"{cfg['threads']} threads. Speedup = plain HF decoding time / method time, same process, after warm-up.",
+        *([f"", f"Prompts: {cfg['prompts']}."] if cfg.get("prompts") else []),
         "",
         "| method | τ (mean accepted) | speedup vs plain | exact | drafter share | time (s) |",
         "|---|---|---|---|---|---|",
@@ -319,7 +357,9 @@ def to_markdown(report: dict) -> str:
         tau = f"{r['tau']:.2f}" if r["tau"] is not None else "n/a"
         exact = f"{100 * r['exact']:.0f}%" if r["exact"] is not None else "n/a"
         share = f"{100 * r['draft_share']:.0f}%" if r.get("draft_share") is not None else "n/a"
-        lines.append(f"| {r['method']} | {tau} | {r['speedup']:.2f}× | {exact} | {share} | {r['seconds']:.3f} |")
+        mark = " ⚠" if r.get("flags") else ""
+        lines.append(f"| {r['method']}{mark} | {tau} | {r['speedup']:.2f}× | {exact} | {share} | {r['seconds']:.3f} |")
+    lines += [f"\n⚠ {r['method']}: " + "; ".join(r["flags"]) + "." for r in report["results"] if r.get("flags")]
     if report.get("cost_model"):
         lines += ["", *cost_table(report["cost_model"])]
     if (report.get("load") or {}).get("warning"):

@@ -22,9 +22,13 @@ def method_table(summary: list[dict]) -> list[str]:
     lines = ["| method | τ (mean accepted) | speedup | tokens/s | exact | drafter share | time (s) | prompts |",
              "|---|---|---|---|---|---|---|---|"]
     for r in summary:
-        lines.append(f"| {r['method']} | {_f(r['tau'], '.2f')} | {_f(r['speedup'], '.2f')}× | "
+        mark = " ⚠" if r.get("flags") else ""
+        lines.append(f"| {r['method']}{mark} | {_f(r['tau'], '.2f')} | {_f(r['speedup'], '.2f')}× | "
                      f"{_f(r['tokens_per_s'], '.1f')} | {_pct(r['exact'])} | {_pct(r['draft_share'])} | "
                      f"{r['seconds']:.2f} | {r['prompts']} |")
+    flagged = [r for r in summary if r.get("flags")]
+    if flagged:
+        lines += ["", *[f"⚠ {r['method']}: " + "; ".join(r["flags"]) + "." for r in flagged]]
     return lines
 
 
@@ -121,16 +125,17 @@ def headline(results: dict) -> list[str]:
     for name, s in results["suites"].items():
         rows = s["summary"]
         base = next(r for r in rows if r["method"] == s["base"])
-        # the own-engine baseline (no drafter) is a reference, not a contender
-        others = [r for r in rows if r["method"] not in (s["base"], OWN_PLAIN)]
-        if not others:
+        # the own-engine baseline (no drafter) is a reference, not a contender; a flagged speedup is not headlined
+        contenders = [r for r in rows if r["method"] not in (s["base"], OWN_PLAIN)]
+        if not contenders:
             continue
+        others = [r for r in contenders if not r.get("flags")] or contenders
         fast = max(others, key=lambda r: r["speedup"] or 0)
-        taus = [r for r in others if r["tau"] is not None]
+        taus = [r for r in contenders if r["tau"] is not None]  # τ does not depend on timing
         best_tau = max(taus, key=lambda r: r["tau"]) if taus else None
         exact = [r["exact"] for r in rows if r["exact"] is not None and r["method"] in s.get("lossless", [])]
         lines.append(f"| {name} | {s['target']} | {base['prompts']} | {_f(base['tokens_per_s'], '.1f')} | "
-                     f"{fast['method']} | **{_f(fast['speedup'], '.2f')}×** | {_f(fast['tau'], '.2f')} | "
+                     f"{fast['method']}{' ⚠' if fast.get('flags') else ''} | **{_f(fast['speedup'], '.2f')}×** | {_f(fast['tau'], '.2f')} | "
                      + (f"{best_tau['method']} ({best_tau['tau']:.2f})" if best_tau else "n/a") + " | "
                      + (f"{sum(e == 1.0 for e in exact)}/{len(exact)}" if exact else "n/a (sampling)") + " |")
     return lines
