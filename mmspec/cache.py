@@ -1,8 +1,9 @@
 """The KV cache manager shared by every target and drafter.
 
 ``SpecKVCache`` subclasses transformers' ``Cache`` so stock models read and write it through
-``past_key_values=``. Memory is preallocated per layer as ``[B, H_kv, max_len + 1, D]`` (the extra
-slot is scratch for padded compaction writes).
+``cache=`` (``past_key_values=`` in older transformers; :mod:`mmspec.hf_args` picks the name). Memory is
+preallocated per layer as ``[B, H_kv, max_len + 1, D]`` (the extra slot is scratch for padded compaction
+writes).
 
 Layout of row ``b``:
 
@@ -77,6 +78,9 @@ class _PreallocatedLayer(CacheLayerMixin):
 
     def get_max_length(self) -> int:
         return self._owner.max_len
+
+    def get_max_cache_shape(self) -> int:  # the name (abstract) before transformers 5.15
+        return self.get_max_length()
 
 
 class SpecKVCache(Cache):
@@ -190,7 +194,7 @@ class SpecKVCache(Cache):
 
         ``parents[b, t]`` indexes the pending nodes *including* the new ones (-1 = hangs directly off
         the committed prefix). Invalid nodes are padding: only they attend to themselves and nobody
-        attends to them. Call the model right after, with this cache as ``past_key_values``.
+        attends to them. Call the model right after, with this cache as its KV cache argument.
         ``ancestors`` ([B, T, T], optional) is the new nodes' ancestor mask when already known
         (a DraftTree's), used when no nodes are pending; it is then simply "who sees whom" and may be any
         visibility pattern (e.g. a diffusion drafter's mask slots seeing each other), in which case

@@ -44,6 +44,11 @@ class ImageOutput:
     stats: GenerationStats | None  # tau, moved mass, output TV, times; None for plain AR
     seconds: float  # wall time of the call's decoding (output-TV measurement left out)
     config: dict = field(default_factory=dict)  # the method and settings the call applied
+    new_tokens: int | None = None  # generated codes summed over pictures
+
+    def __post_init__(self):
+        if self.new_tokens is None:
+            self.new_tokens = int(self.codes.numel())
 
 
 def call_generator(generator: torch.Generator | None, seed: int | None, device) -> torch.Generator:

@@ -22,6 +22,7 @@ from torch import nn
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .cache import SpecKVCache
+from .hf_args import cache_kwargs, either_cache, output_kwargs
 from .verifiers.tree_forward import direct_logits, text_config
 
 DEFAULT_CFG_SCALE = 3.0  # the guidance scale of every image front-end (LANTERN's setting, the zoo's)
@@ -93,38 +94,40 @@ class CFGModel(nn.Module):
         ids[torch.arange(ids.shape[0], device=ids.device), first] = self.null_token_id
         return ids
 
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
-                inputs_embeds=None, use_cache=True, output_hidden_states=False, **kwargs):
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None,
+                inputs_embeds=None, use_cache=True, output_hidden_states=False, past_key_values=None, **kwargs):
+        # the KV cache comes as `cache` or `past_key_values`, whichever the caller's transformers uses
+        cache = either_cache(cache, past_key_values)
         if inputs_embeds is not None:
             raise ValueError("CFGModel takes input_ids")
         if not self.guided:
             out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                             past_key_values=past_key_values, use_cache=use_cache,
-                             output_hidden_states=output_hidden_states, **kwargs)
+                             use_cache=use_cache, output_hidden_states=output_hidden_states,
+                             **cache_kwargs(self.model, cache), **kwargs)
             out.logits = out.logits.masked_fill(~self.allowed, float("-inf"))
             return out
         B = input_ids.shape[0]
-        lengths = getattr(past_key_values, "lengths", None)  # SpecKVCache: committed tokens per row
-        if past_key_values is None:
+        lengths = getattr(cache, "lengths", None)  # SpecKVCache: committed tokens per row
+        if cache is None:
             prefill = True
         elif lengths is not None:
             prefill = int(lengths.max()) == 0
         else:
-            prefill = past_key_values.get_seq_length() == 0
+            prefill = cache.get_seq_length() == 0
         uncond = self._uncond_ids(input_ids, attention_mask, prefill)
         both = torch.cat([input_ids, uncond])
         mask = torch.cat([attention_mask, attention_mask]) if attention_mask is not None else None
         pos = torch.cat([position_ids, position_ids]) if position_ids is not None else None
-        ours = isinstance(past_key_values, SpecKVCache) and mask is not None and pos is not None
+        ours = isinstance(cache, SpecKVCache) and mask is not None and pos is not None
         # stock Llama-family models: their modules called in order (the last hidden state is all a feature
         # drafter reads, so hidden_states is then that one entry)
-        direct = direct_logits(self.model, both, mask, pos, past_key_values, return_hidden=True) if ours else None
+        direct = direct_logits(self.model, both, mask, pos, cache, return_hidden=True) if ours else None
         if direct is not None:
-            out = CausalLMOutputWithPast(logits=direct[0], past_key_values=past_key_values,
-                                         hidden_states=(direct[1],) if output_hidden_states else None)
+            out = CausalLMOutputWithPast(logits=direct[0], hidden_states=(direct[1],) if output_hidden_states else None,
+                                         **output_kwargs(cache))
         else:
-            out = self.model(input_ids=both, attention_mask=mask, position_ids=pos, past_key_values=past_key_values,
-                             use_cache=use_cache, output_hidden_states=output_hidden_states, **kwargs)
+            out = self.model(input_ids=both, attention_mask=mask, position_ids=pos, use_cache=use_cache,
+                             output_hidden_states=output_hidden_states, **cache_kwargs(self.model, cache), **kwargs)
         logits = out.logits.float()
         cond, unc = logits[:B], logits[B:]
         guided = unc + self.scale * (cond - unc)
@@ -136,7 +139,7 @@ class CFGModel(nn.Module):
             # one row per image instead of two
             *inner, last = out.hidden_states
             hidden = tuple(h[:B] for h in inner) + (last[B:] + self.scale * (last[:B] - last[B:]),)
-        return CausalLMOutputWithPast(logits=guided, past_key_values=past_key_values, hidden_states=hidden)
+        return CausalLMOutputWithPast(logits=guided, hidden_states=hidden, **output_kwargs(cache))
 
 
 __all__ = ["CFGModel", "DEFAULT_CFG_SCALE"]

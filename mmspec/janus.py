@@ -25,6 +25,8 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from .frontend import ImageOutput, call_generator, hf_sampling_rng
 from .generator import SpeculativeGenerator
 from .guidance import DEFAULT_CFG_SCALE, CFGModel
+from .hf_args import cache_kwargs, either_cache, output_cache, output_kwargs
+from .options import check_image_call
 from .registry import check_image_method, image_drafter, resolve_bound
 from .tree import tree_label
 from .verifiers.relaxed import Relaxation
@@ -76,16 +78,18 @@ class JanusImageLM(nn.Module):
         codes = self.janus.prepare_embeddings_for_image_generation((input_ids - self.text_vocab).clamp(min=0))
         return torch.where(is_code[..., None], codes.to(text.dtype), text)
 
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, use_cache=True,
-                output_hidden_states=False, **kwargs):
-        out = self.janus.model.language_model(inputs_embeds=self.embed(input_ids), attention_mask=attention_mask,
-                                              position_ids=position_ids, past_key_values=past_key_values,
-                                              use_cache=use_cache, output_hidden_states=output_hidden_states)
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, use_cache=True,
+                output_hidden_states=False, past_key_values=None, **kwargs):
+        # the KV cache comes as `cache` or `past_key_values`, whichever the caller's transformers uses
+        cache = either_cache(cache, past_key_values)
+        lm = self.janus.model.language_model
+        out = lm(inputs_embeds=self.embed(input_ids), attention_mask=attention_mask, position_ids=position_ids,
+                 use_cache=use_cache, output_hidden_states=output_hidden_states, **cache_kwargs(lm, cache))
         code_logits = self.janus.model.generation_head(out.last_hidden_state)
         logits = code_logits.new_full((*code_logits.shape[:2], self.text_vocab + self.codebook_size), float("-inf"))
         logits[..., self.text_vocab:] = code_logits
-        return CausalLMOutputWithPast(logits=logits, past_key_values=out.past_key_values,
-                                      hidden_states=out.hidden_states if output_hidden_states else None)
+        return CausalLMOutputWithPast(logits=logits, hidden_states=out.hidden_states if output_hidden_states else None,
+                                      **output_kwargs(output_cache(out)))
 
 
 def janus_uncond(bos_id: int, boi_id: int, pad_id: int):
@@ -98,6 +102,23 @@ def janus_uncond(bos_id: int, boi_id: int, pad_id: int):
     return rule
 
 
+def fill_boi_token_id(janus, processor=None) -> None:
+    """Make sure ``generation_config.generation_kwargs['boi_token_id']`` (what the stock image generate and
+    :class:`JanusImageGenerator` read) is set: a checkpoint whose generation config was saved as derived from the
+    model config loses ``generation_kwargs`` on loading. Taken, when missing, from ``generation_config.boi_token_id``
+    (as transformers' conversion script writes it) or the processor's ``<begin_of_image>`` token."""
+    gc = janus.generation_config
+    kwargs = dict(getattr(gc, "generation_kwargs", None) or {})
+    if kwargs.get("boi_token_id") is not None:
+        return
+    boi = getattr(gc, "boi_token_id", None)
+    tok = getattr(processor, "tokenizer", processor)
+    if boi is None and getattr(tok, "boi_token", None) is not None:
+        boi = tok.convert_tokens_to_ids(tok.boi_token)
+    if boi is not None:
+        gc.generation_kwargs = {**kwargs, "boi_token_id": int(boi)}
+
+
 def _special_ids(janus) -> tuple[int, int, int]:
     gc = janus.generation_config
     boi = (getattr(gc, "generation_kwargs", None) or {}).get("boi_token_id")
@@ -106,6 +127,34 @@ def _special_ids(janus) -> tuple[int, int, int]:
         raise ValueError("Janus image generation needs generation_config.bos_token_id, pad_token_id and "
                          "generation_kwargs['boi_token_id'] (the <begin_of_image> token)")
     return ids
+
+
+def janus_prompt_ids(processor, prompts, boi_id: int, chat_template: bool = True):
+    """Text prompts as Janus text-to-image inputs: ``(input_ids, attention_mask)``, left-padded, each row ending
+    with ``<begin_of_image>`` (``boi_id``).
+
+    As in Hugging Face's Janus example: each prompt becomes one user turn of the processor's chat template (when
+    it has one and ``chat_template``), then ``processor(text=..., generation_mode="image")`` appends the
+    ``<begin_of_image>`` token. A bare tokenizer is tokenized as it is, with ``boi_id`` appended."""
+    if processor is None:
+        raise ValueError("text prompts need the Janus processor (or tokenizer) saved with the checkpoint; "
+                         "give prompt ids (input_ids ending with <begin_of_image>) otherwise")
+    texts = [prompts] if isinstance(prompts, str) else list(prompts)
+    if not texts or not all(isinstance(t, str) and t.strip() for t in texts):
+        raise ValueError("give one or more non-empty text prompts")
+    tok = getattr(processor, "tokenizer", processor)
+    if chat_template and (getattr(processor, "chat_template", None) or getattr(tok, "chat_template", None)):
+        texts = [processor.apply_chat_template([{"role": "user", "content": [{"type": "text", "text": t}]}],
+                                               add_generation_prompt=True, tokenize=False) for t in texts]
+    if getattr(processor, "image_start_token", None) is not None:  # a JanusProcessor: it appends <begin_of_image>
+        enc = processor(text=texts, generation_mode="image", padding=True, return_tensors="pt")
+        ids, mask = enc["input_ids"], enc["attention_mask"]
+    else:
+        enc = tok(texts, padding=True, padding_side="left", return_tensors="pt")
+        ids, mask = enc["input_ids"], enc["attention_mask"]
+        ids = torch.cat([ids, ids.new_full((ids.shape[0], 1), boi_id)], 1)
+        mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], 1)
+    return ids, mask
 
 
 class JanusImageGenerator:
@@ -140,12 +189,23 @@ class JanusImageGenerator:
     def generate(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
                  method: str | None = None, cfg_scale: float = DEFAULT_CFG_SCALE, do_sample: bool = False,
                  temperature: float = 1.0, lantern_k: int | None = None, delta: float | None = None,
-                 lam: float | None = None, tree=None, num_tokens: int = 4, generator: torch.Generator | None = None,
-                 seed: int | None = None, decode: bool = True, measure_output_tv: bool = False) -> ImageOutput:
+                 lam: float | None = None, tree=None, num_tokens: int | None = None,
+                 generator: torch.Generator | None = None, seed: int | None = None, decode: bool = True,
+                 measure_output_tv: bool = False) -> ImageOutput:
         """``tree``: as the image generator's (``"chain"``, ``"static"``, ``"dynamic"``, a TreeTemplate or its
-        label); None is LANTERN++'s static tree for ``lantern++`` and a chain of ``num_tokens`` otherwise."""
+        label); None is LANTERN++'s static tree for ``lantern++`` and a chain of ``num_tokens`` (default 4)
+        otherwise. Drafting settings given to ``ar`` are refused; under greedy (``do_sample=False``) the temperature
+        is ignored, as HF does, and recorded as None."""
         method = method or self.method
         check_image_method(method)
+        check_image_call(dict(cfg_scale=cfg_scale, do_sample=do_sample, temperature=temperature, tree=tree,
+                              num_tokens=num_tokens, seed=seed, decode=decode,
+                              measure_output_tv=measure_output_tv or None), method,
+                         where="JanusImageGenerator.generate")
+        if do_sample and temperature <= 0:
+            raise ValueError(f"temperature must be > 0 when sampling (do_sample=True), got {temperature}")
+        temperature = temperature if do_sample else None  # greedy: not applied
+        num_tokens = 4 if num_tokens is None else num_tokens
         self._check_prompts(input_ids, attention_mask)
         rng = call_generator(generator, seed, self.target.device)
         t0 = time.perf_counter()
@@ -157,7 +217,8 @@ class JanusImageGenerator:
             with hf_sampling_rng(rng):
                 codes = self.target.janus.generate(input_ids, attention_mask=torch.ones_like(input_ids),
                                                    generation_mode="image", do_sample=do_sample,
-                                                   temperature=temperature, guidance_scale=cfg_scale)
+                                                   **({"temperature": temperature} if do_sample else {}),
+                                                   guidance_scale=cfg_scale)
         else:
             if self.draft_lm is None:
                 raise ValueError(f"method {method!r} needs a drafter Janus model")
@@ -173,11 +234,12 @@ class JanusImageGenerator:
                                   do_sample=do_sample, temperature=temperature, eos_token_id=[], generator=rng)
             codes, stats = out.sequences[:, input_ids.shape[1]:] - self.target.text_vocab, out.stats
         seconds = time.perf_counter() - t0 - (stats.output_tv_time if stats is not None else 0.0)
-        images = self.target.janus.decode_image_tokens(codes) if decode else None
+        # the stock decode is channels-last [B, H, W, 3]; ImageOutput's pictures are [B, 3, H, W] in [-1, 1]
+        images = self.target.janus.decode_image_tokens(codes).permute(0, 3, 1, 2) if decode else None
         config = dict(method=method, cfg_scale=cfg_scale, do_sample=do_sample, temperature=temperature, seed=seed)
         if method != "ar":
             config.update(tree=str(tree_label(tree)), **bound)
         return ImageOutput(images, codes, stats, seconds, config)
 
 
-__all__ = ["JanusImageLM", "JanusImageGenerator", "janus_uncond"]
+__all__ = ["JanusImageLM", "JanusImageGenerator", "fill_boi_token_id", "janus_prompt_ids", "janus_uncond"]

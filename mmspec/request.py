@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .options import check_sampling
 from .verifiers.logits import SamplingConfig
 from .verifiers.tree_forward import text_config
 from .vision import check_image_tokens
@@ -104,7 +105,7 @@ def make_request(target, input_ids, attention_mask, max_new_tokens, do_sample, t
     mask = check_prompt(input_ids, attention_mask.to(dev) if attention_mask is not None else None,
                         max_new_tokens, text_config(target).vocab_size)
     check_image_tokens(target, input_ids, prefill_inputs)
-    sampling = SamplingConfig(do_sample, temperature, top_k, top_p)
+    sampling = SamplingConfig(**check_sampling(do_sample, temperature, top_k, top_p))  # greedy: settings ignored
     gen_cfg = getattr(target, "generation_config", None)
     eos = _as_id_list(eos_token_id if eos_token_id is not None else getattr(gen_cfg, "eos_token_id", None))
     if pad_token_id is None:

@@ -27,6 +27,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import LlamaConfig, LlamaModel
 
+from ..hf_args import cache_kwargs
 from ..verifiers.tree_forward import text_config, to_model_mask
 from .lean_layer import RotaryTable, lean_stack, lean_supported, rms_norm
 from ..vision import image_token_id
@@ -156,7 +157,8 @@ class FeatureDraftModel(nn.Module):
         rope = self.body.rotary_emb(x, position_ids=positions)
         h = x
         for layer in self.body.layers:
-            h = layer(h, attention_mask=mask, position_ids=positions, past_key_values=cache, position_embeddings=rope)
+            h = layer(h, attention_mask=mask, position_ids=positions, position_embeddings=rope,
+                      **cache_kwargs(layer, cache))
         return self.body.norm(h)
 
     def heads(self, h: torch.Tensor) -> torch.Tensor:

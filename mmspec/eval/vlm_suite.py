@@ -17,6 +17,7 @@ from transformers import DynamicCache
 
 from .. import SpeculativeGenerator, TreeTemplate
 from ..cache import SpecKVCache
+from ..hf_args import cache_kwargs
 from ..registry import DYNAMIC_TREE, build_drafter, draft_length
 from ..verifiers.tree_forward import chain_parents
 from ..zoo import load, vlm_data
@@ -110,10 +111,10 @@ def target_step_ms(target, context: int, tokens: int = 1, repeats: int = 50) -> 
     cfg = lm.config
     cache = DynamicCache(config=cfg)
     ids = torch.randint(4, cfg.vocab_size, (1, context + tokens))
-    lm(input_ids=ids[:, :context], past_key_values=cache, use_cache=True)
+    lm(input_ids=ids[:, :context], use_cache=True, **cache_kwargs(lm, cache))
 
     def step():
-        h = lm(input_ids=ids[:, context:], past_key_values=cache, use_cache=True).last_hidden_state
+        h = lm(input_ids=ids[:, context:], use_cache=True, **cache_kwargs(lm, cache)).last_hidden_state
         target.lm_head(h[:, -1:])
         cache.crop(-tokens)
 

@@ -11,6 +11,7 @@ import torch
 
 from ..cache import SpecKVCache
 from ..families import add_prefix_blocks, model_position_ids
+from ..hf_args import cache_kwargs
 from ..kernels.tree_attention import ATTENTION_NAME
 from ..layer_masks import layer_mask, map_masks
 
@@ -74,9 +75,9 @@ def tree_forward(model, cache: SpecKVCache, input_ids: torch.LongTensor | None, 
         inputs_embeds=inputs_embeds,
         attention_mask=mask,
         position_ids=position_ids,
-        past_key_values=cache,
         use_cache=True,
         output_hidden_states=output_hidden_states,
+        **cache_kwargs(model, cache),
         **model_kwargs,
     )
 
@@ -100,8 +101,8 @@ def direct_logits(model, input_ids: torch.LongTensor, mask: torch.Tensor, positi
     h = inner.embed_tokens(input_ids)
     rope = inner.rotary_emb(h, position_ids=positions)
     for i, layer in enumerate(inner.layers[: model.config.num_hidden_layers]):
-        h = layer(h, attention_mask=layer_mask(mask, model.config, i), position_ids=positions, past_key_values=cache,
-                  position_embeddings=rope)
+        h = layer(h, attention_mask=layer_mask(mask, model.config, i), position_ids=positions,
+                  position_embeddings=rope, **cache_kwargs(layer, cache))
     h = inner.norm(h[:, first:])
     return (model.lm_head(h), h) if return_hidden else model.lm_head(h)
 

@@ -5,6 +5,7 @@ import torch
 from transformers import DynamicCache
 
 from mmspec import DraftTree, SpecKVCache
+from mmspec.hf_args import cache_kwargs
 from mmspec.verifiers.tree_forward import hides_nothing, prefill_parents, tree_forward
 from mmspec.tiny import tiny_model
 
@@ -16,7 +17,7 @@ def sequential_kv(model, tokens: torch.LongTensor):
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
         for t in tokens.tolist():
-            model(input_ids=torch.tensor([[t]]), past_key_values=cache, use_cache=True)
+            model(input_ids=torch.tensor([[t]]), use_cache=True, **cache_kwargs(model, cache))
     return [(layer.keys[0], layer.values[0]) for layer in cache.layers]
 
 

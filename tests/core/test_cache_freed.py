@@ -12,6 +12,7 @@ import torch
 
 from mmspec import SpecKVCache, SpeculativeGenerator
 from mmspec.drafters import AutoregressiveDrafter
+from mmspec.hf_args import cache_kwargs
 from mmspec.image_codes import TokenLayout, generate_codes
 from mmspec.tiny import tiny_model
 
@@ -41,7 +42,7 @@ def test_a_cache_dies_with_its_last_reference(made_caches):
     model = tiny_model("llama", seed=0, vocab_size=64)
     cache = SpecKVCache.for_model(model, 2, 16)
     with torch.no_grad():
-        model(input_ids=torch.ones(2, 3, dtype=torch.long), past_key_values=cache, use_cache=True)
+        model(input_ids=torch.ones(2, 3, dtype=torch.long), use_cache=True, **cache_kwargs(model, cache))
     assert cache.layers[0].keys is not None
     del cache
     assert [r() for r in made_caches] == [None]

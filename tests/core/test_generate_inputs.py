@@ -9,7 +9,8 @@ from mmspec import SpeculativeGenerator
 from mmspec.drafters import AutoregressiveDrafter, FeatureDrafter, PromptLookupDrafter
 
 
-@pytest.mark.parametrize("bad", [{"foo": 1}, {"num_beams": 2}, {"past_key_values": None}])
+@pytest.mark.parametrize("bad", [{"foo": 1}, {"num_beams": 2}, {"past_key_values": None},
+                                 {"cache": None}])
 def test_unknown_keyword_named(tiny_pair, bad):
     gen = SpeculativeGenerator(tiny_pair[0], PromptLookupDrafter(num_tokens=3))
     with pytest.raises(ValueError, match=f"unknown keyword argument.*{next(iter(bad))}"):

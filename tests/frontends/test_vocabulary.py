@@ -45,12 +45,13 @@ def test_every_front_end_output_has_the_same_fields_in_the_same_order(vlm):
               JanusImageGenerator(tiny_janus(0)).generate(prompt, method="ar", decode=False)]
     assert all(type(o) is TextOutput for o in texts) and all(type(o) is ImageOutput for o in images)
     # what was produced (decoded, then ids), then how: the same names in the same order everywhere
-    assert names(texts[0]) == ["texts", "sequences", "stats", "seconds", "config"]
-    assert names(images[0]) == ["images", "codes", "stats", "seconds", "config"]
+    assert names(texts[0]) == ["texts", "sequences", "stats", "seconds", "config", "new_tokens"]
+    assert names(images[0]) == ["images", "codes", "stats", "seconds", "config", "new_tokens"]
     assert names(texts[0])[2:] == names(images[0])[2:]
     for out in texts + images:
         assert out.seconds > 0 and out.config["method"] in METHODS["text"] | METHODS["vlm"] | METHODS["image"]
         assert (out.stats is None) == (out.config["method"] in ("plain", "ar"))
+        assert out.new_tokens == (out.stats.new_tokens if out.stats is not None else out.new_tokens) > 0
 
 
 def test_caller_tokenizer_is_left_as_it_was(vlm):
