@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -16,18 +17,21 @@ from tqdm.auto import tqdm
 from . import zoo
 from .cli_errors import EXPECTED_ERRORS, error_line
 from .cli_generate import add_generate_parser
-from .cli_image import image_model_kind, janus_image, refuse_other_kind
+from .cli_image import image_model_kind, image_timing, janus_image, refuse_other_kind, timing_line
 from .cli_train import cmd_train
 from .demo import run_demo
 from .eval import run_bench, write_report
-from .eval.code_suite import run_code_suite
+from .eval.batch_sweep import to_markdown as sweep_markdown
+from .eval.batch_sweep import write_sweep
+from .eval.code_suite import run_code_suite, run_code_sweep
 from .eval.config import add_eval_arguments
 from .eval.image_suite import run_image_suite
 from .eval.image_suite import to_markdown as image_markdown
 from .eval.kernel_suite import run_kernel_suite
 from .eval.kernel_suite import to_markdown as kernel_markdown
 from .eval.run import cli_eval
-from .eval.vlm_suite import run_vlm_suite
+from .eval.run_dir import run_folder
+from .eval.vlm_suite import run_vlm_suite, run_vlm_sweep
 from .guidance import DEFAULT_CFG_SCALE
 from .pipeline import pipeline
 from .registry import draft_length
@@ -48,29 +52,42 @@ def _print_report(report: dict, console: Console, title: str) -> None:
             f"{r['seconds']:.3f}",
         )
     console.print(table)
+    for r in report["results"]:
+        if r.get("flags"):
+            console.print(f"[yellow]⚠ {r['method']}: {'; '.join(r['flags'])}[/yellow]")
     if (report.get("load") or {}).get("warning"):
         console.print(f"[yellow]warning: {report['load']['warning']}[/yellow]")
 
 
-def _finish_suite(report: dict, args, suite: str, what: str) -> int:
-    """Print a suite's table and write its JSON / Markdown."""
+def _finish_suite(report: dict, args, suite: str, what: str, out: Path) -> int:
+    """Print a suite's table and write its JSON / Markdown into the run folder ``out`` (staged: named by
+    ``args.out``)."""
     console = Console()
     mode = f"T={args.temperature}" if args.do_sample else "greedy"
     _print_report(report, console, f"mmspec bench --suite {suite} ({mode}): {what}")
-    js, md = write_report(report, args.out)
-    console.print(f"wrote {js} and {md}")
+    js, md = write_report(report, out)
+    console.print(f"wrote {Path(args.out) / js.name} and {Path(args.out) / md.name}")
     return 0
 
 
 def cmd_bench(args) -> int:
+    """``mmspec bench``: one run folder per call (written whole at the end; an earlier run in ``--out`` is moved
+    aside and named, a failed run leaves it as it was: :func:`mmspec.eval.run_dir.run_folder`)."""
+    with run_folder(args.out, "bench") as run:
+        return _bench(args, run.staging)
+
+
+def _bench(args, out: Path) -> int:
     methods = args.methods.split(",") if args.methods else None
+    if args.batch_sizes:
+        return _batch_sweep(args, methods, out)
     if args.suite == "kernels":
-        report = run_kernel_suite(out_dir=args.out)
+        report = run_kernel_suite(out_dir=out)
         Console().print(kernel_markdown(report))
         Console().print(f"wrote {args.out}/kernels_bench.json and kernels_bench.md")
         return 0 if report["sweep"]["passed"] == report["sweep"]["cases"] else 1
     if args.suite == "image":
-        report = run_image_suite(per_class=args.per_class, sweep=not args.no_sweep, out_dir=args.out)
+        report = run_image_suite(per_class=args.per_class, sweep=not args.no_sweep, out_dir=out)
         Console().print(image_markdown(report))
         Console().print(f"wrote {args.out}/image_bench.json, image_bench.md, speed_quality.png, samples_*.png")
         return 0
@@ -78,13 +95,13 @@ def cmd_bench(args) -> int:
         report = run_vlm_suite(methods, num_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
                                do_sample=args.do_sample, temperature=args.temperature, repeats=args.repeats,
                                num_tokens=draft_length("chain", args.num_tokens), kind=args.vlm_prompts)
-        return _finish_suite(report, args, "vlm", "zoo vlm-target, stops at EOS")
+        return _finish_suite(report, args, "vlm", "zoo vlm-target, stops at EOS", out)
     if args.suite == "code":
         report = run_code_suite(methods, num_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
                                 do_sample=args.do_sample, temperature=args.temperature, repeats=args.repeats,
                                 num_tokens=args.num_tokens, deer_tokens=args.deer_tokens,
                                 diffuspec_tokens=args.deer_tokens, context=args.dlm_context)
-        return _finish_suite(report, args, "code", "zoo code-target")
+        return _finish_suite(report, args, "code", "zoo code-target", out)
     report = run_bench(model=args.model, draft=None if args.draft == "none" else args.draft, methods=methods,
                        num_prompts=args.prompts, prompt_length=args.prompt_length,
                        max_new_tokens=args.max_new_tokens, num_tokens=args.num_tokens, do_sample=args.do_sample,
@@ -92,8 +109,29 @@ def cmd_bench(args) -> int:
                        draft_layers=args.draft_layers)
     console = Console()
     _print_report(report, console, f"mmspec bench: {args.model} (draft {args.draft})")
-    js, md = write_report(report, args.out)
-    console.print(f"wrote {js} and {md}")
+    console.print(f"prompts: {report['config']['prompts']}")
+    js, md = write_report(report, out)
+    console.print(f"wrote {Path(args.out) / js.name} and {Path(args.out) / md.name}")
+    return 0
+
+
+def _batch_sweep(args, methods, out: Path) -> int:
+    """``mmspec bench --suite code|vlm --batch-sizes 1,2,4``: every method at each batch size vs HF plain."""
+    try:
+        sizes = [int(b) for b in args.batch_sizes.split(",")]
+    except ValueError:
+        raise ValueError(f"--batch-sizes takes a comma list of ints, e.g. 1,2,4,8,16; got {args.batch_sizes!r}") from None
+    if args.suite not in ("code", "vlm"):
+        raise ValueError(f"--batch-sizes runs with --suite code or vlm, not {args.suite!r}")
+    if args.do_sample:
+        raise ValueError("--batch-sizes compares greedy outputs row by row: leave out --do-sample")
+    run = run_code_sweep if args.suite == "code" else run_vlm_sweep
+    sweep = run(methods, sizes, num_prompts=args.prompts, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
+                num_tokens=args.num_tokens if args.suite == "code" else draft_length("chain", args.num_tokens))
+    title = f"mmspec bench --suite {args.suite} --batch-sizes {args.batch_sizes}"
+    files = write_sweep(sweep, out, title)
+    Console().print(sweep_markdown(sweep, title))
+    Console().print("wrote " + ", ".join(str(Path(args.out) / f.name) for f in files))
     return 0
 
 
@@ -101,34 +139,46 @@ def cmd_image(args) -> int:
     """``mmspec image``: pictures with plain AR, speculative decoding, LANTERN or LANTERN++ — class-conditional with
     the zoo's image model (the default ``--model``), or text-to-image with a Janus checkpoint (``--model DIR
     --prompt TEXT``: :func:`mmspec.cli_image.janus_image`). ``stats.json`` records the settings the method
-    applied (bounds resolved), not every flag given."""
+    applied (bounds resolved), not every flag given, and two times: ``seconds`` (decoding only) and
+    ``wall_seconds`` (the whole command). The output TV of relaxed methods is measured only with
+    ``--measure-tv`` (it costs more than the decoding). ``--out`` is written as one run folder
+    (:func:`mmspec.eval.run_dir.run_folder`)."""
+    started = time.perf_counter()
     if args.temperature < 0:
         raise ValueError(f"--temperature must be >= 0 (0: greedy), got {args.temperature}")
     if args.batch < 1:
         raise ValueError(f"--batch must be >= 1, got {args.batch}")
     kind = image_model_kind(args.model)
     refuse_other_kind(args, kind)  # --classes for Janus, --prompt for the zoo model: one clear error
-    if kind == "janus":
-        return janus_image(args)
+    with run_folder(args.out, "image") as run:
+        if kind == "janus":
+            return janus_image(args, out=run.staging, started=started)
+        return _zoo_image(args, run.staging, started)
+
+
+def _zoo_image(args, out: Path, started: float) -> int:
+    """The zoo model's pictures into the run folder ``out`` (staged; ``args.out`` names it in what is recorded)."""
     args.method = args.method or "lantern++"
     kw = dict(cfg_scale=args.cfg_scale, temperature=args.temperature, lantern_k=args.lantern_k, delta=args.delta,
-              lam=args.lam, tree=args.tree or "static", num_tokens=args.num_tokens)
+              lam=args.lam, tree=args.tree, num_tokens=args.num_tokens)  # None: the method's default
     gen = pipeline(args.model, method=args.method, drafter=args.drafter, **kw)  # checks the combination
     try:
         classes = [int(c) for c in args.classes.split(",")] if args.classes else list(range(gen.layout.num_classes))
     except ValueError:
         raise ValueError(f"--classes takes a comma list of class ids, got {args.classes!r}") from None
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    final = Path(args.out)
     batches = [classes[i: i + args.batch] for i in range(0, len(classes), args.batch)]
     pictures = []
-    stats = {"new_tokens": 0, "target_forwards": 0, "row_forwards": 0, "seconds": 0.0, "moved": [], "tv": [], "skipped": 0}
+    stats = {"new_tokens": 0, "target_forwards": 0, "row_forwards": 0, "seconds": 0.0, "moved": [], "tv": [], "skipped": 0,
+             "tv_seconds": 0.0}
     relaxed = args.method in ("lantern", "lantern++")
+    measure = relaxed and args.measure_tv  # the exact output TV costs more than the decoding: only when asked
     for i, chunk in enumerate(tqdm(batches, desc=f"mmspec image ({args.method})")):
-        res = gen.generate(chunk, seed=args.seed + i, **({"measure_output_tv": True} if relaxed else {}))
+        res = gen.generate(chunk, seed=args.seed + i, **({"measure_output_tv": True} if measure else {}))
         pictures.append(res.images)
         stats["seconds"] += res.seconds
         if res.stats is not None:
+            stats["tv_seconds"] += res.stats.output_tv_time
             stats["new_tokens"] += res.stats.new_tokens
             stats["target_forwards"] += res.stats.target_forwards
             stats["row_forwards"] += res.stats.row_forwards
@@ -136,8 +186,8 @@ def cmd_image(args) -> int:
             stats["tv"] += res.stats.output_tv
             stats["skipped"] += res.stats.output_tv_skipped
     images = torch.cat(pictures)
-    grid = out / "grid.png"
-    image_grid(images, nrow=min(len(classes), gen.layout.num_classes), scale=3).save(grid)
+    grid = final / "grid.png"
+    image_grid(images, nrow=min(len(classes), gen.layout.num_classes), scale=3).save(out / grid.name)
     applied = {k: v for k, v in res.config.items() if k not in ("class_ids", "seed")}
     if args.drafter not in (None, "ar", "feature", "sar") and args.method != "ar":
         applied["drafter_path"] = args.drafter
@@ -150,12 +200,14 @@ def cmd_image(args) -> int:
         summary.update(max_moved_mass=max(stats["moved"]) if stats["moved"] else None,
                        max_output_tv=max(tv) if tv else None, mean_output_tv=sum(tv) / len(tv) if tv else None,
                        output_tv_measured=len(tv), output_tv_skipped=stats["skipped"])
+    summary.update(image_timing(started, stats["seconds"], stats["tv_seconds"] if measure else None))
     (out / "stats.json").write_text(json.dumps(summary, indent=2))
-    Console().print(f"{len(classes)} pictures in {stats['seconds']:.2f}s, τ = {summary['tau']:.2f}"
+    Console().print(f"{len(classes)} pictures, τ = {summary['tau']:.2f}, {timing_line(summary)}"
                     + (f", output TV per step (first token, exact) max {summary['max_output_tv']:.3f} mean "
-                       f"{summary['mean_output_tv']:.3f}, largest mass moved onto one candidate "
-                       f"{summary['max_moved_mass']:.3f}" if relaxed and stats["tv"] else "")
-                    + f" → {grid}, {out / 'stats.json'}")
+                       f"{summary['mean_output_tv']:.3f}" if measure and stats["tv"] else "")
+                    + (f", largest mass moved onto one candidate {summary['max_moved_mass']:.3f}"
+                       if relaxed and stats["moved"] else "")
+                    + f" → {grid}, {final / 'stats.json'}")
     return 0
 
 
@@ -212,11 +264,24 @@ def _add_resume_arguments(parser) -> None:
     parser.add_argument("--resume", action="store_true", help="continue a killed run from the checkpoints in "
                         "<out>.ckpt (same settings); without it an existing checkpoint is an error")
     parser.add_argument("--checkpoint-every", type=float, default=120.0,
-                        help="seconds between training checkpoints (default 120)")
+                        help="seconds between training checkpoints, > 0")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every command's ``--help`` names each flag's default (its sub-parsers are of this class too)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args, **kwargs):
+        if kwargs.get("help") is None and args and str(args[0]).startswith("-"):
+            kwargs["help"] = "(default: %(default)s)"  # a flag without help text still names its default
+        return super().add_argument(*args, **kwargs)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mmspec", description="Lossless speculative decoding on stock HF models")
+    parser = _Parser(prog="mmspec", description="Lossless speculative decoding on stock HF models")
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="small end-to-end run on the tiny offline models (the main job)")
@@ -237,7 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--methods", default=None, help="comma list; default all of: plain, mmspec-plain, hf-assisted, "
                        "hf-prompt-lookup, chain, tree, dynamic, prompt-lookup")
     bench.add_argument("--prompts", type=int, default=4)
-    bench.add_argument("--prompt-length", type=int, default=48)
+    bench.add_argument("--prompt-length", type=int, default=None, help="tokens of random-token prompts (tiny: models "
+                       "without a tokenizer; default 48); zoo models use their family's held-out prompts")
     bench.add_argument("--max-new-tokens", type=int, default=64)
     bench.add_argument("--num-tokens", type=int, default=None,
                        help="draft length (tokens per chain); default each method's: the code chain drafts up to 8 "
@@ -253,6 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "zoo scenes with every VLM method (text-only drafter, prompt lookup, EAGLE-style, MSD, FLASH); "
                        "'kernels': Triton kernels vs their torch references (timings on CUDA, the interpreter's "
                        "correctness sweep on CPU)")
+    bench.add_argument("--batch-sizes", default=None, help="with --suite code or vlm: a comma list of batch sizes "
+                       "(e.g. 1,2,4,8,16); every method runs on batches of the suite's prompts and is compared with HF "
+                       "plain decoding at the same batch size (batch_sweep.json / .md / .png)")
     bench.add_argument("--per-class", type=int, default=8, help="image suite: pictures per class (quality)")
     bench.add_argument("--no-sweep", action="store_true", help="image suite: skip the δ / λ / k sweep")
     bench.add_argument("--vlm-prompts", choices=["mixed", "caption", "question"], default="mixed",
@@ -290,12 +359,16 @@ def build_parser() -> argparse.ArgumentParser:
                      "Janus the default is static for lantern++, else a chain of --num-tokens), "
                      "dynamic, or a shape's label as the image suite reports it: branching per depth (2x1x1x1x1x1) or "
                      "spine<depth>+<alternatives at the root> (spine7+1)")
-    img.add_argument("--num-tokens", type=int, default=4, help="chain length")
+    img.add_argument("--num-tokens", type=int, default=None, help="chain length of --tree chain (spec, lantern, "
+                     "lantern++; default 4)")
     img.add_argument("--drafter", default=None, help="ar: the zoo's small AR drafter (run with CFG); feature: "
                      "image-eagle, a feature drafter on the guided target's features; sar: image-sar, the same "
                      "drafting 4 tokens per forward; or a directory written by `mmspec train image-drafter`. "
                      "Default: feature when image-eagle is built, else ar. For a Janus --model: a smaller Janus "
                      "checkpoint directory sharing its codebook (needed by spec, lantern, lantern++)")
+    img.add_argument("--measure-tv", action="store_true", help="lantern / lantern++: also measure the exact "
+                     "output TV per step (first token; costs more than the decoding, excluded from 'seconds', "
+                     "included in 'wall_seconds'); off by default")
     img.add_argument("--seed", type=int, default=0)
     img.add_argument("--batch", type=int, default=12)
     img.add_argument("--out", default="runs/image")
@@ -356,7 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(LLaVA, LLaVA-NeXT, Qwen2-VL, Qwen2.5-VL, PaliGemma, Gemma3, Idefics3)")
         tf.add_argument("--data", default=None, help=".jsonl of {image, prompt, response} (checkpoint targets only; "
                         "image paths relative to the file; every row is checked before training)")
-        tf.add_argument("--scenes", type=int, default=None, help="zoo target only: training scenes (default 4096)")
+        tf.add_argument("--scenes", type=int, default=None, help="zoo target only: training scenes, >= 1 "
+                        "(unset: 4096)")
         tf.add_argument("--stage1-steps", type=int, default=300, help="stage 1: text-only rows")
         tf.add_argument("--stage2-steps", type=int, default=1500, help="stage 2: multimodal share rising 0 -> 1")
         tf.add_argument("--budget-s", type=float, default=450.0, help="time budget (20%% stage 1, 80%% stage 2)")

@@ -20,22 +20,22 @@ def add_generate_parser(sub) -> None:
     gen.add_argument("prompt", nargs="*", help="prompt text; several prompts run one after another (default: read "
                      "stdin). Escapes such as \\n are kept literally unless --escapes")
     gen.add_argument("--model", default="zoo:code-target", help="zoo:<name> or a checkpoint directory of a causal "
-                     "LM or a VLM (default: zoo:code-target)")
+                     "LM or a VLM")
     gen.add_argument("--drafter", default=None, help="zoo:<name>, a drafter directory (causal LM, diffusion LM, "
                      "feature or DFlash drafter) or 'prompt-lookup' (default: the zoo's drafter for zoo targets)")
     gen.add_argument("--method", default=None, help=f"text: {', '.join(TEXT_METHODS)}; VLM: "
                      f"{', '.join(VLM_METHODS)} (default: the route's choice for the drafter)")
     gen.add_argument("--image", action="append", default=[], help="a picture for a VLM target (repeat for several); "
                      "a prompt without the image placeholder gets one per picture in front")
-    gen.add_argument("--max-new-tokens", type=int, default=64, help="default 64")
+    gen.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt, >= 1")
     gen.add_argument("--do-sample", action="store_true", help="sample (default: greedy)")
-    gen.add_argument("--temperature", type=float, default=1.0, help="with --do-sample (default 1.0)")
-    gen.add_argument("--top-k", type=int, default=None, help="with --do-sample (default: off)")
-    gen.add_argument("--top-p", type=float, default=None, help="with --do-sample (default: off)")
-    gen.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    gen.add_argument("--temperature", type=float, default=1.0, help="with --do-sample: > 0 (ignored under greedy, as HF does)")
+    gen.add_argument("--top-k", type=int, default=None, help="with --do-sample: >= 0 (unset or 0: off)")
+    gen.add_argument("--top-p", type=float, default=None, help="with --do-sample: in (0, 1] (unset: off)")
+    gen.add_argument("--seed", type=int, default=0, help="sampling seed (prompt i uses seed + i)")
     gen.add_argument("--ignore-eos", action="store_true", help="generate --max-new-tokens tokens past any EOS")
-    gen.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: where the model loads)")
-    gen.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (default: float32)")
+    gen.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (unset: where the model loads)")
+    gen.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (unset: float32)")
     gen.add_argument("--escapes", action="store_true", help="turn \\n and \\t in prompts into newlines and tabs")
     gen.add_argument("--no-stream", action="store_true", help="print each answer when it is complete")
     gen.add_argument("--json", action="store_true", help="print one JSON line per prompt (text and stats) instead")

@@ -8,6 +8,7 @@ options of the other kind (``--classes`` for the zoo model; ``--prompt`` / ``--p
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import torch
@@ -73,9 +74,35 @@ def read_prompts(prompts: list[str] | None, prompts_file: str | None) -> list[st
     return out
 
 
-def janus_image(args) -> int:
+def image_timing(started: float, decode_seconds: float, tv_seconds: float | None) -> dict:
+    """What ``stats.json`` says about time: ``seconds`` (decoding only), ``wall_seconds`` (the whole command since
+    ``started``), the output-TV measurement's own seconds when it ran, and a line per figure saying what it covers."""
+    wall = time.perf_counter() - started
+    out = {"seconds": decode_seconds, "wall_seconds": wall,
+           "timing": {"seconds": "decoding only: the generate calls, without loading and without the output-TV "
+                                 "measurement",
+                      "wall_seconds": "the whole command: loading the models, decoding, "
+                                      + ("measuring the output TV, " if tv_seconds is not None else "")
+                                      + "decoding the pictures and writing them"}}
+    if tv_seconds is not None:
+        out["output_tv_seconds"] = tv_seconds
+        out["timing"]["output_tv_seconds"] = "measuring the exact output TV (--measure-tv), outside 'seconds'"
+    return out
+
+
+def timing_line(summary: dict) -> str:
+    """The printed counterpart of :func:`image_timing`."""
+    tv = summary.get("output_tv_seconds")
+    return (f"decoding {summary['seconds']:.2f} s, command {summary['wall_seconds']:.1f} s wall (loading, decoding"
+            + (f", {tv:.1f} s measuring the output TV" if tv is not None else "") + ", writing)")
+
+
+def janus_image(args, out: Path | None = None, started: float | None = None) -> int:
     """``mmspec image --model DIR --prompt TEXT``: one picture per prompt with a Janus checkpoint; ``grid.png``,
-    ``picture_<i>.png``, ``codes.json`` and ``stats.json`` (the settings the method applied) under ``--out``."""
+    ``picture_<i>.png``, ``codes.json`` and ``stats.json`` (the settings the method applied) under ``--out``.
+    ``out``: the folder written (the run folder's staging copy; default ``--out``), while what is recorded names
+    ``--out``; ``started``: when the command began (its wall time is reported)."""
+    started = time.perf_counter() if started is None else started
     prompts = read_prompts(args.prompt, args.prompts_file)
     method = args.method or ("lantern++" if args.drafter is not None else "ar")
     check_image_method(method)
@@ -88,8 +115,10 @@ def janus_image(args) -> int:
                          f"{args.cfg_scale}")
     greedy = args.temperature == 0
     chat = not args.no_chat_template
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    final = Path(args.out)
+    if out is None:
+        out = final
+        out.mkdir(parents=True, exist_ok=True)
     pipe = pipeline(args.model, drafter=args.drafter if method != "ar" else None, method=method,
                     cfg_scale=args.cfg_scale, do_sample=not greedy, temperature=1.0 if greedy else args.temperature,
                     lantern_k=args.lantern_k, delta=args.delta, lam=args.lam, tree=args.tree,
@@ -101,45 +130,48 @@ def janus_image(args) -> int:
                 raise ValueError("--method ar runs the stock Janus generate, which ignores padding: the prompts of "
                                  "one batch must have the same token length (use --batch 1)")
     relaxed = method in ("lantern", "lantern++")
+    measure = relaxed and getattr(args, "measure_tv", False)  # costs more than the decoding: only when asked
     pictures, codes = [], []
-    stats = {"new_tokens": 0, "row_forwards": 0, "seconds": 0.0, "moved": [], "tv": [], "skipped": 0}
+    stats = {"new_tokens": 0, "row_forwards": 0, "seconds": 0.0, "moved": [], "tv": [], "skipped": 0, "tv_seconds": 0.0}
     for i, chunk in enumerate(tqdm(batches, desc=f"mmspec image ({method}, Janus)")):
         res = pipe.generate(prompts=chunk, chat_template=chat, seed=args.seed + i,
-                            **({"measure_output_tv": True} if relaxed else {}))
+                            **({"measure_output_tv": True} if measure else {}))
         pictures.append(res.images)
         codes += res.codes.tolist()
         stats["seconds"] += res.seconds
         if res.stats is not None:
+            stats["tv_seconds"] += res.stats.output_tv_time
             stats["new_tokens"] += res.stats.new_tokens
             stats["row_forwards"] += res.stats.row_forwards
             stats["moved"] += res.stats.moved_mass
             stats["tv"] += res.stats.output_tv
             stats["skipped"] += res.stats.output_tv_skipped
     images = torch.cat(pictures)
-    grid = out / "grid.png"
-    image_grid(images, nrow=min(len(prompts), 8), scale=3 if images.shape[-1] < 64 else 1).save(grid)
+    grid = final / "grid.png"  # recorded paths name --out, where the folder is once in place
+    image_grid(images, nrow=min(len(prompts), 8), scale=3 if images.shape[-1] < 64 else 1).save(out / grid.name)
     files = []
     for i, img in enumerate(images):
-        files.append(str(out / f"picture_{i:03d}.png"))
-        tensor_to_pil(img).save(files[-1])
+        files.append(str(final / f"picture_{i:03d}.png"))
+        tensor_to_pil(img).save(out / Path(files[-1]).name)
     (out / "codes.json").write_text(json.dumps({"prompts": prompts, "codes": codes}))
     applied = {k: v for k, v in res.config.items() if k != "seed"}
     summary = {**applied, "model": str(args.model), **({"drafter_path": str(args.drafter)} if method != "ar" else {}),
                "prompts": prompts, "chat_template": chat, "seed": args.seed, "batch": args.batch,
                "images": len(prompts), "seconds": stats["seconds"],
                "tau": stats["new_tokens"] / stats["row_forwards"] if stats["row_forwards"] else 1.0,
-               "grid": str(grid), "pictures": files, "codes": str(out / "codes.json")}
+               "grid": str(grid), "pictures": files, "codes": str(final / "codes.json")}
     if relaxed:
         tv = stats["tv"]
         summary.update(max_moved_mass=max(stats["moved"]) if stats["moved"] else None,
                        max_output_tv=max(tv) if tv else None, mean_output_tv=sum(tv) / len(tv) if tv else None,
                        output_tv_measured=len(tv), output_tv_skipped=stats["skipped"])
+    summary.update(image_timing(started, stats["seconds"], stats["tv_seconds"] if measure else None))
     (out / "stats.json").write_text(json.dumps(summary, indent=2))
-    Console().print(f"{len(prompts)} pictures (Janus, {method}) in {stats['seconds']:.2f}s, τ = {summary['tau']:.2f}"
+    Console().print(f"{len(prompts)} pictures (Janus, {method}), τ = {summary['tau']:.2f}, {timing_line(summary)}"
                     + (f", output TV per step (first token, exact) max {summary['max_output_tv']:.3f} mean "
-                       f"{summary['mean_output_tv']:.3f}" if relaxed and stats["tv"] else "")
-                    + f" → {grid}, {out / 'stats.json'}")
+                       f"{summary['mean_output_tv']:.3f}" if measure and stats["tv"] else "")
+                    + f" → {grid}, {final / 'stats.json'}")
     return 0
 
 
-__all__ = ["image_model_kind", "refuse_other_kind", "read_prompts", "janus_image"]
+__all__ = ["image_model_kind", "refuse_other_kind", "read_prompts", "janus_image", "image_timing", "timing_line"]

@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
 
 from . import zoo
 from tqdm.auto import tqdm
@@ -27,7 +26,9 @@ from .drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
 from .drafters.remote_code import explain_remote_failure
 from .image_codes import TokenLayout, layout_of
 from .loading import load_target
-from .training.artifact import cached, prepare_run, target_identity, write_artifact
+from .options import TRAIN, check_args
+from .targets import Target
+from .training.artifact import begin_run, cached, prepare_run, target_identity, write_artifact
 from .training.deer import DEERConfig, align, load_dlm, target_generations
 from .training.dflash import DFlashTrainConfig, Responses, train_dflash
 from .training.feature import FeatureTrainConfig, jsonl_batches, train_feature_drafter
@@ -39,6 +40,7 @@ from .zoo.vlm_examples import Encoder, ScenePool
 
 
 def cmd_train(args) -> int:
+    check_args(args, TRAIN)  # types and ranges of the flags given (--scenes 0 is refused, not read as 4096)
     if args.train_command == "deer":
         return cli_train_deer(args)
     if args.train_command == "dflash":
@@ -46,6 +48,19 @@ def cmd_train(args) -> int:
     if args.train_command == "image-drafter":
         return cli_train_image_drafter(args)
     return cli_train_feature(args)
+
+
+KIND_NAMES = {"text": "causal LM (text)", "vlm": "VLM", "image": "visual AR (image generation)", "janus": "Janus"}
+
+
+def require_target_kind(loaded: Target, wanted: tuple[str, ...], command: str, spec: str) -> None:
+    """Refuse a target of another kind than the command trains for with one ValueError naming both kinds, before
+    any work (not an AttributeError from deep inside training)."""
+    route = loaded.route  # a model mmspec cannot place raises its own ValueError here
+    if route not in wanted:
+        need = " or ".join(KIND_NAMES[w] for w in wanted)
+        raise ValueError(f"mmspec train {command} trains drafters for {need} targets; {spec} is not a {need} target "
+                         f"(it is a {KIND_NAMES.get(route, route)} target)")
 
 
 def read_text_files(pattern: str) -> list[str]:
@@ -90,6 +105,7 @@ def cli_train_deer(args) -> int:
     settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "checkpoint_every")}
     ckpt = prepare_run(args.out, args.resume, settings)
     loaded = load_target(args.target)
+    require_target_kind(loaded, ("text",), "deer", args.target)
     target, tok = loaded.model, loaded.tokenizer
     dlm, dlm_tok = load_dlm(args.dlm, getattr(args, "trust_remote_code", False))
     if tok is None or dlm_tok is None:
@@ -119,6 +135,7 @@ def cli_train_deer(args) -> int:
         if s.numel() < cfg.prefix_max + 2:
             raise ValueError(f"the {name} text holds {s.numel()} tokens; DEER cuts prefixes of up to "
                              f"{cfg.prefix_max} tokens: give more text")
+    begin_run(ckpt, settings)  # every check passed: training starts
     remote = getattr(dlm, "_mmspec_remote", None)
     # a remote-code model runs its own modeling file during alignment (4-D masks, position ids): its errors
     # name that file, like errors while loading it
@@ -201,9 +218,7 @@ def cli_train_dflash(args) -> int:
     layer_ids = [int(x) for x in args.target_layers.split(",")] if args.target_layers else None
     loaded = load_target(args.target)
     target, tok = loaded.model, loaded.tokenizer
-    if loaded.route != "text":
-        raise ValueError(f"mmspec train dflash trains drafters for causal LM targets; {args.target} is a "
-                         f"{loaded.route} target")
+    require_target_kind(loaded, ("text",), "dflash", args.target)
     if tok is None:
         raise ValueError("mmspec train dflash needs the target's tokenizer next to its weights")
     rows = dflash_rows(args.data, tok) if args.data else None  # checked before any work
@@ -214,13 +229,13 @@ def cli_train_dflash(args) -> int:
         raise ValueError("the tokenizer has no mask token: pass --mask-token-id (any id the target never emits)")
     settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "checkpoint_every")}
     ckpt = prepare_run(args.out, args.resume, settings)
+    # the drafter's shape (layer ids, block size) checked before minutes of target responses
+    dcfg = make_config(target.config, num_layers=args.layers, block_size=args.block_size, mask_token_id=mask_id,
+                       target_layer_ids=layer_ids)
     eos = tok.eos_token_id
     pad = tok.pad_token_id if tok.pad_token_id is not None else (eos or 0)
-    if rows is not None:
-        rows = _respond(target, rows, args.max_new_tokens, eos, pad, ckpt / "responses.partial.pt")
-        n_val = max(2, len(rows) // 20)
-        train, val = Responses.from_rows(rows[n_val:], pad), Responses.from_rows(rows[:n_val], pad)
-    else:
+    texts = None
+    if rows is None:
         texts = read_text_files(args.corpus) if args.corpus else None
         if texts is None:
             corpus = load_corpus()
@@ -230,6 +245,12 @@ def cli_train_dflash(args) -> int:
         gcfg = DEERConfig(gen_len=args.max_new_tokens, gen_batch=64)
         if stream.numel() < 4 * (gcfg.prefix_max + 2):
             raise ValueError(f"the corpus holds {stream.numel()} tokens: too little to cut prefixes from")
+    begin_run(ckpt, settings)  # every check passed: training starts
+    if rows is not None:
+        rows = _respond(target, rows, args.max_new_tokens, eos, pad, ckpt / "responses.partial.pt")
+        n_val = max(2, len(rows) // 20)
+        train, val = Responses.from_rows(rows[n_val:], pad), Responses.from_rows(rows[:n_val], pad)
+    else:
         cut = stream.numel() // 20
         n_val = max(8, args.generate // 32)
         train = cached(ckpt / "generations-train.pt", lambda: target_generations(
@@ -241,8 +262,7 @@ def cli_train_dflash(args) -> int:
                             cache_features=args.kl_weight == 0 and not args.online_features)
     with torch.random.fork_rng():  # the same command trains the same drafter (and a resumed run matches it)
         torch.manual_seed(cfg.seed)
-        net = DFlashDraftModel(make_config(target.config, num_layers=args.layers, block_size=args.block_size,
-                                           mask_token_id=mask_id, target_layer_ids=layer_ids)).to(target.device)
+        net = DFlashDraftModel(dcfg).to(target.device)
         report = train_dflash(net, target, train, val, cfg, checkpoint=ckpt / "train.pt",
                               checkpoint_every_s=args.checkpoint_every)
 
@@ -288,26 +308,29 @@ def cli_train_feature(args) -> int:
     cfg = FeatureTrainConfig(stage1_steps=args.stage1_steps, stage2_steps=args.stage2_steps,
                              stage1_budget_s=args.budget_s * 0.2, stage2_budget_s=args.budget_s * 0.8,
                              batch_size=args.batch_size, lr=args.lr)
+    settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "checkpoint_every")}
+    ckpt = prepare_run(args.out, args.resume, settings)  # checks only: the checkpoint folder comes with training
+    loaded = load_target(args.target)
+    require_target_kind(loaded, ("vlm",), method, args.target)
+    target = loaded.model.eval()
     if zoo_target:
-        settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "checkpoint_every")}
-        ckpt = prepare_run(args.out, args.resume, settings)
-        target = zoo.load(args.target.split(":", 1)[1]).model
         enc = Encoder(ensure_tokenizer(zoo.zoo_home(), False), target.config.image_seq_length)
         batches = vlm_drafters.zoo_batches(enc, ScenePool("train", args.scenes or 4096), cfg.batch_size, cfg.seed)
         val_fn = vlm_drafters.zoo_batches(enc, ScenePool("val", 64, start=5000), 32, cfg.seed + 99)
         val = [val_fn(i, 1.0) for i in range(2)]
     else:
-        processor = AutoProcessor.from_pretrained(args.target, local_files_only=True)
+        processor = loaded.tokenizer
+        if processor is None:
+            raise ValueError(f"--target {args.target}: no processor next to the weights (its preprocessor and "
+                             "tokenizer files); training reads the --data rows through it")
         batches = jsonl_batches(args.data, processor, cfg.batch_size, cfg.seed)  # every row checked here
-        settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "checkpoint_every")}
-        ckpt = prepare_run(args.out, args.resume, settings)
-        target = AutoModelForImageTextToText.from_pretrained(args.target, local_files_only=True).eval()
         val = [batches(-1 - i, 1.0) for i in range(2)]
     # the same command trains the same drafter (and a resumed run matches it): initial weights and every draw
     # of the run come from cfg.seed, on a fork of the global RNG that is restored afterwards
     with torch.random.fork_rng():
         torch.manual_seed(cfg.seed)
-        net = FeatureDraftModel(FeatureDrafterConfig.for_target(target, method, **overrides))
+        net = FeatureDraftModel(FeatureDrafterConfig.for_target(target, method, **overrides)).float()  # float32
+        begin_run(ckpt, settings)  # every check passed: training starts
         report = train_feature_drafter(net, target, batches, val, cfg, checkpoint=ckpt,
                                        checkpoint_every_s=args.checkpoint_every)
 
@@ -339,16 +362,20 @@ def cli_train_image_drafter(args) -> int:
         raise ValueError("--cfg-scale must be >= 0, --budget-s and --lr > 0")
     settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "checkpoint_every")}
     ckpt = prepare_run(args.out, args.resume, settings)
+    loaded = load_target(args.target)
+    # a checkpoint without a layout in its config may be given one with --layout: a causal LM then
+    require_target_kind(loaded, ("image",) if args.layout is None else ("image", "text"), "image-drafter",
+                        args.target)
+    target = loaded.model.eval()
     if zoo_target:
-        entry = zoo.load(args.target.split(":", 1)[1])
-        target, layout = entry.model, entry.extras.get("layout")
+        layout = loaded.extras.get("layout")
         if layout is None:
             raise ValueError(f"{args.target} is not a visual AR target (no token layout)")
     else:
-        target = AutoModelForCausalLM.from_pretrained(args.target, local_files_only=True).eval()
         layout = layout_of(target) if args.layout is None else TokenLayout.from_dict(json.loads(Path(args.layout).read_text()))
     cfg = FeatureTrainConfig(stage1_steps=args.steps, stage1_budget_s=args.budget_s, stage2_steps=0,
                              batch_size=args.batch_size, lr=args.lr)
+    begin_run(ckpt, settings)  # every check passed: training starts
     net, report = train_image_drafter(target, layout, args.cfg_scale, args.sar_tokens, args.samples,
                                       val_samples=args.val_samples, train_cfg=cfg, seed=args.seed, checkpoint=ckpt,
                                       checkpoint_every_s=args.checkpoint_every)

@@ -1,9 +1,11 @@
 """`mmspec demo`: the README's main job. Loads the model zoo and, per family, runs the best method
 available today against plain decoding (and HF assisted generation for code), printing τ, speedup
-and exactness; writes JSON/Markdown (and image grids) under the output folder."""
+and exactness; writes JSON/Markdown (and image grids) under the output folder, which appears whole when the demo
+has finished (an earlier run there is moved aside: :func:`mmspec.eval.run_dir.run_folder`)."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -16,6 +18,7 @@ from .eval.code_suite import diffusion_factories
 from .guidance import DEFAULT_CFG_SCALE
 from .eval.datasets import vlm_items
 from .eval.load import load_average, load_check
+from .eval.run_dir import run_folder
 from .eval.vlm_suite import feature_factories, vlm_prompts
 from .pipeline import pipeline
 from .zoo import family_names, load, zoo_home
@@ -114,7 +117,7 @@ def vlm_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int)
     return report
 
 
-def image_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int) -> dict:
+def image_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int, final: Path | None = None) -> dict:
     """Class-conditional sampling with classifier-free guidance, decoded by the VQ model and scored by the
     zoo's classifier. (Speculative decoding of image codes comes with relaxed acceptance.)"""
     step(console, "image: sampling one picture per class with CFG")
@@ -128,11 +131,12 @@ def image_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: in
         fidelity = float((clf.model.predict(pictures) == torch.tensor(classes)).float().mean())
     grid = out / "image_samples.png"
     image_data.image_grid(pictures, nrow=len(classes) // 2 or 1, scale=3).save(grid)
+    shown = (final or out) / grid.name  # where the grid is once the run folder is in place
     report = {"classes": [image_data.CLASSES[c] for c in classes], "cfg_scale": DEFAULT_CFG_SCALE, "seconds": seconds,
-              "tokens_per_image": layout.num_codes, "class_fidelity": fidelity, "grid": str(grid),
+              "tokens_per_image": layout.num_codes, "class_fidelity": fidelity, "grid": str(shown),
               "zoo_metrics": {k: v for k, v in zoo_metrics("image-target").items() if k.startswith("class_fidelity")}}
     console.print(f"image: {len(classes)} class-conditional samples (CFG 3.0, {layout.num_codes} codes each) in "
-                  f"{seconds:.1f}s; the classifier labels {100 * fidelity:.0f}% with their class → {grid}")
+                  f"{seconds:.1f}s; the classifier labels {100 * fidelity:.0f}% with their class → {shown}")
     write_json(out / "image.json", report)
     return report
 
@@ -152,17 +156,22 @@ def zoo_files_usable(home: Path, names: list[str], console: Console) -> bool:
 
 
 def run_demo(out_dir: str | Path = "runs/demo", num_prompts: int = 8, max_new_tokens: int = 64) -> int:
+    """The demo into ``out_dir``, written as one run: into a hidden sibling renamed into place at the end (an
+    earlier run there is moved aside and named; a failed demo leaves ``out_dir`` as it was)."""
     transformers.logging.set_verbosity_error()  # HF's assisted-generation deprecation chatter
     transformers.utils.logging.disable_progress_bar()
+    with run_folder(out_dir, "demo") as run:
+        return _demo(run.staging, Path(out_dir), num_prompts, max_new_tokens)
+
+
+def _demo(out: Path, final: Path, num_prompts: int, max_new_tokens: int) -> int:
     console = Console()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     home = zoo_home()
     console.print(f"[bold]mmspec demo[/bold] — zoo at {home}; all runs offline, greedy outputs checked against "
                   "plain decoding.")
     load_start = load_average()
     reports = {}
-    for family, run in (("code", code_demo), ("vlm", vlm_demo), ("image", image_demo)):
+    for family, run in (("code", code_demo), ("vlm", vlm_demo), ("image", partial(image_demo, final=final))):
         names = family_names(family) if family != "code" else ["code-target", "code-drafter"]
         needed = [n for n in names if not (home / n / "zoo.json").exists()]
         if needed:
@@ -181,7 +190,7 @@ def run_demo(out_dir: str | Path = "runs/demo", num_prompts: int = 8, max_new_to
     write_json(out / "load.json", load)
     if load["warning"]:
         console.print(f"[yellow]warning: {load['warning']}[/yellow]")
-    console.print(f"wrote results to {out}/")
+    console.print(f"wrote results to {final}/")
     if bad:
         console.print(f"[red]not exact: {bad}[/red]")
         return 1

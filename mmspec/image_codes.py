@@ -136,7 +136,8 @@ def sample_from_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: in
 
 @torch.no_grad()
 def generate_codes(target, class_ids, cfg_scale: float = DEFAULT_CFG_SCALE, temperature: float = 1.0, top_k: int = 0,
-                   generator: torch.Generator | None = None, layout: TokenLayout | None = None) -> torch.Tensor:
+                   generator: torch.Generator | None = None, layout: TokenLayout | None = None,
+                   streamer=None) -> torch.Tensor:
     """Plain AR sampling of code ids [B, grid * grid], one row per class id (-1: unconditional).
 
     With ``cfg_scale != 1`` the conditional and unconditional (null-class) rows run together as one batch of
@@ -154,6 +155,19 @@ def generate_codes(target, class_ids, cfg_scale: float = DEFAULT_CFG_SCALE, temp
     real = torch.ones(rows, 1, dtype=torch.bool, device=target.device)
     keep = torch.ones(rows, dtype=torch.long, device=target.device)
     out = []
+    if streamer is not None:  # HF's streamer protocol, as the speculative methods feed it: prompt, then each token
+        streamer.put(cls_tok[:, None].cpu())
+    try:
+        _sample_codes(target, ids, cache, root, real, keep, layout, b, guided, cfg_scale, temperature, top_k,
+                      generator, out, streamer)
+    finally:
+        if streamer is not None:
+            streamer.end()
+    return torch.stack(out, dim=1)
+
+
+def _sample_codes(target, ids, cache, root, real, keep, layout, b, guided, cfg_scale, temperature, top_k, generator,
+                  out, streamer) -> None:
     with torch.no_grad():
         for _ in range(layout.num_codes):
             logits = tree_forward(target, cache, ids, root, real).logits[:, -1].float()
@@ -164,8 +178,9 @@ def generate_codes(target, class_ids, cfg_scale: float = DEFAULT_CFG_SCALE, temp
             code = sample_from_logits(logits, temperature, top_k, generator)
             out.append(code)
             tok = layout.codes_to_tokens(code)
+            if streamer is not None:
+                streamer.put(tok[:, None].cpu())
             ids = torch.cat([tok, tok])[:, None] if guided else tok[:, None]
-    return torch.stack(out, dim=1)
 
 
 __all__ = ["LAYOUT_KEY", "TokenLayout", "layout_of", "decode_codes", "codebook", "cfg_logits", "restrict_to_codes",

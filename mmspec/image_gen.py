@@ -20,16 +20,18 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .arguments import reject_unknown
 from .drafters import NoDrafter
 from .drafters.feature_model import signature_mismatch
 from .frontend import ImageOutput, call_generator
-from .generator import SpeculativeGenerator
+from .generator import SpeculativeGenerator, check_streamer
 from .guidance import DEFAULT_CFG_SCALE, CFGModel
 from .image_codes import codebook, decode_codes, generate_codes
-from .registry import IMAGE_DRAFTERS, check_image_method, image_drafter, resolve_bound
+from .options import check_image_call
+from .registry import IMAGE_CHAIN_TOKENS, IMAGE_DRAFTERS, IMAGE_TREE, check_image_method, image_drafter, resolve_bound
 from .timing import synchronize
 from .tree import tree_label
 from .verifiers.relaxed import Relaxation
@@ -39,6 +41,49 @@ from .zoo import load as zoo_load, zoo_home
 # ``drafter=NO_DRAFTER`` with method "spec": mmspec's decoding loop with no drafts, sampling one code per target
 # forward exactly as plain AR does: the image suite's own-engine baseline (the cost model's c_t(1))
 NO_DRAFTER = "none"
+
+
+def _class_id(value, where: str) -> int:
+    """One class id (an int, a numpy int or a 0-d integer tensor / array) as an int; bools, floats and strings
+    are refused, not converted."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        if value.ndim != 0:
+            raise ValueError(f"{where}: a {value.ndim}-D {type(value).__name__} is not one class id")
+        if isinstance(value, torch.Tensor):
+            kind = "bool" if value.dtype == torch.bool else \
+                "float" if value.dtype.is_floating_point or value.dtype.is_complex else None
+        else:
+            kind = {"b": "bool", "f": "float", "c": "float", "i": None, "u": None}.get(value.dtype.kind,
+                                                                                       str(value.dtype))
+        if kind is not None:
+            raise ValueError(f"{where}: a {kind} {type(value).__name__} is not a class id (class ids are ints; -1: "
+                             "unconditional)")
+        return int(value.item())
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{where}: {value!r} is a bool, not a class id (class ids are ints; -1: unconditional)")
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        raise ValueError(f"{where}: {value!r} is a float, not a class id (class ids are ints; -1: unconditional)")
+    if isinstance(value, str):
+        raise ValueError(f"{where}: {value!r} is a str, not a class id (class ids are ints; a name's id is its index "
+                         "in the generator's .classes)")
+    raise ValueError(f"{where}: a {type(value).__name__} is not a class id (class ids are ints; -1: unconditional)")
+
+
+def as_class_ids(class_ids) -> list[int]:
+    """Class ids as a list of ints: one id (an int, a numpy int, a 0-d tensor) or a sequence of them (a list,
+    a tuple, a 1-D tensor or array). Bools, floats and strings are a ValueError naming the problem."""
+    if isinstance(class_ids, (torch.Tensor, np.ndarray)) and class_ids.ndim != 0:
+        if class_ids.ndim != 1:
+            raise ValueError(f"class ids: a {class_ids.ndim}-D {type(class_ids).__name__} of shape "
+                             f"{tuple(class_ids.shape)}; give one id or a 1-D sequence of ids")
+        class_ids = list(class_ids)
+    if isinstance(class_ids, (list, tuple)):
+        if not class_ids:
+            raise ValueError("no class ids given: give one id or a sequence of ids (-1: unconditional)")
+        return [_class_id(c, f"class id {i}") for i, c in enumerate(class_ids)]
+    return [_class_id(class_ids, "class ids")]
 
 
 class ImageGenerator:
@@ -127,26 +172,34 @@ class ImageGenerator:
     @torch.no_grad()
     def generate(self, class_ids, method: str | None = None, cfg_scale: float = DEFAULT_CFG_SCALE,
                  temperature: float = 1.0, lantern_k: int | None = None, delta: float | None = None,
-                 lam: float | None = None, tree="static", num_tokens: int = 4, generator: torch.Generator | None = None,
+                 lam: float | None = None, tree=None, num_tokens: int | None = None,
+                 generator: torch.Generator | None = None,
                  seed: int | None = None, drafter: str | None = None, measure_output_tv: bool | int = False,
-                 **unknown) -> ImageOutput:
+                 streamer=None, **unknown) -> ImageOutput:
         """``drafter``: ``"ar"``, ``"feature"``, ``"sar"`` or ``"none"``; None: :attr:`default_drafter`.
         ``measure_output_tv`` (LANTERN / LANTERN++): compute the exact TV of each step's first emitted token
         from the target's (``stats.output_tv``), for every picture (True) or the first n of the batch (an int);
-        its cost is kept out of ``seconds``."""
+        its cost is kept out of ``seconds``. ``tree`` (default ``"static"``) and ``num_tokens`` (default 4) draft:
+        given to plain AR (``method="ar"``) they are refused, as are bounds the method does not use.
+        ``streamer``: HF's streamer protocol, one picture per call: the class token, then each step's committed
+        code tokens (``layout.tokens_to_codes`` maps them to codebook indices), then ``end()``."""
         reject_unknown(unknown, ImageGenerator.generate, "ImageGenerator.generate")
         drafter = self.default_drafter if drafter is None else drafter
         method = method or self.method
         check_image_method(method)
-        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 1:
-            raise ValueError(f"num_tokens must be an int >= 1, got {num_tokens!r}")
-        class_ids = [int(c) for c in class_ids]
+        # types, ranges, finite values (mmspec.options.IMAGE); a drafting setting given to plain AR is refused (the
+        # drafter's name is not: it picks among the generator's drafters, and plain AR simply uses none)
+        settings = dict(cfg_scale=cfg_scale, temperature=temperature, tree=tree, num_tokens=num_tokens, seed=seed,
+                        measure_output_tv=measure_output_tv or None)
+        check_image_call(settings, method, where="ImageGenerator.generate")
+        tree = IMAGE_TREE if tree is None else tree
+        num_tokens = IMAGE_CHAIN_TOKENS if num_tokens is None else num_tokens
+        class_ids = as_class_ids(class_ids)
+        check_streamer(streamer, torch.empty(len(class_ids), 1))
         n_classes = self.layout.num_classes
         bad = [c for c in class_ids if not (c == -1 or 0 <= c < n_classes)]
-        if not class_ids or bad:
+        if bad:
             raise ValueError(f"class ids must be in [0, {n_classes}) (or -1: unconditional), got {class_ids}")
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature}")
         bound = resolve_bound(method, delta, lam, lantern_k)  # before any work: a setting the method ignores is refused
         if drafter == NO_DRAFTER and method != "spec":
             raise ValueError(f"drafter={NO_DRAFTER!r} (no drafts) runs with method 'spec' only, not {method!r}")
@@ -154,7 +207,7 @@ class ImageGenerator:
         t0 = time.perf_counter()
         stats = None
         if method == "ar":
-            codes = generate_codes(self.target, class_ids, cfg_scale, temperature, 0, rng, self.layout)
+            codes = generate_codes(self.target, class_ids, cfg_scale, temperature, 0, rng, self.layout, streamer)
         else:
             relax = self.relaxation(**bound) if bound else None
             engine = SpeculativeGenerator(self._guided(self.target, cfg_scale),
@@ -162,7 +215,8 @@ class ImageGenerator:
                                           measure_output_tv=measure_output_tv)
             ids = self.layout.class_tokens(class_ids)[:, None].to(self.target.device)
             out = engine.generate(ids, max_new_tokens=self.layout.num_codes, do_sample=temperature > 0,
-                                  temperature=max(temperature, 1e-5), eos_token_id=[], generator=rng)
+                                  temperature=max(temperature, 1e-5), eos_token_id=[], generator=rng,
+                                  streamer=streamer)
             codes = self.layout.tokens_to_codes(out.sequences[:, 1:])
             stats = out.stats
         synchronize(codes.device)  # a GPU's queued work belongs to this call's time
@@ -176,4 +230,4 @@ class ImageGenerator:
         return ImageOutput(images, codes, stats, seconds, config)
 
 
-__all__ = ["ImageGenerator", "NO_DRAFTER"]
+__all__ = ["ImageGenerator", "NO_DRAFTER", "as_class_ids"]

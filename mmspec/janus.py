@@ -23,7 +23,7 @@ from torch import nn
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .frontend import ImageOutput, call_generator, hf_sampling_rng
-from .generator import SpeculativeGenerator
+from .generator import SpeculativeGenerator, check_streamer
 from .guidance import DEFAULT_CFG_SCALE, CFGModel
 from .hf_args import cache_kwargs, either_cache, output_cache, output_kwargs
 from .options import check_image_call
@@ -129,6 +129,21 @@ def _special_ids(janus) -> tuple[int, int, int]:
     return ids
 
 
+def _as_ids(value, name: str) -> torch.LongTensor:
+    """Token ids as a 2-D long tensor: a tensor, an array or a list (of lists) of ints; 1-D is one prompt."""
+    if not isinstance(value, torch.Tensor):
+        try:
+            value = torch.as_tensor(value)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise ValueError(f"{name} must be token ids (a [batch, length] tensor or a list of lists of ints), "
+                             f"got a {type(value).__name__} ({err})") from None
+    if value.dtype == torch.bool and name == "attention_mask":
+        value = value.long()
+    if value.dtype == torch.bool or value.is_floating_point() or value.is_complex():
+        raise ValueError(f"{name} must hold integers, got {value.dtype}")
+    return (value[None] if value.dim() == 1 else value).long()
+
+
 def janus_prompt_ids(processor, prompts, boi_id: int, chat_template: bool = True):
     """Text prompts as Janus text-to-image inputs: ``(input_ids, attention_mask)``, left-padded, each row ending
     with ``<begin_of_image>`` (``boi_id``).
@@ -176,14 +191,23 @@ class JanusImageGenerator:
     def _guided(self, lm: JanusImageLM, cfg_scale: float) -> CFGModel:
         return CFGModel(lm, cfg_scale, None, lm.code_ids(), uncond=janus_uncond(self.bos, self.boi, self.pad))
 
-    def _check_prompts(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None):
+    def _check_prompts(self, input_ids, attention_mask):
+        """``(input_ids, attention_mask)`` as ``[batch, length]`` tensors on the target's device: a 1-D tensor or a
+        list of ids is one prompt, a list of lists several; ids must be integers."""
+        input_ids, attention_mask = _as_ids(input_ids, "input_ids"), \
+            (None if attention_mask is None else _as_ids(attention_mask, "attention_mask"))
         if input_ids.dim() != 2 or input_ids.shape[1] == 0:
             raise ValueError("input_ids must be [batch, prompt length] with a non-empty prompt")
+        if attention_mask is not None and attention_mask.shape != input_ids.shape:
+            raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, input_ids "
+                             f"{tuple(input_ids.shape)}")
         last = input_ids[:, -1]
         if attention_mask is not None and not bool(attention_mask[:, -1].all()):
             raise ValueError("pad prompts on the left (the last column must be real tokens)")
         if not bool((last == self.boi).all()):
             raise ValueError(f"every prompt must end with <begin_of_image> (id {self.boi})")
+        dev = self.target.device
+        return input_ids.to(dev), None if attention_mask is None else attention_mask.to(dev)
 
     @torch.no_grad()
     def generate(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
@@ -191,11 +215,13 @@ class JanusImageGenerator:
                  temperature: float = 1.0, lantern_k: int | None = None, delta: float | None = None,
                  lam: float | None = None, tree=None, num_tokens: int | None = None,
                  generator: torch.Generator | None = None, seed: int | None = None, decode: bool = True,
-                 measure_output_tv: bool = False) -> ImageOutput:
+                 measure_output_tv: bool = False, streamer=None) -> ImageOutput:
         """``tree``: as the image generator's (``"chain"``, ``"static"``, ``"dynamic"``, a TreeTemplate or its
         label); None is LANTERN++'s static tree for ``lantern++`` and a chain of ``num_tokens`` (default 4)
         otherwise. Drafting settings given to ``ar`` are refused; under greedy (``do_sample=False``) the temperature
-        is ignored, as HF does, and recorded as None."""
+        is ignored, as HF does, and recorded as None. ``streamer`` (the drafting methods; one prompt per call): HF's
+        streamer protocol, fed the prompt and then each step's committed image tokens (code + the text vocabulary
+        size); the stock generate behind ``ar`` streams nothing in image mode, so it is refused there."""
         method = method or self.method
         check_image_method(method)
         check_image_call(dict(cfg_scale=cfg_scale, do_sample=do_sample, temperature=temperature, tree=tree,
@@ -206,7 +232,11 @@ class JanusImageGenerator:
             raise ValueError(f"temperature must be > 0 when sampling (do_sample=True), got {temperature}")
         temperature = temperature if do_sample else None  # greedy: not applied
         num_tokens = 4 if num_tokens is None else num_tokens
-        self._check_prompts(input_ids, attention_mask)
+        input_ids, attention_mask = self._check_prompts(input_ids, attention_mask)
+        check_streamer(streamer, input_ids)
+        if streamer is not None and method == "ar":
+            raise ValueError("method 'ar' runs the stock Janus generate, which takes no streamer in image mode; "
+                             "stream with a drafting method (spec, lantern, lantern++)")
         rng = call_generator(generator, seed, self.target.device)
         t0 = time.perf_counter()
         stats, bound = None, {}
@@ -231,7 +261,8 @@ class JanusImageGenerator:
             engine = SpeculativeGenerator(self._guided(self.target, cfg_scale), drafter, relaxation=relax,
                                           measure_output_tv=measure_output_tv)
             out = engine.generate(input_ids, attention_mask=attention_mask, max_new_tokens=self.target.num_image_tokens,
-                                  do_sample=do_sample, temperature=temperature, eos_token_id=[], generator=rng)
+                                  do_sample=do_sample, temperature=temperature, eos_token_id=[], generator=rng,
+                                  streamer=streamer)
             codes, stats = out.sequences[:, input_ids.shape[1]:] - self.target.text_vocab, out.stats
         seconds = time.perf_counter() - t0 - (stats.output_tv_time if stats is not None else 0.0)
         # the stock decode is channels-last [B, H, W, 3]; ImageOutput's pictures are [B, 3, H, W] in [-1, 1]

@@ -62,25 +62,33 @@ def _zoo_device(device_map):
     return device_map
 
 
-def load_target(spec, tokenizer=None, device_map=None, home=None) -> Target:
+DEFAULT_DTYPE = torch.float32  # what a loaded model computes in unless a dtype is asked
+
+
+def load_target(spec, tokenizer=None, device_map=None, home=None, dtype=None) -> Target:
     """``zoo:<name>``, a local checkpoint directory (``device_map`` goes to ``from_pretrained``), or a model.
-    ``tokenizer`` (a tokenizer or processor) replaces the one found next to the weights."""
+    ``tokenizer`` (a tokenizer or processor) replaces the one found next to the weights. Loaded models compute in
+    ``dtype`` (a dtype or its name), float32 unless asked, whatever the checkpoint stores (the zoo's folders store
+    float16 to stay small; a hub checkpoint may store bfloat16); a given model is returned as it is."""
     if not isinstance(spec, (str, Path)):
         return Target(spec, tokenizer, type(spec).__name__)
+    dtype = as_dtype(dtype) or DEFAULT_DTYPE
     name = zoo_name(spec)
     if name is not None:
-        entry = zoo_load(name, home)
+        entry = zoo_load(name, home)  # the zoo's loaders give float32
         device = _zoo_device(device_map)
-        if device is not None:
-            entry.model.to(device)
+        if isinstance(entry.model, torch.nn.Module) and (device is not None or dtype != DEFAULT_DTYPE):
+            entry.model.to(device=device, dtype=dtype)
         return Target(entry.model, tokenizer or entry.tokenizer, spec, name, dict(entry.extras))
-    return _load_checkpoint(model_dir(spec, "target"), tokenizer, device_map)
+    return _load_checkpoint(model_dir(spec, "target"), tokenizer, device_map, dtype)
 
 
-def _load_checkpoint(path: Path, tokenizer, device_map) -> Target:
+def _load_checkpoint(path: Path, tokenizer, device_map, dtype: torch.dtype = DEFAULT_DTYPE) -> Target:
     require_config(path, "target")
     config = AutoConfig.from_pretrained(path, local_files_only=True)
-    kw = dict(local_files_only=True, device_map=device_map) if device_map else dict(local_files_only=True)
+    kw = dict(local_files_only=True, dtype=dtype)  # never the stored dtype silently ("auto" in transformers 5)
+    if device_map:
+        kw["device_map"] = device_map
     mtype = getattr(config, "model_type", "")
     if mtype == "janus":
         model, proc_cls = JanusForConditionalGeneration.from_pretrained(path, **kw), AutoProcessor
@@ -109,7 +117,8 @@ def load_drafter(spec, target: Target, home=None, device=None, trust_remote_code
     the z-lab or speculators layout, diffusion LM or causal LM, told apart by the files they carry), placed on ``device`` when given. Named drafters
     (``"prompt-lookup"``, the image target's ``"ar"`` / ``"feature"`` / ``"sar"``) and objects come back as
     they are. A directory shipping its own modeling code (LLaDA, Dream) loads only with
-    ``trust_remote_code=True``."""
+    ``trust_remote_code=True``. A drafter loaded from a directory computes in the target's dtype (float32 unless
+    one was asked for the target), whatever its files store."""
     if not isinstance(spec, (str, Path)) or str(spec) in NAMED_DRAFTERS:
         return place(spec, device)
     vocab = text_config(target.model).vocab_size if target.route in ("text", "vlm") else None
@@ -126,23 +135,32 @@ def load_drafter(spec, target: Target, home=None, device=None, trust_remote_code
     if record is not None and record.get("route") not in (None, target.route):
         raise ValueError(f"drafter {spec} was trained for {record['route']} targets ({record.get('trained_by')}, "
                          f"against {record.get('target', {}).get('spec')}); {target.name} is a {target.route} target")
+    dtype = target_dtype(target)  # a drafter computes in the target's dtype, never in what its files store
     if (path / "feature_drafter.json").exists():  # it reads the target's features: same dtype
-        net = FeatureDraftModel.from_pretrained(path, target=target.model).to(dtype=target.model.dtype)
+        net = FeatureDraftModel.from_pretrained(path, target=target.model).to(dtype=dtype)
         return place(net, device)
     if is_dflash_dir(path):  # a DFlash drafter in the z-lab or speculators layout: reads the target's features
-        return place(load_dflash(path, dtype=target.model.dtype), device)
+        return place(load_dflash(path, dtype=dtype), device)
     require_config(path, "drafter", ("config.json", "feature_drafter.json"))
     if needs_trust(path):  # remote-code checkpoints are diffusion LMs (LLaDA / Dream style) here
         require_trust(path, trust_remote_code, "trust_remote_code=True (CLI: --trust-remote-code)")
-        return place(DiffusionLM.from_pretrained(path, trust_remote_code=True, target_vocab_size=vocab), device)
+        return place(DiffusionLM.from_pretrained(path, trust_remote_code=True, target_vocab_size=vocab, dtype=dtype),
+                     device)
     config = AutoConfig.from_pretrained(path, local_files_only=True)
     mtype = str(getattr(config, "model_type", "")).lower()
     if record is not None and record.get("kind") == "diffusion-lm" or \
             (path / "zoo.json").exists() and "mask_token_id" in (path / "zoo.json").read_text() or \
             any(k in mtype for k in ("dream", "llada", "diffucoder")):
-        return place(DiffusionLM.from_pretrained(path, target_vocab_size=vocab), device)
+        return place(DiffusionLM.from_pretrained(path, target_vocab_size=vocab, dtype=dtype), device)
     kw = dict(device_map={"": device}) if device else {}
-    return AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **kw).eval()
+    return AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype, **kw).eval()
+
+
+def target_dtype(target: Target) -> torch.dtype:
+    """The floating dtype the target computes in (float32 when it does not say): what drafters loaded for it
+    take."""
+    dtype = getattr(target.model, "dtype", None)
+    return dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else DEFAULT_DTYPE
 
 
 def as_dtype(value) -> torch.dtype | None:
@@ -170,5 +188,5 @@ def place(obj, device):
     return obj
 
 
-__all__ = ["RECORD", "NAMED_DRAFTERS", "as_dtype", "read_record", "zoo_name", "model_dir", "load_target", "load_drafter",
-           "zoo_diffusion_lm", "place"]
+__all__ = ["RECORD", "NAMED_DRAFTERS", "DEFAULT_DTYPE", "as_dtype", "target_dtype", "read_record", "zoo_name",
+           "model_dir", "load_target", "load_drafter", "zoo_diffusion_lm", "place"]

@@ -22,7 +22,7 @@ import torch
 
 from .frontend import ImageOutput, TextOutput
 from .loading import as_dtype, load_target
-from .registry import OPTIONS
+from .registry import OPTIONS, check_applies
 from .routes.image import ImagePipeline, JanusPipeline, image_pipeline, janus_pipeline
 from .routes.text import TextPipeline, text_drafter
 from .routes.vlm import VLMPipeline, vlm_drafter
@@ -43,9 +43,9 @@ def pipeline(target, drafter=None, method: str | None = None, *, tokenizer=None,
     """
     if device is not None and device_map is not None:
         raise ValueError("give device= (one device) or device_map= (e.g. 'auto', sharded loading), not both")
-    t = load_target(target, tokenizer or processor, device_map, home)
-    route = t.route
     dtype = as_dtype(dtype)
+    t = load_target(target, tokenizer or processor, device_map, home, dtype)  # a spec loads in dtype (default float32)
+    route = t.route
     if route in ("image", "janus") and dtype not in (None, torch.float32):
         raise ValueError(f"{route} targets run in float32 here (their VQ decoders and guidance are checked in "
                          f"float32); got dtype={dtype}")
@@ -56,7 +56,9 @@ def pipeline(target, drafter=None, method: str | None = None, *, tokenizer=None,
         def build(m):
             return text_drafter(t, drafter, m, home, drafter_device, trust_remote_code, **options)
 
-        return TextPipeline(t, *build(method), build)
+        pipe = TextPipeline(t, *build(method), build)
+        check_applies(options, "text", pipe.method)  # a drafting setting the chosen method would drop: refused
+        return pipe
     if route == "vlm":
         m, d = vlm_drafter(t, drafter, method, home, drafter_device, **options)
         return VLMPipeline(t, m, d, **{**OPTIONS["vlm"], **options})

@@ -24,6 +24,7 @@ from .drafters.feature_model import FeatureDraftModel, signature_mismatch
 from .drafters.ngram import NGramLM
 from .generator import SpeculativeGenerator
 from .guidance import DEFAULT_CFG_SCALE
+from .options import IMAGE as IMAGE_OPTIONS, ROUTE_OPTIONS, check_options
 from .tree import DEFAULT_TREE, TreeTemplate
 from .verifiers.tree_forward import text_config
 
@@ -129,21 +130,39 @@ OPTIONS = {  # what each route takes (mmspec.pipeline's **options), with its def
                  adl_config=None, tree_nodes=None),
     "vlm": dict(num_tokens=None, tree=None, top_k=DYNAMIC_TREE["top_k"], num_nodes=None, compress_to=None),
     "image": dict(cfg_scale=DEFAULT_CFG_SCALE, temperature=1.0, lantern_k=None, delta=None, lam=None,
-                  tree="static", num_tokens=4, vq=None, feature_drafter=None, sar_drafter=None),
+                  tree=None, num_tokens=None, vq=None, feature_drafter=None, sar_drafter=None),
     "janus": dict(cfg_scale=DEFAULT_CFG_SCALE, do_sample=False, temperature=1.0, lantern_k=None, delta=None,
-                  lam=None, tree=None, num_tokens=4, decode=True),
-}
+                  lam=None, tree=None, num_tokens=None, decode=True),
+}  # types, ranges and the methods each applies to: mmspec.options.ROUTE_OPTIONS (None: the method's default)
+IMAGE_TREE, IMAGE_CHAIN_TOKENS = "static", 4  # the image methods' default tree and chain length
 
 # ------------------------------------------------------------------------------------------------ checks
 
 
-def take_options(options: dict, route: str) -> dict:
-    """``options`` over the route's defaults; a name the route does not take is a ValueError."""
+def take_options(options: dict, route: str, method: str | None = None) -> dict:
+    """``options`` over the route's defaults, each checked against its declaration (``mmspec.options``): a name
+    the route does not take, a value of the wrong type or out of range, or (with ``method``) a setting that does
+    not apply to that method is a ValueError naming it."""
     allowed = OPTIONS[route]
     unknown = set(options) - set(allowed)
     if unknown:
         raise ValueError(f"unknown options for the {route} route: {sorted(unknown)}; it takes {sorted(allowed)}")
-    return {**allowed, **options}
+    checked = check_options(ROUTE_OPTIONS[route], options, method=method, where=f"the {route} route")
+    return {**allowed, **checked}
+
+
+def check_applies(options: dict, route: str, method: str) -> None:
+    """The options set (not None, not the route's default) apply to ``method``: a drafting setting the method would
+    drop is refused."""
+    given = [k for k, v in options.items() if v is not None and not _same(v, OPTIONS[route].get(k))]
+    check_options(ROUTE_OPTIONS[route], options, method=method, given=given, where=f"the {route} route")
+
+
+def _same(a, b) -> bool:
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # noqa: BLE001 - objects without a plain equality (tensors, models) differ
+        return False
 
 
 def wrong_method(method: str, route: str, target_name: str, model) -> ValueError:
@@ -301,9 +320,8 @@ def resolve_bound(method: str, delta: float | None, lam: float | None, lantern_k
     if lantern_k is not None and method not in BOUND_DEFAULTS:
         raise ValueError(f"lantern_k (latent neighbours that mass may move onto) does not apply to method "
                          f"{method!r}; it is used by methods 'lantern' and 'lantern++' only")
-    if lantern_k is not None and (isinstance(lantern_k, bool) or not isinstance(lantern_k, int) or lantern_k < 1):
-        raise ValueError(f"lantern_k must be an int >= 1, got {lantern_k!r}")
-    given = {"delta": delta, "lam": lam, "lantern_k": lantern_k}  # the checks above leave only the method's own
+    given = check_options({k: IMAGE_OPTIONS[k] for k in ("delta", "lam", "lantern_k")},
+                          {"delta": delta, "lam": lam, "lantern_k": lantern_k})  # types, ranges, finite values
     return {name: default if given[name] is None else given[name]
             for name, default in BOUND_DEFAULTS.get(method, {}).items()}
 
@@ -346,6 +364,6 @@ def check_image_method(method: str) -> None:
 
 __all__ = ["METHODS", "TEXT_METHODS", "VLM_METHODS", "IMAGE_METHODS", "CAUSAL_METHODS", "DIFFUSION_METHODS",
            "FEATURE_METHODS", "BLOCK_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "DRAFT_TOKENS", "CHAIN_CONFIDENCE", "CONFIDENT_CHAIN_TOKENS", "draft_length", "DYNAMIC_TREE", "DFLASH_TREE", "CPS_LAMBDA", "ZOO_ADL",
-           "BOUND_DEFAULTS", "LANTERN_TREE", "OPTIONS", "take_options", "wrong_method",
+           "BOUND_DEFAULTS", "LANTERN_TREE", "OPTIONS", "IMAGE_TREE", "IMAGE_CHAIN_TOKENS", "take_options", "check_applies", "wrong_method",
            "drafter_kind", "check_vocab", "check_feature", "causal_method", "NEEDS", "build_drafter", "zoo_diffuspec",
            "engine", "lattice_tree", "resolve_bound", "tree_options", "image_drafter", "check_image_method"]

@@ -267,7 +267,8 @@ class TreeTemplate:
         per node, and a depth-7 spine with one alternative accepted more per step than 2x1x1x1x1x1 (13 nodes)
         at 9 nodes (``mmspec eval --suite image``; README "Image generation")."""
         if depth < 1 or root_alternatives < 0:
-            raise ValueError(f"a spine needs depth >= 1 and root_alternatives >= 0, got {depth}, {root_alternatives}")
+            raise ValueError(f"tree spine{depth}+{root_alternatives}: a spine needs depth >= 1 and root_alternatives "
+                             f">= 0, got {depth}, {root_alternatives}")
         check_tree_size(1 + depth + root_alternatives, f"the tree spine{depth}+{root_alternatives}")
         return cls(tuple((0,) * d for d in range(1, depth + 1)) + tuple((r,) for r in range(1, root_alternatives + 1)))
 

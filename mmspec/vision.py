@@ -14,8 +14,11 @@ import inspect
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
+import numpy as np
 import torch
+from PIL import Image
 from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
 
 from .families import uses_mrope
@@ -177,5 +180,109 @@ def capture_image_embeds(model, enabled: bool = True):
         handle.remove()
 
 
-__all__ = ["image_token_id", "tokens_per_image", "expected_image_tokens", "forward_inputs", "projector",
+PICTURE_FORMS = ("a PIL image, a numpy array or torch tensor (H x W x C or C x H x W with 1, 3 or 4 channels, or "
+                 "H x W; integers 0..255 or floats in [0, 1]), a picture file's path, or a list of those")
+
+
+def _array_picture(value, what: str) -> Image.Image:
+    """A numpy array or torch tensor as the PIL image it holds. Layout: HWC or CHW, told apart by which end has 1,
+    3 or 4 channels (both: HWC for numpy, as ``np.asarray(picture)`` gives; CHW for torch, as torchvision gives);
+    2-D is grayscale. Values: integers 0..255, or floats in [0, 1] (taken at 8 bits, as a processor's PIL
+    path takes them)."""
+    is_torch = isinstance(value, torch.Tensor)
+    a = value.detach().cpu() if is_torch else value
+    if is_torch and a.dtype in (torch.float16, torch.bfloat16):
+        a = a.float()
+    a = a.numpy() if is_torch else np.asarray(a)
+    kind = a.dtype.kind
+    if kind not in "uif":
+        raise ValueError(f"{what}: a {a.dtype} array is not a picture; give {PICTURE_FORMS}")
+    if a.ndim == 3:
+        first, last = a.shape[0] in (1, 3, 4), a.shape[-1] in (1, 3, 4)
+        if first and (is_torch or not last):
+            a = a.transpose(1, 2, 0)
+        elif not last:
+            raise ValueError(f"{what}: an array of shape {tuple(a.shape)} has no channel axis of 1, 3 or 4 at "
+                             f"either end; give {PICTURE_FORMS}")
+        if a.shape[-1] == 1:
+            a = a[..., 0]
+    elif a.ndim != 2:
+        raise ValueError(f"{what}: an array of shape {tuple(a.shape)} is not one picture; give {PICTURE_FORMS}")
+    if a.size == 0:
+        raise ValueError(f"{what}: an empty array of shape {tuple(a.shape)} is not a picture")
+    if kind == "f":
+        if not np.isfinite(a).all() or a.min() < 0 or a.max() > 1:
+            raise ValueError(f"{what}: a float picture holds values in [0, 1], got values in [{a.min()}, {a.max()}] "
+                             "(for 0..255 pass integers, e.g. uint8)")
+        a = np.rint(a.astype(np.float64) * 255)
+    elif a.min() < 0 or a.max() > 255:
+        raise ValueError(f"{what}: an integer picture holds values 0..255, got values in [{a.min()}, {a.max()}]")
+    a = np.ascontiguousarray(a.astype(np.uint8))
+    return Image.fromarray(a)  # uint8 H x W (L), H x W x 3 (RGB) or H x W x 4 (RGBA)
+
+
+def as_picture(value, what: str = "picture") -> Image.Image:
+    """One picture in any form users have (:data:`PICTURE_FORMS`) as a PIL image, which every processor takes
+    the same way; anything else is a ValueError naming the accepted forms."""
+    if isinstance(value, Image.Image):
+        return value
+    if isinstance(value, (str, Path)):
+        if not Path(value).is_file():
+            raise ValueError(f"{what}: {str(value)!r} is not a picture file; give {PICTURE_FORMS}")
+        from PIL import ImageOps  # noqa: PLC0415
+
+        with Image.open(value) as opened:
+            return ImageOps.exif_transpose(opened).convert("RGB")
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        return _array_picture(value, what)
+    raise ValueError(f"{what}: a {type(value).__name__} is not a picture; give {PICTURE_FORMS}")
+
+
+def _is_picture(value) -> bool:
+    """One picture (not a list of them): a PIL image, a path, or an array of 2 or 3 dimensions."""
+    if isinstance(value, (Image.Image, str, Path)):
+        return True
+    return isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim in (2, 3)
+
+
+def _listing(value):
+    """A list / tuple, or a 4-D array or tensor (a stack of pictures), as a list; None when ``value`` is neither."""
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim == 4:
+        return list(value)
+    return None
+
+
+def picture_rows(images, n_prompts: int) -> list[list[Image.Image]]:
+    """Each prompt's pictures as PIL images. ``images``: one entry per prompt (a picture, a list of pictures, or
+    None), a 4-D array or tensor counting as the list of its pictures; a single picture with a single prompt
+    needs no list. None: no pictures."""
+    if images is None:
+        return [[] for _ in range(n_prompts)]
+    if _is_picture(images):
+        if n_prompts != 1:
+            raise ValueError(f"one picture for {n_prompts} prompts: give images as a list with one entry per prompt "
+                             "(a picture, a list of pictures, or None)")
+        images = [images]
+    entries = _listing(images)
+    if entries is None:
+        raise ValueError(f"images: a {type(images).__name__} is neither a picture nor a list with one entry per "
+                         f"prompt; each entry takes {PICTURE_FORMS}")
+    if len(entries) != n_prompts:
+        raise ValueError(f"{len(entries)} image entries for {n_prompts} prompt(s): images has one entry per prompt "
+                         "(a picture, a list of pictures for a prompt with several placeholders, or None)")
+    rows = []
+    for i, entry in enumerate(entries):
+        if entry is None:
+            rows.append([])
+            continue
+        pictures = _listing(entry)
+        pictures = [entry] if pictures is None else pictures
+        rows.append([as_picture(p, f"image {j} of prompt {i}") for j, p in enumerate(pictures)])
+    return rows
+
+
+__all__ = ["PICTURE_FORMS", "as_picture", "picture_rows", "image_token_id", "tokens_per_image", "expected_image_tokens",
+           "forward_inputs", "projector",
            "check_image_tokens", "capture_image_embeds", "CapturedImages"]

@@ -20,14 +20,16 @@ from __future__ import annotations
 import time
 
 import torch
+from PIL import Image
 
 from .arguments import reject_unknown
 from .frontend import TextOutput, call_generator, engine_eos, generated_count, eos_token_id, hf_sampling_rng
 from .generator import check_streamer
 from .loading import load_drafter, load_target
-from .registry import VLM_METHODS, build_drafter, engine
+from .options import check_generate
+from .registry import VLM_METHODS, build_drafter, check_applies, engine
 from .request import check_positions
-from .vision import forward_inputs
+from .vision import forward_inputs, picture_rows
 
 
 class VLMGenerator:
@@ -43,6 +45,8 @@ class VLMGenerator:
         self.target, self.processor, self.drafter_model = target.eval(), processor, drafter
         self.options = dict(tree=tree, num_tokens=num_tokens, compress_to=compress_to, top_k=top_k,
                             num_nodes=num_nodes)
+        if method in VLM_METHODS:  # types, ranges, and no drafting setting the method would drop
+            check_applies(self.options, "vlm", method)
         self._engines = {}  # method -> decoding loop (None: plain generate); bounded by the VLM methods
         self.method = method
         self.engine = self._engine_for(method)
@@ -69,19 +73,21 @@ class VLMGenerator:
         return getattr(self.processor, "tokenizer", self.processor)
 
     def prepare(self, images, prompts: list[str]) -> dict:
-        """Processor inputs, left-padded; ``images[i]`` is one PIL image, a list of them, or None."""
+        """Processor inputs, left-padded. ``images[i]``: prompt i's picture (a PIL image, a numpy array or torch
+        tensor HWC or CHW, uint8 or float in [0, 1], a file path), a list of them, or None; one picture with one
+        prompt needs no list (:func:`mmspec.vision.picture_rows`). Pictures reach the processor as PIL images, so
+        every form of one picture gives the same ``pixel_values``."""
         if isinstance(prompts, str):
             prompts = [prompts]
-        if not prompts or any(not isinstance(p, str) or not p.strip() for p in prompts):
+        if isinstance(prompts, tuple):
+            prompts = list(prompts)
+        if not isinstance(prompts, list) or not prompts or any(not isinstance(p, str) or not p.strip()
+                                                               for p in prompts):
             raise ValueError("prompts must be a non-empty list of non-empty strings")
-        if images is None:
-            images = [None] * len(prompts)
-        if len(images) != len(prompts):
-            raise ValueError(f"{len(images)} image entries for {len(prompts)} prompts (one entry per prompt)")
+        rows = picture_rows(images, len(prompts))
         placeholder = getattr(self.processor, "image_token", "<image>")
         flat = []
-        for i, (img, prompt) in enumerate(zip(images, prompts)):
-            row = [] if img is None else list(img) if isinstance(img, (list, tuple)) else [img]
+        for i, (row, prompt) in enumerate(zip(rows, prompts)):
             n = prompt.count(placeholder)
             if n != len(row):
                 raise ValueError(f"prompt {i} has {n} image placeholder(s) {placeholder!r} for {len(row)} image(s)")
@@ -103,9 +109,8 @@ class VLMGenerator:
         want = (crop.get("width"), crop.get("height"))
         if None in want:
             return
-        for i, img in enumerate(images):
-            size = tuple(img.size) if hasattr(img, "size") and not callable(img.size) else \
-                (int(img.shape[-1]), int(img.shape[-2])) if hasattr(img, "shape") else None
+        for i, img in enumerate(images):  # PIL images (prepare converted every form)
+            size = tuple(img.size) if isinstance(img, Image.Image) else None
             if size is not None and size != want:
                 raise ValueError(f"image {i} is {size[0]}x{size[1]} pixels, but this model's processor takes "
                                  f"{want[0]}x{want[1]} pictures and does not resize: resize it first")
@@ -118,6 +123,10 @@ class VLMGenerator:
         """``streamer``: HF's streamer protocol (``TextStreamer(gen.tokenizer, skip_prompt=True)``, ...), fed each
         step's committed tokens as they are verified; one prompt per call."""
         reject_unknown(unknown, VLMGenerator.generate, "VLMGenerator.generate")
+        checked = check_generate("VLMGenerator.generate", max_new_tokens=max_new_tokens, do_sample=do_sample,
+                                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                                 stop_at_eos=stop_at_eos, method=method)  # greedy: sampling settings -> None
+        temperature, top_k, top_p = checked["temperature"], checked["top_k"], checked["top_p"]
         spec = self._engine_for(method)
         inputs = self.prepare(images, prompts)
         ids, mask = inputs.pop("input_ids"), inputs.pop("attention_mask")

@@ -81,7 +81,7 @@ def test_janus_cli_greedy_spec_equals_pipeline_and_stock_generate(ckpt, tmp_path
 def test_janus_cli_seeded_lantern_pp_equals_pipeline(ckpt, tmp_path):
     out = tmp_path / "lpp"
     assert _run(ckpt, out, "--drafter", str(ckpt / "draft"), "--lam", "3", "--lantern-k", "4", "--seed", "3",
-                "--batch", "1") == 0
+                "--batch", "1", "--measure-tv") == 0
     stats = json.loads((out / "stats.json").read_text())
     assert stats["method"] == "lantern++" and stats["do_sample"] is True and stats["lam"] == 3.0
     assert stats["max_output_tv"] is not None and stats["max_moved_mass"] <= 1.0

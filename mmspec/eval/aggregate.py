@@ -110,7 +110,7 @@ def specbench_speedup(records: list[dict], method: str, base: str) -> float | No
         return [tok / sec for tok, sec in by_q.values() if sec > 0]
 
     mine, theirs = rates(method, "new_tokens"), rates(base, "text_tokens")
-    if not mine or not theirs:
+    if not mine or not theirs or not np.mean(theirs) > 0:
         return None
     return float(np.mean(mine) / np.mean(theirs))
 

@@ -126,8 +126,10 @@ def _hf_generate(target, prompt, max_new_tokens, eos_token_id=None, streamer=Non
     ``GenerationConfig.update`` is refilled from the model's defaults, and a run that stops at EOS
     while the others do not would look faster than it is."""
     ids, inputs = split_prompt(prompt)
+    mask = inputs.pop("attention_mask", None)  # a left-padded batch carries its own
     kw.setdefault("do_sample", False)
-    return target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+    return target.generate(ids, attention_mask=torch.ones_like(ids) if mask is None else mask,
+                           max_new_tokens=max_new_tokens,
                            eos_token_id=eos_token_id, streamer=streamer, **kw, **inputs)
 
 

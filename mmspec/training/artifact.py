@@ -8,6 +8,9 @@
 * While training, ``<out>.ckpt/`` holds the run's settings, its expensive data (target generations) and one
   :func:`~mmspec.training.loop.train_loop` checkpoint per stage; ``--resume`` continues from them and they are
   removed once the output is in place.
+* That folder is created only when training starts (:func:`begin_run`, after every check of the command), so a
+  command refused on its arguments, data or target leaves nothing behind; and a folder holding no checkpoint yet
+  (a run that failed before saving one) is no run to resume: the next run replaces it.
 """
 
 from __future__ import annotations
@@ -31,32 +34,60 @@ def checkpoint_dir(out: str | Path) -> Path:
     return out.with_name(out.name + ".ckpt")
 
 
+SETTINGS = "run.json"  # the run's settings, written when training starts; every other file is a checkpoint
+
+
+def has_checkpoints(ckpt: str | Path) -> bool:
+    """Whether ``ckpt`` holds anything a resumed run would continue from (anything but the run's settings)."""
+    ckpt = Path(ckpt)
+    return ckpt.is_dir() and any(f.name != SETTINGS for f in ckpt.iterdir())
+
+
 def prepare_run(out: str | Path, resume: bool, settings: dict) -> Path:
-    """Check ``--out`` and the checkpoints before any work; returns the checkpoint directory.
+    """Check ``--out`` and the checkpoints before any work; returns the checkpoint directory, which is not
+    created here (:func:`begin_run` creates it when training starts).
 
     ``settings`` (JSON-able) are recorded with the checkpoints: resuming with other settings would mix two
-    runs, so it is refused naming what differs."""
+    runs, so it is refused naming what differs. A checkpoint directory without checkpoints (a run that failed
+    before saving any) does not block a fresh run."""
     out = Path(out)
     if out.exists() and not (out.is_dir() and ((out / RECORD).exists() or not any(out.iterdir()))):
         raise ValueError(f"--out {out} exists and is not the output of an earlier `mmspec train`: choose a new "
                          "directory (an earlier training output there is replaced only when the new one is complete)")
     ckpt = checkpoint_dir(out)
-    saved = ckpt / "run.json"
+    saved = ckpt / SETTINGS
     settings = json.loads(json.dumps(settings, default=str))
-    if ckpt.exists() and not resume:
+    if ckpt.exists() and not ckpt.is_dir():
+        raise ValueError(f"{ckpt} (where the checkpoints of --out {out} go) is a file: move it away")
+    if has_checkpoints(ckpt) and not resume:
         raise ValueError(f"{ckpt} holds the checkpoints of an interrupted run into {out}: pass --resume to continue "
                          "it, or delete that directory to start over")
-    if resume and saved.exists():
+    if resume and has_checkpoints(ckpt) and saved.exists():
         before = json.loads(saved.read_text())
         differ = sorted(k for k in set(before) | set(settings) if before.get(k) != settings.get(k))
         if differ:
             raise ValueError(f"--resume: the checkpoints in {ckpt} were written with other settings "
                              f"({', '.join(f'{k}: {before.get(k)!r} then, {settings.get(k)!r} now' for k in differ)})")
+    parent = ckpt.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not os.access(parent, os.W_OK):
+        raise ValueError(f"cannot write checkpoints next to --out ({ckpt}): {parent} is not writable")
+    return ckpt
+
+
+def begin_run(ckpt: str | Path, settings: dict) -> Path:
+    """Training starts: create ``ckpt`` (replacing one that holds no checkpoint) and record ``settings`` there.
+    Call it after every check of the command, right before the first work worth resuming."""
+    ckpt = Path(ckpt)
+    settings = json.loads(json.dumps(settings, default=str))
     try:
+        if ckpt.is_dir() and not has_checkpoints(ckpt):
+            shutil.rmtree(ckpt)  # a run that never saved a checkpoint: nothing to continue
         ckpt.mkdir(parents=True, exist_ok=True)
-        saved.write_text(json.dumps(settings, indent=2, sort_keys=True))
+        (ckpt / SETTINGS).write_text(json.dumps(settings, indent=2, sort_keys=True))
     except OSError as err:
-        raise ValueError(f"cannot write checkpoints next to --out ({ckpt}): {err.strerror}") from None
+        raise ValueError(f"cannot write checkpoints next to --out ({ckpt}): {err.strerror or err}") from None
     return ckpt
 
 
@@ -110,4 +141,4 @@ def stage_checkpoint(ckpt: Path | None, stage: int) -> Path | None:
     return None if ckpt is None else Path(ckpt) / f"stage{stage}.pt"
 
 
-__all__ = ["checkpoint_dir", "prepare_run", "cached", "write_artifact", "target_identity", "stage_checkpoint"]
+__all__ = ["checkpoint_dir", "has_checkpoints", "prepare_run", "begin_run", "cached", "write_artifact", "target_identity", "stage_checkpoint"]

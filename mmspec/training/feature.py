@@ -10,6 +10,10 @@ further on, with weight ``slot_decay ** j``; each step draws the number of compr
 The two-stage schedule is MSD's: stage 1 on text-only rows, stage 2 mixing multimodal rows in with a
 probability rising linearly from 0 to 1 (over the first ``mix_ramp`` of the stage, then all multimodal).
 
+Dtypes: the drafter trains in float32 whatever the target's dtype (most real LLaVA checkpoints are float16 or
+bfloat16): the target's features and image embeddings are cast to float32 and its embeddings and LM head are read
+through float32 copies (:func:`frozen_heads`); the saved drafter is cast to the target's dtype when loaded.
+
 Devices: the drafter and the frozen target live on one device (a GPU in ``mmspec zoo build --device cuda``);
 batches are made on the CPU and moved there where they are used (:func:`~mmspec.training.loop.on_model`), and the training noise
 is drawn from a CPU generator and then moved, so what a run draws does not depend on the device.
@@ -67,8 +71,8 @@ def target_features(target, batch: dict) -> tuple[torch.Tensor, torch.Tensor | N
     mask = batch["input_ids"] == image_id if image_id is not None else None
     if mask is not None and not mask.any():
         mask = None
-    embeds = scatter_image_embeds(mask, images.embeds) if mask is not None else None
-    return out.hidden_states[-1], embeds, mask
+    embeds = scatter_image_embeds(mask, images.embeds).float() if mask is not None else None
+    return out.hidden_states[-1].float(), embeds, mask  # float32 whatever the target's dtype: the drafter's
 
 
 def batch_features(target, batch: dict) -> tuple[torch.Tensor, torch.Tensor | None, torch.BoolTensor | None]:
@@ -76,8 +80,27 @@ def batch_features(target, batch: dict) -> tuple[torch.Tensor, torch.Tensor | No
     once for data the target sees without images, e.g. image-code sequences: a step then costs only the
     drafter's forward and backward, not the target's forward too)."""
     if "features" in batch:
-        return on_model(batch["features"], target), None, None
+        return on_model(batch["features"], target).float(), None, None
     return target_features(target, batch)
+
+
+def frozen_heads(target):
+    """``(embed, lm_head)``: the target's input embeddings and LM head as float32 functions (the modules
+    themselves for a float32 target), so a float32 drafter trains against a float16 / bfloat16 target. The LM
+    head's float32 copy is made once per call; neither is trained."""
+    embed, head = target.get_input_embeddings(), target.get_output_embeddings()
+    if embed.weight.dtype == torch.float32 and head.weight.dtype == torch.float32:
+        return embed, head
+    weight = head.weight.detach().float()
+    bias = head.bias.detach().float() if getattr(head, "bias", None) is not None else None
+
+    def embed32(ids):
+        return embed(ids).float()
+
+    def head32(x):
+        return F.linear(x.float(), weight, bias)
+
+    return embed32, head32
 
 
 def drafter_heads(net: FeatureDraftModel, embed, batch: dict, inputs, images, image_mask,
@@ -132,7 +155,7 @@ def slot_accuracy(net: FeatureDraftModel, target, batches: list[dict], compress_
     ``batches`` may be on the CPU; each is moved to the drafter's device (the target's: see
     :func:`train_feature_drafter`)."""
     net.eval()
-    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    embed, lm_head = frozen_heads(target)
     hits, counts = None, None
     for batch in batches:
         batch = on_model(batch, net)
@@ -165,10 +188,13 @@ def train_feature_drafter(net: FeatureDraftModel, target, batches, val_batches: 
     if model_device(net) != model_device(target):
         raise ValueError(f"the drafter is on {model_device(net)} but the target on {model_device(target)}: "
                          "move both to the device that trains")
+    if net.fc.weight.dtype != torch.float32:
+        raise ValueError(f"the drafter is {net.fc.weight.dtype}: it trains in float32 (build it in float32; it is "
+                         "cast to the target's dtype when loaded)")
     target.eval()
     for p in target.parameters():
         p.requires_grad_(False)
-    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    embed, lm_head = frozen_heads(target)
     rng = random.Random(cfg.seed)
     g = torch.Generator().manual_seed(cfg.seed)
     compress = bool(net.config.compress_tokens)
@@ -270,5 +296,5 @@ def jsonl_batches(path: str, processor, batch_size: int, seed: int):
     return batches
 
 
-__all__ = ["FeatureTrainConfig", "target_features", "feature_loss", "slot_accuracy",
+__all__ = ["FeatureTrainConfig", "target_features", "frozen_heads", "feature_loss", "slot_accuracy",
            "train_feature_drafter", "read_training_rows", "jsonl_batches"]

@@ -117,3 +117,31 @@ def test_vlm_streams_the_answer(method):
     assert text.strip() == result["out"].texts[0] and text.strip()
     with pytest.raises(ValueError, match="batch size must be 1"):
         gen.generate(images=[scene.image()] * 2, prompts=prompt * 2, streamer=Recorder())
+
+
+@pytest.mark.parametrize("method", ["ar", "lantern++"])
+def test_image_pipeline_streams_the_code_tokens(method):
+    pipe = mmspec.pipeline("zoo:image-target", method=method)
+    rec = Recorder()
+    out = pipe.generate([3], seed=0, streamer=rec)
+    layout = pipe.generator.layout
+    assert rec.ends == 1 and rec.puts[0].shape == (1, 1)  # the class token: the prompt
+    streamed = torch.cat(rec.puts[1:], 1)
+    assert torch.equal(layout.tokens_to_codes(streamed), out.codes)
+    if out.stats is not None:
+        assert [p.shape[1] for p in rec.puts[1:]] == out.stats.accept_lengths[0]
+    with pytest.raises(ValueError, match="batch size must be 1"):
+        pipe.generate([0, 1], streamer=Recorder())
+
+
+def test_janus_streams_drafted_codes_and_refuses_the_stock_generate():
+    from mmspec.janus import JanusImageGenerator
+    from mmspec.tiny import JANUS_BOI, JANUS_BOS, tiny_janus
+
+    gen = JanusImageGenerator(tiny_janus(0), tiny_janus(1, num_layers=1), method="spec")
+    prompt = torch.tensor([[JANUS_BOS, 5, 6, 7, JANUS_BOI]])
+    rec = Recorder()
+    out = gen.generate(prompt, decode=False, streamer=rec)
+    assert torch.equal(torch.cat(rec.puts[1:], 1) - gen.target.text_vocab, out.codes) and rec.ends == 1
+    with pytest.raises(ValueError, match="takes no streamer"):
+        gen.generate(prompt, method="ar", decode=False, streamer=Recorder())
