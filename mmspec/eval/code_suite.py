@@ -12,6 +12,7 @@ from pathlib import Path
 from ..loading import zoo_diffusion_lm
 from ..registry import CHAIN_CONFIDENCE, DFLASH_TREE, build_drafter, zoo_diffuspec
 from ..zoo import code_data, load, zoo_home
+from .batch_sweep import batch_sweep
 from .bench import compare
 
 BASE_METHODS = ["plain", "mmspec-plain", "hf-assisted", "hf-prompt-lookup", "chain", "prompt-lookup"]
@@ -102,4 +103,23 @@ def run_code_suite(methods: list[str] | None = None, num_prompts: int = 8, max_n
     return report
 
 
-__all__ = ["CODE_METHODS", "DIFFUSION_METHODS", "BLOCK_METHODS", "FEATURE_METHODS", "diffusion_factories", "run_code_suite", "code_prompts"]
+SWEEP_METHODS = ["mmspec-plain", "hf-assisted", "chain", "chain-auto", "prompt-lookup", "eagle-chain",
+                 "eagle-chain-auto"]
+
+
+def run_code_sweep(methods: list[str] | None, batch_sizes: list[int], num_prompts: int = 16,
+                   max_new_tokens: int = 64, repeats: int = 1, num_tokens: int | None = None,
+                   home: str | Path | None = None, progress: bool = True) -> dict:
+    """The code suite's methods at several batch sizes (:mod:`mmspec.eval.batch_sweep`)."""
+    target, draft = load("code-target", home), load("code-drafter", home)
+    extra = diffusion_factories(home)
+    methods = methods or [m for m in SWEEP_METHODS if m.removesuffix("-auto") in BASE_METHODS + list(extra)]
+    prompts = code_prompts(target.tokenizer, max(num_prompts, max(batch_sizes)))
+    sweep = batch_sweep(target.model, draft.model, prompts, methods, batch_sizes, max_new_tokens, num_tokens,
+                        extra={m: f for m, f in extra.items() if m in methods or m + "-auto" in methods}, pad_id=target.tokenizer.pad_token_id,
+                        repeats=repeats, progress=progress)
+    sweep["config"].update(model="zoo:code-target", prompts_from="held-out stdlib completion prompts")
+    return sweep
+
+
+__all__ = ["SWEEP_METHODS", "run_code_sweep", "CODE_METHODS", "DIFFUSION_METHODS", "BLOCK_METHODS", "FEATURE_METHODS", "diffusion_factories", "run_code_suite", "code_prompts"]

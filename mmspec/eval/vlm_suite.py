@@ -21,6 +21,7 @@ from ..hf_args import cache_kwargs
 from ..registry import DYNAMIC_TREE, build_drafter, draft_length
 from ..verifiers.tree_forward import chain_parents
 from ..zoo import load, vlm_data
+from .batch_sweep import batch_sweep
 from .bench import compare
 
 VLM_METHODS = ["plain", "mmspec-plain", "hf-prompt-lookup", "prompt-lookup", "chain", "tree", "eagle-chain",
@@ -72,6 +73,23 @@ def vlm_prompts(processor, num_prompts: int, kind: str = "mixed", start: int = 0
         p = processor(images=[sc.image()], text=[vlm_data.with_image(q.prompt)], return_tensors="pt")
         prompts.append({"input_ids": p["input_ids"], "pixel_values": p["pixel_values"]})
     return prompts
+
+
+VLM_SWEEP_METHODS = ["mmspec-plain", "prompt-lookup", "chain", "eagle-chain", "msd-chain", "msd-chain-auto", "flash-8"]
+
+
+def run_vlm_sweep(methods: list[str] | None, batch_sizes: list[int], num_prompts: int = 16, max_new_tokens: int = 48,
+                  repeats: int = 1, num_tokens: int = 4, home: str | Path | None = None, progress: bool = True) -> dict:
+    """The VLM suite's methods at several batch sizes (:mod:`mmspec.eval.batch_sweep`; EOS off)."""
+    methods = methods or VLM_SWEEP_METHODS
+    target = load("vlm-target", home)
+    factories = feature_factories(home, num_tokens)
+    prompts = vlm_prompts(target.tokenizer, max(num_prompts, max(batch_sizes)), "mixed")
+    sweep = batch_sweep(target.model, None, prompts, methods, batch_sizes, max_new_tokens, num_tokens,
+                        extra={m: f for m, f in factories.items() if m in methods or m + "-auto" in methods},
+                        pad_id=target.extras["tokenizer"].pad_token_id, repeats=repeats, progress=progress)
+    sweep["config"].update(model="zoo:vlm-target", prompts_from="held-out scenes (mixed)")
+    return sweep
 
 
 def run_vlm_suite(methods: list[str] | None = None, num_prompts: int = 8, max_new_tokens: int = 48,
@@ -255,5 +273,5 @@ def sweep_table(result: dict) -> list[str]:
     return lines
 
 
-__all__ = ["VLM_METHODS", "feature_factories", "vlm_prompts", "run_vlm_suite", "target_step_ms", "drafter_forward_ms",
+__all__ = ["VLM_SWEEP_METHODS", "run_vlm_sweep", "VLM_METHODS", "feature_factories", "vlm_prompts", "run_vlm_suite", "target_step_ms", "drafter_forward_ms",
            "drafter_prefill_ms", "compression_sweep", "sweep_table", "SWEEP_SETTINGS"]
