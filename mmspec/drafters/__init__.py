@@ -1,6 +1,7 @@
 """Drafters: anything that proposes a DraftTree from the decoding state."""
 
 from ..state import DraftContext
+from .adaptive import AdaptiveDrafter
 from .autoregressive import AutoregressiveDrafter, AutoregressiveRun
 from .base import Drafter
 from .deer import DEERDrafter
@@ -10,5 +11,5 @@ from .diffusion import DiffusionLM
 from .no_draft import NoDrafter
 from .prompt_lookup import PromptLookupDrafter
 
-__all__ = ["Drafter", "DraftContext", "AutoregressiveDrafter", "AutoregressiveRun", "PromptLookupDrafter",
+__all__ = ["Drafter", "DraftContext", "AdaptiveDrafter", "AutoregressiveDrafter", "AutoregressiveRun", "PromptLookupDrafter",
            "DiffusionLM", "DEERDrafter", "FeatureDrafter", "FeatureDraftModel", "FeatureDrafterConfig", "NoDrafter"]
