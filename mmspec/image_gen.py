@@ -193,6 +193,10 @@ class ImageGenerator:
                         measure_output_tv=measure_output_tv or None)
         check_image_call(settings, method, where="ImageGenerator.generate")
         tree = IMAGE_TREE if tree is None else tree
+        if num_tokens is not None and method != "ar" and (tree != "chain" or drafter == "sar"):
+            raise ValueError(f"num_tokens sets the length of a chain drafted one code per forward: it applies to "
+                             f"tree='chain' with the 'ar' or 'feature' drafter, not tree={tree_label(tree)!r} with "
+                             f"the {drafter!r} drafter")
         num_tokens = IMAGE_CHAIN_TOKENS if num_tokens is None else num_tokens
         class_ids = as_class_ids(class_ids)
         check_streamer(streamer, torch.empty(len(class_ids), 1))

@@ -127,6 +127,8 @@ def load_drafter(spec, target: Target, home=None, device=None, trust_remote_code
         entry = zoo_load(name, home)
         if isinstance(entry.model, NGramLM):
             raise ValueError(f"{spec} is an n-gram model: DiffuSpec's causal proxy (causal=...), not a drafter")
+        if isinstance(entry.model, torch.nn.Module):  # a fresh copy per load: computes in the target's dtype
+            entry.model.to(dtype=target_dtype(target))
         if "mask_token_id" in entry.config:
             return place(zoo_diffusion_lm(entry, target_vocab_size=vocab), device)
         return place(entry.model, device)
@@ -163,6 +165,28 @@ def target_dtype(target: Target) -> torch.dtype:
     return dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else DEFAULT_DTYPE
 
 
+def as_device(value, what: str = "device") -> torch.device | None:
+    """A torch device from a device or its name, checked to exist on this machine; None stays None."""
+    if value is None:
+        return None
+    try:
+        dev = torch.device(value)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"{what} must be a torch device such as 'cpu', 'cuda' or 'cuda:1', got {value!r}") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"{what}={value!r}, but this machine has no CUDA device (torch.cuda.is_available() is "
+                             "False): use 'cpu'")
+        if dev.index is not None and dev.index >= count:
+            raise ValueError(f"{what}={value!r}, but this machine has {count} CUDA device(s)")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{what}={value!r}, but MPS is not available on this machine")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"{what}={value!r}: mmspec runs on 'cpu', 'cuda' or 'mps'")
+    return dev
+
+
 def as_dtype(value) -> torch.dtype | None:
     """A floating torch dtype from a dtype or its name (``"bfloat16"``, ``"torch.float16"``, ``"fp16"``);
     None stays None."""
@@ -188,5 +212,5 @@ def place(obj, device):
     return obj
 
 
-__all__ = ["RECORD", "NAMED_DRAFTERS", "DEFAULT_DTYPE", "as_dtype", "target_dtype", "read_record", "zoo_name",
+__all__ = ["RECORD", "NAMED_DRAFTERS", "DEFAULT_DTYPE", "as_device", "as_dtype", "target_dtype", "read_record", "zoo_name",
            "model_dir", "load_target", "load_drafter", "zoo_diffusion_lm", "place"]

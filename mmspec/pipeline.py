@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from .frontend import ImageOutput, TextOutput
-from .loading import as_dtype, load_target
+from .loading import as_device, as_dtype, load_target
 from .registry import OPTIONS, check_applies
 from .routes.image import ImagePipeline, JanusPipeline, image_pipeline, janus_pipeline
 from .routes.text import TextPipeline, text_drafter
@@ -43,6 +43,7 @@ def pipeline(target, drafter=None, method: str | None = None, *, tokenizer=None,
     """
     if device is not None and device_map is not None:
         raise ValueError("give device= (one device) or device_map= (e.g. 'auto', sharded loading), not both")
+    device, drafter_device = as_device(device), as_device(drafter_device, "drafter_device")  # before any loading
     dtype = as_dtype(dtype)
     t = load_target(target, tokenizer or processor, device_map, home, dtype)  # a spec loads in dtype (default float32)
     route = t.route

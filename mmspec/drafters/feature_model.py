@@ -47,13 +47,17 @@ def target_signature(target) -> dict:
 
 
 def signature_mismatch(saved: dict, target) -> str | None:
+    """What tells ``target`` from the one the drafter was trained against (None: nothing). A target cast to a
+    half-precision dtype rounds its head: the statistics are compared within that dtype's rounding."""
     now = target_signature(target)
     for key in ("vocab_size", "hidden_size"):
         if saved.get(key) != now[key]:
             return f"{key} {saved.get(key)} (drafter) vs {now[key]} (target)"
+    dtype = target.get_output_embeddings().weight.dtype
+    tol = max(1e-3, 8 * torch.finfo(dtype).eps) if dtype.is_floating_point else 1e-3
     for key in ("lm_head_mean", "lm_head_rms", "lm_head_row0", "lm_head_col0"):
         a, b = saved.get(key), now[key]
-        if a is None or abs(a - b) > 1e-3 * max(1.0, abs(a), abs(b)):
+        if a is None or abs(a - b) > tol * max(1.0, abs(a), abs(b)):
             return f"the LM head differs ({key}: {a} vs {b})"
     return None
 

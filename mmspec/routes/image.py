@@ -14,7 +14,8 @@ from ..image_gen import ImageGenerator
 from ..janus import JanusImageGenerator, fill_boi_token_id, janus_prompt_ids
 from ..loading import load_drafter, load_target
 from ..options import IMAGE as IMAGE_OPTIONS
-from ..registry import IMAGE_DRAFTERS, IMAGE_METHODS, check_vocab, drafter_kind, resolve_bound, take_options, \
+from ..guidance import DEFAULT_CFG_SCALE
+from ..registry import IMAGE_CHAIN_TOKENS, IMAGE_DRAFTERS, IMAGE_METHODS, IMAGE_TREE, check_vocab, drafter_kind, resolve_bound, take_options, \
     wrong_method
 from ..targets import Target
 
@@ -29,6 +30,16 @@ class ImagePipeline:
     def __init__(self, generator, method: str, drafter: str, **defaults):
         self.generator, self.method, self.drafter_kind, self.defaults = generator, method, drafter, defaults
         self.target = generator.target
+
+    @property
+    def drafter(self):
+        """The Drafter a call with the pipeline's defaults builds (None for plain AR): image drafters are built per
+        call, for its guidance scale."""
+        if self.method == "ar":
+            return None
+        d = self.defaults
+        return self.generator._drafter(self.drafter_kind, d.get("cfg_scale", DEFAULT_CFG_SCALE),
+                                       d.get("tree") or IMAGE_TREE, d.get("num_tokens") or IMAGE_CHAIN_TOKENS)
 
     @property
     def layout(self):

@@ -31,6 +31,7 @@ def text_drafter(target: Target, drafter, method: str | None, home=None, device=
         raise wrong_method(method, "text", target.name, target.model)
     if drafter is None:
         method, drafter = zoo_default(target, method)
+    spec = drafter if isinstance(drafter, str) else None  # what the caller named, for messages
     drafter = load_drafter(drafter, target, home, device, trust_remote_code)
     kind = drafter_kind(drafter)
     if kind == "name" and drafter == "prompt-lookup":
@@ -53,7 +54,8 @@ def text_drafter(target: Target, drafter, method: str | None, home=None, device=
     if method is None:
         method = {"causal": causal_method(opts["tree"]), "diffusion": "deer", "none": "prompt-lookup",
                   "dflash": "dflash", "feature": "eagle"}[kind]
-    got = "none" if drafter is None else type(drafter).__name__
+    got = ("'prompt-lookup' (no drafter model)" if spec == "prompt-lookup" else "none") if drafter is None else \
+        type(drafter).__name__
     if method in NO_MODEL_METHODS and kind != "none":
         raise ValueError(f"method {method!r} takes no drafter model (got a {got})")
     if method in CAUSAL_METHODS:
@@ -127,6 +129,9 @@ class TextPipeline:
             raise ValueError("give prompts (strings) or input_ids")
         if self.tokenizer is None:
             raise ValueError("this target has no tokenizer: pass input_ids, or tokenizer= to mmspec.pipeline")
+        if not isinstance(prompts, (str, list, tuple)):
+            raise ValueError(f"prompts must be a string or a list of strings (or input_ids= a LongTensor), got "
+                             f"{type(prompts).__name__}")
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)
         if not prompts or any(not isinstance(p, str) or not p for p in prompts):
             raise ValueError("prompts must be a non-empty list of non-empty strings")

@@ -33,6 +33,9 @@ class VLMPipeline:
         if class_ids is not None:
             raise ValueError("class ids are inputs of class-conditional image targets, not of a VLM")
         reject_unknown(kw, self.generator.generate, "the VLM pipeline's generate")
+        if isinstance(images, str) and not prompts:
+            raise ValueError("the VLM pipeline's first argument is the pictures: call generate(images=[picture], "
+                             f"prompts=[{images!r}]) (a prompt without pictures: images=None)")
         return self.generator.generate(images, prompts, **kw)
 
     __call__ = generate
