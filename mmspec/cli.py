@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -33,6 +35,7 @@ from .eval.run import cli_eval
 from .eval.run_dir import run_folder
 from .eval.vlm_suite import run_vlm_suite, run_vlm_sweep
 from .guidance import DEFAULT_CFG_SCALE
+from .options import BENCH, check_args
 from .pipeline import pipeline
 from .registry import draft_length
 from .zoo.image_data import image_grid
@@ -73,6 +76,10 @@ def _finish_suite(report: dict, args, suite: str, what: str, out: Path) -> int:
 def cmd_bench(args) -> int:
     """``mmspec bench``: one run folder per call (written whole at the end; an earlier run in ``--out`` is moved
     aside and named, a failed run leaves it as it was: :func:`mmspec.eval.run_dir.run_folder`)."""
+    # every flag checked (types, ranges) before any work; a flag of another suite, changed from its default, would
+    # be dropped: refused
+    given = [k for k, v in args.flag_defaults.items() if k in BENCH and getattr(args, k) != v]
+    check_args(args, BENCH, method=args.suite, given=given, kind="--suite")
     with run_folder(args.out, "bench") as run:
         return _bench(args, run.staging)
 
@@ -163,9 +170,13 @@ def _zoo_image(args, out: Path, started: float) -> int:
               lam=args.lam, tree=args.tree, num_tokens=args.num_tokens)  # None: the method's default
     gen = pipeline(args.model, method=args.method, drafter=args.drafter, **kw)  # checks the combination
     try:
-        classes = [int(c) for c in args.classes.split(",")] if args.classes else list(range(gen.layout.num_classes))
+        classes = [int(c) for c in args.classes.split(",")] if args.classes is not None else \
+            list(range(gen.layout.num_classes))
     except ValueError:
         raise ValueError(f"--classes takes a comma list of class ids, got {args.classes!r}") from None
+    if args.measure_tv and args.method not in ("lantern", "lantern++"):
+        raise ValueError(f"--measure-tv measures how far a relaxed method (lantern, lantern++) moves the output; "
+                         f"method {args.method!r} samples the target's own distribution")
     final = Path(args.out)
     batches = [classes[i: i + args.batch] for i in range(0, len(classes), args.batch)]
     pictures = []
@@ -244,9 +255,12 @@ def cmd_zoo(args) -> int:
         return 0
     if args.zoo_command == "record-hashes":
         home = Path(args.home) if args.home else zoo.zoo_home()
-        for name in zoo.available():
-            if (home / name / "zoo.json").exists():
-                console.print(f"{name}: {len(record_file_hashes(home / name)['files'])} file hashes recorded")
+        built = [name for name in zoo.available() if (home / name / "zoo.json").exists()]
+        if not built:
+            raise ValueError(f"{home} holds no zoo model (no <name>/zoo.json): nothing to record; pass the --home "
+                             "a `mmspec zoo build` wrote")
+        for name in built:
+            console.print(f"{name}: {len(record_file_hashes(home / name)['files'])} file hashes recorded")
         return 0
     # the builders import diffusers' training classes (over a second): only `mmspec zoo build` pays for them
     from .zoo.builder import build
@@ -330,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "drafters")
     bench.add_argument("--dlm-context", choices=["cache", "window", "full"], default="cache",
                        help="how the diffusion drafter reads the prefix")
-    bench.set_defaults(func=cmd_bench)
+    bench.set_defaults(func=cmd_bench, flag_defaults={a.dest: a.default for a in bench._actions})
 
     img = sub.add_parser("image", help="image generation with ar, spec, lantern, lantern++: class-conditional "
                          "(zoo image-target, the default) or text-to-image with a Janus checkpoint (--model DIR "
@@ -489,14 +503,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminate(signum, frame):
+    """A SIGTERM (a job's time limit, ``kill``) unwinds like Ctrl-C: run folders discard their staging copy."""
+    raise KeyboardInterrupt(f"terminated by signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except EXPECTED_ERRORS as err:
         print(f"mmspec: error: {error_line(err)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: run folders were left as they were before the command
+        print("mmspec: interrupted (an earlier run in --out is untouched; nothing half-written is kept; a training "
+              "run resumes with --resume)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -107,7 +107,8 @@ def table(*options: Option) -> dict[str, Option]:
 
 
 def check_options(declared: dict[str, Option], values: dict, *, method: str | None = None, given=None,
-                  do_sample: bool | None = None, where: str = "", names: dict | None = None) -> dict:
+                  do_sample: bool | None = None, where: str = "", names: dict | None = None,
+                  kind: str = "method") -> dict:
     """``values`` checked against ``declared``: an unknown name, a wrong type or an out-of-range value is a
     ValueError naming it. ``given`` (default: the names of ``values`` whose value is not None) must apply to
     ``method``, except sampling settings under greedy (``do_sample`` False), which come back as None (ignored, as HF
@@ -124,20 +125,20 @@ def check_options(declared: dict[str, Option], values: dict, *, method: str | No
             continue
         if not opt.applies(method):
             users = ", ".join(repr(m) for m in opt.methods)
-            raise ValueError(f"{names.get(k, k)} does not apply to method {method!r}; it is used by "
-                             f"{'method' if len(opt.methods) == 1 else 'methods'} {users} only")
+            raise ValueError(f"{names.get(k, k)} does not apply to {kind} {method!r}; it is used by "
+                             f"{kind if len(opt.methods) == 1 else kind + 's'} {users} only")
     if do_sample is False:
         out.update({k: None for k in out if declared[k].sampling})
     return out
 
 
 def check_args(args: argparse.Namespace, declared: dict[str, Option], *, method: str | None = None,
-               given=None) -> None:
+               given=None, kind: str = "method") -> None:
     """A command's parsed flags checked against their declarations (the messages name the flags)."""
     values = {k: getattr(args, k) for k in declared if hasattr(args, k)}
     given = [k for k in (given if given is not None else values) if values.get(k) is not None]
     check_options({k: declared[k] for k in values}, values, method=method, given=given,
-                  names={k: declared[k].flag for k in values})
+                  names={k: declared[k].flag for k in values}, kind=kind)
 
 
 def add_option(parser: argparse.ArgumentParser, opt: Option, default=_UNSET, help: str | None = None, **kw):
@@ -264,5 +265,20 @@ TRAIN = table(
     Option("cfg_scale", float, ge=0, none=False), Option("seed", int, none=False),
 )
 
-__all__ = ["Option", "table", "check_options", "check_args", "add_option", "GENERATE", "check_sampling", "check_generate",
+# `mmspec bench` flags; ``methods`` here names the suites (``--suite``) a flag belongs to
+BENCH = table(
+    Option("prompts", int, ge=1, none=False), Option("max_new_tokens", int, ge=1, none=False),
+    Option("num_tokens", int, ge=1), Option("repeats", int, ge=1, none=False), Option("seed", int, none=False),
+    Option("temperature", float, gt=0, none=False),
+    Option("draft_layers", int, ge=1, none=False, methods=("models",)),
+    Option("prompt_length", int, ge=4, methods=("models",)),
+    Option("model", str, methods=("models",)), Option("draft", str, methods=("models",)),
+    Option("deer_tokens", int, ge=1, none=False, methods=("code",)),
+    Option("dlm_context", str, methods=("code",)),
+    Option("vlm_prompts", str, methods=("vlm",)),
+    Option("per_class", int, ge=1, none=False, methods=("image",)),
+    Option("no_sweep", bool, none=False, methods=("image",)),
+)
+
+__all__ = ["BENCH", "Option", "table", "check_options", "check_args", "add_option", "GENERATE", "check_sampling", "check_generate",
            "ROUTE_OPTIONS", "IMAGE", "check_image_call", "TRAIN"]

@@ -8,9 +8,10 @@ step's time (one token per row) — and takes the kind with the higher rate:
 
     draft next step  ⟺  τ_step / t_draft_step  ≥  1 / t_plain_step
 
-with the medians of each kind's last five steps. It starts by drafting (the first step, which also feeds the prompt to the
-drafter, is not measured), takes one plain step to measure it, and re-tries the
-kind it is not using every ``probe_every`` steps, so a change in acceptance or load is seen. A plain step is the
+with each kind's last eight steps (the median time, the mean tokens). It starts by drafting (the first drafted step, which also feeds the
+prompt to the drafter, is not measured), takes one plain step to measure it, and re-tries the kind it is not using
+every ``probe_every`` steps (doubling the interval, up to 64, while the probes lose), so a change in acceptance
+or load is seen. A later call at the same batch size starts from the last call's measurements. A plain step is the
 root alone (what :class:`~mmspec.drafters.no_draft.NoDrafter` verifies), and the inner drafter still observes it
 (it catches up on the tokens it did not draft next time it drafts), so the output is exactly what plain decoding
 gives under greedy and the target's distribution under sampling, whatever the choices.
@@ -35,7 +36,7 @@ from .base import Drafter
 class _Rate:
     """The recent steps of one kind: seconds and tokens emitted per row; their medians resist the odd slow step
     (a shared machine, a first call's lazy set-up) that would swing an average for many steps."""
-    window: int = 5
+    window: int = 8
     samples: list = field(default_factory=list)
 
     def add(self, seconds: float, tokens: float) -> None:
@@ -47,12 +48,15 @@ class _Rate:
 
     @property
     def rate(self) -> float | None:
+        """Tokens per row per second: the mean tokens a step emits (acceptance is skewed: a few long runs carry
+        it) over the median step time."""
         if not self.samples:
             return None
-        return statistics.median(t for _, t in self.samples) / max(self.seconds, 1e-9)
+        return statistics.fmean(t for _, t in self.samples) / max(self.seconds, 1e-9)
 
 
-WARMUP_STEPS = 2  # drafted steps at the start of a call that are not measured
+MAX_PROBE_EVERY = 64  # probes that keep losing space out to this many steps (times the drafted step's cost)
+HYSTERESIS = 0.15
 
 
 @dataclass
@@ -67,6 +71,10 @@ class _AdaptiveRun:
     t_draft: float = 0.0  # drafting time of the step in flight
     drafted_steps: int = 0
     plain_steps: int = 0
+    rows: int = 1
+    probe_every: int = 8  # the current interval between probes (doubles while probes lose)
+    probing: bool = False  # the step in flight is a probe of the kind not in use
+    fed: bool = False  # the inner drafter has drafted once in this call (its prompt prefill is paid)
 
 
 class AdaptiveDrafter(Drafter):
@@ -80,6 +88,9 @@ class AdaptiveDrafter(Drafter):
         self.inner, self.probe_every, self.margin = inner, probe_every, margin
         self.vocab_size = inner.vocab_size
         self.needs_target_hidden = inner.needs_target_hidden
+        # per batch size, the recent steps of the last call: the next call at that size starts from them instead
+        # of drafting to find out (what a server learns over time); a dict write per step is safe across threads
+        self._memory: dict[int, tuple[list, list]] = {}
 
     @property
     def max_nodes(self) -> int:
@@ -92,17 +103,34 @@ class AdaptiveDrafter(Drafter):
         self.inner.check_inputs(prefill_inputs)
 
     def begin(self, context: DraftContext) -> _AdaptiveRun:
-        return _AdaptiveRun(self.inner.begin(context))
+        rows = context.state.tokens.shape[0]
+        run = _AdaptiveRun(self.inner.begin(context), rows=rows, probe_every=self.probe_every)
+        known = self._memory.get(rows)
+        if known is not None:
+            run.drafted.samples, run.plain.samples = list(known[0]), list(known[1])
+        return run
 
     def _choose(self, run: _AdaptiveRun) -> bool:
         """Whether the next step drafts."""
-        if run.step < WARMUP_STEPS + 1:
-            return True  # draft first (the first steps, which also feed the prompt to the drafter, are not measured)
+        if run.drafted.seconds is None:
+            return True  # draft first (the call's first drafted step also feeds the prompt: not measured)
         if run.plain.seconds is None:
             return False  # then one plain step
-        if run.since_switch >= self.probe_every:
+        # hysteresis: the kind in use is kept until the other one is 15% better (the estimates are noisy)
+        better = run.drafted.rate >= self.margin * run.plain.rate * (1 - HYSTERESIS if run.drafting else 1 + HYSTERESIS)
+        if run.probing:  # a probe of the kind not in use just ran: did it win?
+            if run.drafting and run.since_switch == 0:
+                return True  # a drafted probe's first step only brings the drafter up to date: measure the next
+            run.probing = False
+            lost = better != run.drafting
+            run.probe_every = min(2 * run.probe_every, MAX_PROBE_EVERY) if lost else self.probe_every
+            return better
+        # a drafted probe costs what a drafted step costs: probe as much less often as it is dearer than a plain step
+        dearer = max(1.0, run.drafted.seconds / max(run.plain.seconds, 1e-9)) if not run.drafting else 1.0
+        if run.since_switch >= run.probe_every * dearer:
+            run.probing = True
             return not run.drafting  # re-try the other kind now and then
-        return run.drafted.rate >= self.margin * run.plain.rate
+        return better
 
     def propose(self, context: DraftContext, run: _AdaptiveRun) -> DraftTree:
         drafting = self._choose(run)
@@ -120,8 +148,10 @@ class AdaptiveDrafter(Drafter):
         t0 = time.perf_counter()
         self.inner.observe(context, run.inner, tree, result, hidden)
         observed = time.perf_counter() - t0
-        if run.drafting and run.step < WARMUP_STEPS:
-            pass  # the drafter's prompt prefill and set-up: not what a drafted step costs
+        if run.drafting and (not run.fed or run.since_switch == 0):
+            # the call's first drafted step feeds the prompt to the drafter, a step after plain ones the tokens it
+            # did not draft: neither is what a drafted step costs
+            run.fed = True
         elif run.drafting:
             active = context.state.active
             emitted = (result.num_accepted.to(active.device)[active].float() + 1).mean().item() if active.any() \
@@ -132,6 +162,8 @@ class AdaptiveDrafter(Drafter):
             run.plain.add(verified + observed, 1.0)
             run.plain_steps += 1
         run.step += 1
+        if run.drafted.samples and run.plain.samples:
+            self._memory[run.rows] = (list(run.drafted.samples), list(run.plain.samples))
 
 
 __all__ = ["AdaptiveDrafter"]

@@ -96,7 +96,7 @@ def run_code_suite(methods: list[str] | None = None, num_prompts: int = 8, max_n
     prompts = code_prompts(target.tokenizer, num_prompts)
     report = compare(target.model, draft.model, prompts, methods, max_new_tokens=max_new_tokens,
                      num_tokens=num_tokens, do_sample=do_sample, temperature=temperature, repeats=repeats,
-                     progress=progress, extra={m: f for m, f in extra.items() if m in methods})
+                     progress=progress, extra=extra)  # all: an unknown name lists them
     report["config"].update(model="zoo:code-target", draft="zoo:code-drafter (AR) / zoo diffusion drafters",
                             prompts="held-out stdlib completion prompts", deer_tokens=deer_tokens,
                             diffuspec_tokens=diffuspec_tokens, dlm_context=context)

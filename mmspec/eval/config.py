@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import warnings
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -18,6 +18,20 @@ from ..guidance import DEFAULT_CFG_SCALE
 from ..options import Option, check_options, table
 
 SUITES = ("code", "chat", "vlm", "image")
+# settings of one kind of suite: given for a run without such a suite they would be dropped, so they are refused
+SUITE_SETTINGS = {
+    "model": ("code", "chat"), "drafter": ("code", "chat"), "dlm": ("code", "chat"), "code_data": ("code",),
+    "chat_data": ("chat",), "vlm_model": ("vlm",), "vlm_drafter": ("vlm",), "vlm_data": ("vlm",),
+    "image_drafter": ("image",), "image_classes": ("image",), "image_cfg_scale": ("image",),
+    "image_temperature": ("image",), "image_quality": ("image",), "image_per_class": ("image",),
+    "image_latency": ("image",), "image_sweep": ("image",), "image_device": ("image",),
+}
+
+
+def option_flag(name: str) -> str:
+    """The command-line flag of a config field (its YAML key when it has none)."""
+    return next((flag for flag, dest, *_ in FLAGS if dest == name),
+                next((flag for flag, dest, _ in SWITCHES if dest == name), name))
 ALL_SUITES = ("code", "vlm", "image")  # "all": one suite per zoo family (chat needs a question file)
 
 
@@ -78,6 +92,11 @@ class EvalConfig:
                 raise ValueError(f"--image-device: {self.image_device!r} is not a device ({e})") from None
             if "image" not in self.suites:
                 raise ValueError("--image-device places the image suite's models, and the run has no image suite")
+        defaults = {f.name: f.default for f in fields(self) if f.default is not MISSING}
+        for name, suites in SUITE_SETTINGS.items():
+            if getattr(self, name) != defaults.get(name) and not set(suites) & set(self.suites):
+                raise ValueError(f"{name} ({option_flag(name)}) applies to the {' / '.join(suites)} suite(s), and "
+                                 f"this run selects {', '.join(self.suites)}")
         if (self.num_tokens is not None and self.num_tokens < 1) or self.block_tokens < 1 or (self.feature_tokens is not None and self.feature_tokens < 1):
             raise ValueError("num_tokens, block_tokens and feature_tokens (draft lengths) must be >= 1")
 
@@ -130,7 +149,14 @@ class EvalConfig:
         return list(dict.fromkeys(names))
 
     def check_methods_known(self, known: dict[str, list[str]]) -> None:
-        """Every bare name must belong to some selected suite (a typo is an error, not a silent skip)."""
+        """Every bare name must belong to some selected suite (a typo is an error, not a silent skip); a per-suite
+        selection names suites this run selects."""
+        if isinstance(self.methods, dict):
+            other = sorted(set(self.methods) - set(self.suites))
+            if other:
+                raise ValueError(f"methods are selected for suite(s) {other}, which this run does not select "
+                                 f"(suites: {self.suites})")
+            return
         if not isinstance(self.methods, list):
             return
         for m in self.methods:

@@ -44,20 +44,26 @@ def read_jsonl(path: str | Path, required: tuple[str, ...]) -> list[dict]:
         text = raw.decode("utf-8")
     except (OSError, EOFError, UnicodeDecodeError) as err:
         raise ValueError(f"data file {path} cannot be read as UTF-8 JSON lines (.jsonl or .jsonl.gz): {err}") from None
-    rows = []
+    rows, problems = [], []  # every bad row is named at once, not one per attempt
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{n}: not JSON ({err.msg})") from None
+            problems.append(f"{path}:{n}: not JSON ({err.msg})")
+            continue
         if not isinstance(row, dict):
-            raise ValueError(f"{path}:{n}: a row must be a JSON object, got {type(row).__name__}")
+            problems.append(f"{path}:{n}: a row must be a JSON object, got {type(row).__name__}")
+            continue
         missing = [k for k in required if k not in row]
         if missing:
-            raise ValueError(f"{path}:{n}: missing field(s) {missing} (needs {list(required)})")
+            problems.append(f"{path}:{n}: missing field(s) {missing} (needs {list(required)})")
+            continue
         rows.append(row)
+    if problems:
+        more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
+        raise ValueError("; ".join(problems[:10]) + more)
     if not rows:
         raise ValueError(f"{path} holds no rows")
     return rows

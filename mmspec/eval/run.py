@@ -155,7 +155,8 @@ def cli_eval(args: argparse.Namespace) -> int:
     print("\n".join(headline(results)))  # a Markdown table: not re-wrapped to the terminal's width
     if results["load"]["warning"]:
         print(f"warning: {results['load']['warning']}")
-    print(f"wrote {cfg.out}/report.md, results.json, config.yaml and plots in {results['wall_seconds']:.0f} s")
+    print(f"wrote {cfg.out}/report.md, results.json, config.yaml{' and plots' if cfg.plots else ''} in "
+          f"{results['wall_seconds']:.0f} s")
     return 0
 
 

@@ -103,7 +103,7 @@ def run_vlm_suite(methods: list[str] | None = None, num_prompts: int = 8, max_ne
     eos = target.extras["tokenizer"].eos_token_id
     report = compare(target.model, None, prompts, methods, max_new_tokens=max_new_tokens, num_tokens=num_tokens,
                      do_sample=do_sample, temperature=temperature, repeats=repeats, progress=progress,
-                     extra={m: f for m, f in factories.items() if m in methods}, eos_token_id=eos)
+                     extra=factories, eos_token_id=eos)  # all: an unknown name lists them
     report["config"].update(model="zoo:vlm-target", draft="zoo:vlm-drafter (text only) / vlm-eagle / vlm-msd / "
                             "vlm-flash", prompts=f"held-out scenes ({kind})",
                             feature_tokens=draft_length("msd", feature_tokens))

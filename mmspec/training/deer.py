@@ -265,7 +265,10 @@ def load_dlm(spec: str, trust_remote_code: bool = False):
     own modeling code (LLaDA, Dream) loads through ``AutoModel`` when the user trusts it (``--trust-remote-code``),
     with errors of that code naming its file."""
     if not (Path(spec).is_dir() and needs_trust(spec)):
-        dlm = load_target(spec)
+        try:
+            dlm = load_target(spec)
+        except ValueError as err:  # load_target speaks of a "target": this is the diffusion LM to align
+            raise ValueError(f"--dlm: {str(err).replace('target ', 'diffusion LM ', 1)}") from None
         return dlm.model, dlm.tokenizer
     require_trust(spec, trust_remote_code, "--trust-remote-code")
     with explain_remote_failure(spec):

@@ -42,7 +42,6 @@ def build(family: str = "all", micro: bool = False, home: str | Path | None = No
     if micro and not force and root.resolve() == shipped_home().resolve():
         raise ValueError(f"a --micro build would overwrite the shipped zoo in {root} with barely trained models; "
                          f"pass --home DIR (or set MMSPEC_HOME) to build elsewhere, or --force to overwrite it")
-    root.mkdir(parents=True, exist_ok=True)
     started = time.time()
     families = FAMILIES if family == "all" else (family,)
     if only:
@@ -51,7 +50,8 @@ def build(family: str = "all", micro: bool = False, home: str | Path | None = No
             raise ValueError(f"unknown zoo models {sorted(unknown)}; available: {available()}")
         families = tuple(dict.fromkeys(family_of(n) for n in only))
     out = {}
-    with building_on(device):
+    with building_on(device):  # an absent device is refused before anything is written
+        root.mkdir(parents=True, exist_ok=True)
         for fam in families:
             out.update(_build_family(family_module(fam), root, micro, progress, only, started))
     return out

@@ -52,3 +52,66 @@ def test_image_pipeline_names_its_drafter_and_refuses_a_chain_length_for_a_tree(
         with pytest.raises(ValueError, match="num_tokens sets the length of a chain"):
             pipe.generate([0], **kw)
     assert pipe.generate([0], method="spec", tree="chain", num_tokens=6).config["num_tokens"] == 6
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["bench", "--model", "tiny:llama", "--prompts", "0"], "--prompts must be an int >= 1"),
+    (["bench", "--model", "tiny:llama", "--num-tokens", "0"], "--num-tokens must be an int >= 1"),
+    (["bench", "--suite", "code", "--deer-tokens", "0"], "--deer-tokens must be an int >= 1"),
+    (["bench", "--suite", "vlm", "--deer-tokens", "4"], "--deer-tokens does not apply to --suite 'vlm'"),
+    (["bench", "--suite", "code", "--vlm-prompts", "caption"], "--vlm-prompts does not apply to --suite 'code'"),
+    (["bench", "--suite", "image", "--per-class", "0"], "--per-class must be an int >= 1"),
+    (["bench", "--suite", "vlm", "--methods", "plain,msd"], "msd-chain"),  # the suite's own names are listed
+    (["eval", "--suite", "code", "--classes", "0,1"], "applies to the image suite"),
+    (["image", "--classes", "0", "--method", "ar", "--measure-tv"], "--measure-tv measures how far a relaxed"),
+    (["image", "--classes", "", "--method", "ar"], "--classes takes a comma list of class ids"),
+    (["zoo", "record-hashes", "--home", "{tmp}/none"], "holds no zoo model"),
+    (["zoo", "build", "--only", "nope", "--home", "{tmp}/zh"], "unknown zoo models"),
+])
+def test_flags_that_would_be_dropped_or_run_forever_are_one_error_line(tmp_path, capsys, argv, message):
+    from mmspec.cli import main
+
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    extra = ["--out", str(tmp_path / "out")] if argv[0] in ("bench", "eval", "image") else []
+    assert main(argv + extra) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "zh").exists()  # refused before any folder
+
+
+def test_eval_config_selecting_methods_of_a_suite_it_does_not_run(tmp_path, capsys):
+    from mmspec.cli import main
+
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("suites: [code]\nmethods: {vlm: [msd-chain]}\n")
+    assert main(["eval", "--config", str(cfg), "--out", str(tmp_path / "o")]) == 2
+    assert "which this run does not select" in capsys.readouterr().err
+
+
+def test_every_bad_data_row_is_named_at_once(tmp_path):
+    from mmspec.eval.datasets import read_jsonl
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"prompt": "a"}\n{"x": 1}\nnot json\n[1]\n')
+    with pytest.raises(ValueError) as err:
+        read_jsonl(path, ("prompt",))
+    assert all(f"rows.jsonl:{n}" in str(err.value) for n in (2, 3, 4))
+
+
+def test_a_missing_dlm_is_called_a_diffusion_lm(tmp_path, capsys):
+    from mmspec.cli import main
+
+    assert main(["train", "deer", "--target", "zoo:code-target", "--dlm", str(tmp_path / "none"),
+                 "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--dlm: diffusion LM" in err and "target '" not in err
+
+
+def test_an_interrupted_command_is_one_line_and_exit_130(monkeypatch, capsys):
+    import mmspec.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_zoo", interrupted)
+    assert cli.main(["zoo", "list"]) == 130
+    assert capsys.readouterr().err.startswith("mmspec: interrupted")
