@@ -19,7 +19,8 @@ from tqdm.auto import tqdm
 from . import zoo
 from .cli_errors import EXPECTED_ERRORS, error_line
 from .cli_generate import add_generate_parser
-from .cli_image import image_model_kind, image_timing, janus_image, refuse_other_kind, timing_line
+from .cli_image import (add_image_stats, image_model_kind, image_timing, janus_image, new_image_stats,
+                        refuse_other_kind, relaxed_summary, timing_line)
 from .cli_train import cmd_train
 from .demo import run_demo
 from .eval import run_bench, write_report
@@ -180,22 +181,13 @@ def _zoo_image(args, out: Path, started: float) -> int:
     final = Path(args.out)
     batches = [classes[i: i + args.batch] for i in range(0, len(classes), args.batch)]
     pictures = []
-    stats = {"new_tokens": 0, "target_forwards": 0, "row_forwards": 0, "seconds": 0.0, "moved": [], "tv": [], "skipped": 0,
-             "tv_seconds": 0.0}
+    stats = new_image_stats()
     relaxed = args.method in ("lantern", "lantern++")
     measure = relaxed and args.measure_tv  # the exact output TV costs more than the decoding: only when asked
     for i, chunk in enumerate(tqdm(batches, desc=f"mmspec image ({args.method})")):
         res = gen.generate(chunk, seed=args.seed + i, **({"measure_output_tv": True} if measure else {}))
         pictures.append(res.images)
-        stats["seconds"] += res.seconds
-        if res.stats is not None:
-            stats["tv_seconds"] += res.stats.output_tv_time
-            stats["new_tokens"] += res.stats.new_tokens
-            stats["target_forwards"] += res.stats.target_forwards
-            stats["row_forwards"] += res.stats.row_forwards
-            stats["moved"] += res.stats.moved_mass
-            stats["tv"] += res.stats.output_tv
-            stats["skipped"] += res.stats.output_tv_skipped
+        add_image_stats(stats, res)
     images = torch.cat(pictures)
     grid = final / "grid.png"
     image_grid(images, nrow=min(len(classes), gen.layout.num_classes), scale=3).save(out / grid.name)
@@ -206,11 +198,8 @@ def _zoo_image(args, out: Path, started: float) -> int:
                "seconds": stats["seconds"],
                "tau": stats["new_tokens"] / stats["row_forwards"] if stats["row_forwards"] else 1.0,
                "grid": str(grid)}
-    if relaxed:  # S_m: mass moved onto one candidate; output TV: the first emitted token's true distance per step
-        tv = stats["tv"]
-        summary.update(max_moved_mass=max(stats["moved"]) if stats["moved"] else None,
-                       max_output_tv=max(tv) if tv else None, mean_output_tv=sum(tv) / len(tv) if tv else None,
-                       output_tv_measured=len(tv), output_tv_skipped=stats["skipped"])
+    if relaxed:
+        summary.update(relaxed_summary(stats))
     summary.update(image_timing(started, stats["seconds"], stats["tv_seconds"] if measure else None))
     (out / "stats.json").write_text(json.dumps(summary, indent=2))
     Console().print(f"{len(classes)} pictures, τ = {summary['tau']:.2f}, {timing_line(summary)}"

@@ -132,20 +132,13 @@ def janus_image(args, out: Path | None = None, started: float | None = None) -> 
     relaxed = method in ("lantern", "lantern++")
     measure = relaxed and getattr(args, "measure_tv", False)  # costs more than the decoding: only when asked
     pictures, codes = [], []
-    stats = {"new_tokens": 0, "row_forwards": 0, "seconds": 0.0, "moved": [], "tv": [], "skipped": 0, "tv_seconds": 0.0}
+    stats = new_image_stats()
     for i, chunk in enumerate(tqdm(batches, desc=f"mmspec image ({method}, Janus)")):
         res = pipe.generate(prompts=chunk, chat_template=chat, seed=args.seed + i,
                             **({"measure_output_tv": True} if measure else {}))
         pictures.append(res.images)
         codes += res.codes.tolist()
-        stats["seconds"] += res.seconds
-        if res.stats is not None:
-            stats["tv_seconds"] += res.stats.output_tv_time
-            stats["new_tokens"] += res.stats.new_tokens
-            stats["row_forwards"] += res.stats.row_forwards
-            stats["moved"] += res.stats.moved_mass
-            stats["tv"] += res.stats.output_tv
-            stats["skipped"] += res.stats.output_tv_skipped
+        add_image_stats(stats, res)
     images = torch.cat(pictures)
     grid = final / "grid.png"  # recorded paths name --out, where the folder is once in place
     image_grid(images, nrow=min(len(prompts), 8), scale=3 if images.shape[-1] < 64 else 1).save(out / grid.name)
@@ -161,10 +154,7 @@ def janus_image(args, out: Path | None = None, started: float | None = None) -> 
                "tau": stats["new_tokens"] / stats["row_forwards"] if stats["row_forwards"] else 1.0,
                "grid": str(grid), "pictures": files, "codes": str(final / "codes.json")}
     if relaxed:
-        tv = stats["tv"]
-        summary.update(max_moved_mass=max(stats["moved"]) if stats["moved"] else None,
-                       max_output_tv=max(tv) if tv else None, mean_output_tv=sum(tv) / len(tv) if tv else None,
-                       output_tv_measured=len(tv), output_tv_skipped=stats["skipped"])
+        summary.update(relaxed_summary(stats))
     summary.update(image_timing(started, stats["seconds"], stats["tv_seconds"] if measure else None))
     (out / "stats.json").write_text(json.dumps(summary, indent=2))
     Console().print(f"{len(prompts)} pictures (Janus, {method}), τ = {summary['tau']:.2f}, {timing_line(summary)}"
@@ -174,4 +164,32 @@ def janus_image(args, out: Path | None = None, started: float | None = None) -> 
     return 0
 
 
-__all__ = ["image_model_kind", "refuse_other_kind", "read_prompts", "janus_image", "image_timing", "timing_line"]
+def new_image_stats() -> dict:
+    """What ``mmspec image`` sums over its batches (both kinds of model)."""
+    return {"new_tokens": 0, "target_forwards": 0, "row_forwards": 0, "seconds": 0.0, "moved": [], "tv": [],
+            "skipped": 0, "tv_seconds": 0.0}
+
+
+def add_image_stats(stats: dict, res) -> None:
+    """One batch's ImageOutput added to ``stats``."""
+    stats["seconds"] += res.seconds
+    if res.stats is not None:
+        stats["tv_seconds"] += res.stats.output_tv_time
+        stats["new_tokens"] += res.stats.new_tokens
+        stats["target_forwards"] += res.stats.target_forwards
+        stats["row_forwards"] += res.stats.row_forwards
+        stats["moved"] += res.stats.moved_mass
+        stats["tv"] += res.stats.output_tv
+        stats["skipped"] += res.stats.output_tv_skipped
+
+
+def relaxed_summary(stats: dict) -> dict:
+    """A relaxed method's measures: S_m (mass moved onto one candidate) and, when measured, the output TV (the
+    first emitted token's true distance per step)."""
+    tv = stats["tv"]
+    return dict(max_moved_mass=max(stats["moved"]) if stats["moved"] else None,
+                max_output_tv=max(tv) if tv else None, mean_output_tv=sum(tv) / len(tv) if tv else None,
+                output_tv_measured=len(tv), output_tv_skipped=stats["skipped"])
+
+
+__all__ = ["new_image_stats", "add_image_stats", "relaxed_summary", "image_model_kind", "refuse_other_kind", "read_prompts", "janus_image", "image_timing", "timing_line"]

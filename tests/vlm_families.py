@@ -218,3 +218,19 @@ def speculative(model, drafter, ids, mask, inputs, n):
 
     return SpeculativeGenerator(model, drafter).generate(ids, attention_mask=mask, max_new_tokens=n,
                                                          eos_token_id=[], pad_token_id=0, **inputs)
+
+
+QWEN_PROMPT = "Look: <|vision_start|><|image_pad|><|vision_end|> what is it?"
+
+
+def write_picture_rows(home, prompt: str = QWEN_PROMPT):
+    """``home/rows.jsonl``: one training row (image path, prompt, response) per picture of :func:`pictures`, the
+    pictures saved next to it; returns ``home``."""
+    import json  # noqa: PLC0415 - test helper
+
+    rows = []
+    for i, pic in enumerate(pictures()):
+        pic.save(home / f"{i}.png")
+        rows.append({"image": str(home / f"{i}.png"), "prompt": prompt, "response": f" answer number {i}"})
+    (home / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return home

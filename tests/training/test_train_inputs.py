@@ -16,7 +16,7 @@ import torch
 import mmspec
 from mmspec.cli import main
 from mmspec.training import artifact
-from tests.vlm_families import pictures, qwen_processor, tiny_qwen_vl
+from tests.vlm_families import pictures, qwen_processor, tiny_qwen_vl, write_picture_rows
 
 PROMPT = "Look: <|vision_start|><|image_pad|><|vision_end|> what is it?"
 FEATURE = ["--stage1-steps", "2", "--stage2-steps", "2", "--batch-size", "2"]
@@ -32,13 +32,7 @@ def _qwen(home, dtype):
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    home = tmp_path_factory.mktemp("rows")
-    rows = []
-    for i, pic in enumerate(pictures()):
-        pic.save(home / f"{i}.png")
-        rows.append({"image": str(home / f"{i}.png"), "prompt": PROMPT, "response": f" answer number {i}"})
-    (home / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    return home
+    return write_picture_rows(tmp_path_factory.mktemp("rows"), PROMPT)
 
 
 @pytest.fixture(scope="module")

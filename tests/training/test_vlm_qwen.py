@@ -1,14 +1,13 @@
 """``mmspec train msd|flash`` against a Qwen2-VL checkpoint (M-RoPE target: every processor output reaches the
 target's training forward), then the saved drafter decodes exactly through ``VLMGenerator.from_pretrained``."""
 
-import json
 
 import pytest
 import torch
 
 import mmspec
 from mmspec import VLMGenerator
-from tests.vlm_families import pictures, qwen_processor, tiny_qwen_vl
+from tests.vlm_families import pictures, qwen_processor, tiny_qwen_vl, write_picture_rows
 
 PROMPT = "Look: <|vision_start|><|image_pad|><|vision_end|> what is it?"
 
@@ -19,12 +18,7 @@ def checkpoint(tmp_path_factory):
     proc, vocab, ids = qwen_processor()
     tiny_qwen_vl("2", vocab_size=vocab, ids=ids).save_pretrained(home / "target")
     proc.save_pretrained(home / "target")
-    rows = []
-    for i, pic in enumerate(pictures()):
-        pic.save(home / f"{i}.png")
-        rows.append({"image": str(home / f"{i}.png"), "prompt": PROMPT, "response": f" answer number {i}"})
-    (home / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    return home
+    return write_picture_rows(home, PROMPT)
 
 
 @pytest.mark.parametrize("method", ["msd", "flash"])
