@@ -131,6 +131,11 @@ def _batch_sweep(args, methods, out: Path) -> int:
         raise ValueError(f"--batch-sizes takes a comma list of ints, e.g. 1,2,4,8,16; got {args.batch_sizes!r}") from None
     if args.suite not in ("code", "vlm"):
         raise ValueError(f"--batch-sizes runs with --suite code or vlm, not {args.suite!r}")
+    if len(set(sizes)) != len(sizes):
+        raise ValueError(f"--batch-sizes names a size twice: {args.batch_sizes!r}")
+    if sizes and max(sizes) > args.prompts:
+        raise ValueError(f"batch size {max(sizes)} needs at least that many prompts: pass --prompts {max(sizes)} "
+                         f"or more (got --prompts {args.prompts})")
     if args.do_sample:
         raise ValueError("--batch-sizes compares greedy outputs row by row: leave out --do-sample")
     run = run_code_sweep if args.suite == "code" else run_vlm_sweep

@@ -154,6 +154,8 @@ class SpeculativeGenerator:
         self.drafter = drafter
         self.max_cache_len = max_cache_len
         self.relaxation = relaxation
+        if not isinstance(measure_output_tv, (bool, int)):
+            raise ValueError(f"measure_output_tv must be a bool or a row count >= 0, got {measure_output_tv!r}")
         if isinstance(measure_output_tv, int) and measure_output_tv < 0:
             raise ValueError(f"measure_output_tv must be a bool or a row count >= 0, got {measure_output_tv}")
         self.measure_output_tv = measure_output_tv if isinstance(measure_output_tv, int) else bool(measure_output_tv)
@@ -182,8 +184,9 @@ class SpeculativeGenerator:
         ``[1, n]`` (cut at EOS and the budget) as soon as they are verified, then ``end()`` (also when the call
         fails, so a consumer thread never waits forever). One row only, as HF's streamers take.
         """
-        if not isinstance(input_ids, torch.Tensor):
-            raise ValueError(f"input_ids must be a LongTensor of shape [batch, prompt_len], got {type(input_ids).__name__}")
+        if not isinstance(input_ids, torch.Tensor) or input_ids.is_floating_point() or input_ids.dtype == torch.bool:
+            what = type(input_ids).__name__ if not isinstance(input_ids, torch.Tensor) else f"a {input_ids.dtype} tensor"
+            raise ValueError(f"input_ids must be a LongTensor of shape [batch, prompt_len], got {what}")
         check_streamer(streamer, input_ids)
         check_prefill_inputs(self._prefill_names, prefill_inputs)
         t_start = time.perf_counter()

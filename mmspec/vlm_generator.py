@@ -66,6 +66,9 @@ class VLMGenerator:
                         **kwargs) -> "VLMGenerator":
         """``target`` and ``drafter`` as ``zoo:<name>``, a checkpoint directory or a model (see mmspec.loading)."""
         t = load_target(target, processor, home=home)
+        if t.route != "vlm":
+            raise ValueError(f"{t.name} is a {t.route} target, not a vision-language model: VLMGenerator serves "
+                             "LLaVA-class targets; mmspec.pipeline takes any target")
         return cls(t.model, t.tokenizer, load_drafter(drafter, t, home), method, **kwargs)
 
     @property

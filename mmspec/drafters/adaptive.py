@@ -19,6 +19,7 @@ gives under greedy and the target's distribution under sampling, whatever the ch
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -83,8 +84,13 @@ class AdaptiveDrafter(Drafter):
     plain one by this factor (> 1 keeps plain steps on a tie)."""
 
     def __init__(self, inner: Drafter, probe_every: int = 8, margin: float = 1.0):
-        if probe_every < 2 or margin <= 0:
-            raise ValueError(f"probe_every must be >= 2 and margin > 0; got {probe_every}, {margin}")
+        if not isinstance(inner, Drafter):
+            raise ValueError(f"AdaptiveDrafter wraps a Drafter (e.g. mmspec.pipeline(...).drafter), got "
+                             f"{type(inner).__name__}")
+        if isinstance(probe_every, bool) or not isinstance(probe_every, int) or probe_every < 2:
+            raise ValueError(f"probe_every must be an int >= 2, got {probe_every!r}")
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin) or margin <= 0:
+            raise ValueError(f"margin must be a finite number > 0, got {margin!r}")
         self.inner, self.probe_every, self.margin = inner, probe_every, margin
         self.vocab_size = inner.vocab_size
         self.needs_target_hidden = inner.needs_target_hidden

@@ -19,9 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ..drafters.adaptive import AdaptiveDrafter
-from ..registry import CHAIN_CONFIDENCE, build_drafter
-from .bench import build_runner, split_prompt, time_methods
+from .bench import AUTO, auto_factories, build_runner, split_prompt, time_methods
 
 HF_BATCH_ONE = ("hf-assisted", "hf-prompt-lookup")  # HF generate refuses these at batch > 1
 
@@ -42,21 +40,6 @@ def collate(prompts: list, pad_id: int) -> dict:
     return batch
 
 
-AUTO = "-auto"
-
-
-def auto_factory(method: str, extra: dict, draft, num_tokens: int | None):
-    """A factory of ``method``'s drafter wrapped in :class:`~mmspec.drafters.adaptive.AdaptiveDrafter`."""
-    if method in extra:
-        inner = extra[method]
-    elif method in ("chain", "tree", "dynamic", "prompt-lookup") and (draft is not None or method == "prompt-lookup"):
-        def inner():
-            return build_drafter(method, draft, num_tokens=num_tokens, confidence=CHAIN_CONFIDENCE)
-    else:
-        raise ValueError(f"{method}{AUTO}: no drafter for method {method!r} here")
-    return lambda: AdaptiveDrafter(inner())
-
-
 def batch_sweep(target, draft, prompts: list, methods: list[str], batch_sizes: list[int], max_new_tokens: int = 64,
                 num_tokens: int | None = None, extra: dict | None = None, pad_id: int = 0, repeats: int = 1,
                 warmup: int = 1, seed: int = 0, progress: bool = True) -> dict:
@@ -68,9 +51,7 @@ def batch_sweep(target, draft, prompts: list, methods: list[str], batch_sizes: l
                          f"{len(prompts)} (raise --prompts)")
     extra = dict(extra or {})
     methods = ["plain"] + [m for m in methods if m != "plain"]
-    for m in methods:  # "<method>-auto": that method's drafter under the adaptive policy (drafts only where it pays)
-        if m.endswith(AUTO) and m not in extra:
-            extra[m] = auto_factory(m[: -len(AUTO)], extra, draft, num_tokens)
+    extra.update(auto_factories(methods, extra, draft, num_tokens))
     sampling = dict(do_sample=False, temperature=1.0, seed=seed)
     runners = {m: build_runner(m, target, draft, num_tokens, max_new_tokens, sampling, extra.get(m), None)
                for m in methods}
@@ -158,4 +139,4 @@ def write_sweep(sweep: dict, out: Path, title: str) -> list[Path]:
     return [js, md, png]
 
 
-__all__ = ["AUTO", "auto_factory", "collate", "batch_sweep", "to_markdown", "plot_sweep", "write_sweep", "HF_BATCH_ONE"]
+__all__ = ["AUTO", "collate", "batch_sweep", "to_markdown", "plot_sweep", "write_sweep", "HF_BATCH_ONE"]

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ..drafters.adaptive import AdaptiveDrafter
 from ..frontend import hf_sampling_rng
 from ..generator import SpeculativeGenerator
 from ..loading import load_target, zoo_name
@@ -161,6 +162,28 @@ def build_runner(method: str, target, draft, num_tokens: int, max_new_tokens: in
     return _speculative_runner(target, drafter, max_new_tokens, sampling, eos_token_id)
 
 
+AUTO = "-auto"  # "<method>-auto": that method's drafter under the adaptive policy (drafts only where it pays)
+
+
+def auto_factories(methods: list[str], extra: dict, draft, num_tokens: int | None) -> dict:
+    """Factories for the ``<method>-auto`` names among ``methods``: the method's drafter (from ``extra``, or an AR
+    chain / tree / prompt lookup over ``draft``) wrapped in :class:`~mmspec.drafters.adaptive.AdaptiveDrafter`."""
+    out = {}
+    for m in methods:
+        base = m[: -len(AUTO)] if m.endswith(AUTO) else None
+        if base is None or m in extra:
+            continue
+        if base in extra:
+            inner = extra[base]
+        elif base == "prompt-lookup" or (base in CAUSAL_METHODS and draft is not None):
+            def inner(base=base):
+                return build_drafter(base, draft, num_tokens=num_tokens, confidence=CHAIN_CONFIDENCE)
+        else:
+            continue  # left to the unknown-method error
+        out[m] = lambda inner=inner: AdaptiveDrafter(inner())
+    return out
+
+
 def _speculative_runner(target, drafter, max_new_tokens: int, sampling: dict, eos_token_id: int | None = None):
     gen = SpeculativeGenerator(target, drafter)
     gen_kw = dict(do_sample=bool(sampling.get("do_sample")), temperature=sampling.get("temperature", 1.0))
@@ -270,11 +293,13 @@ def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str]
     stops at EOS (answers of natural length); otherwise all generate exactly ``max_new_tokens``.
     ``per_prompt`` adds each method's per-prompt records (median seconds over rounds, tokens, forwards,
     accepted lengths, exactness) for reports that regroup or merge prompts (``mmspec eval``)."""
-    extra = extra or {}
+    extra = dict(extra or {})
     methods = methods or ALL_METHODS + list(extra)
+    extra.update(auto_factories(methods, extra, draft_model, num_tokens))
     unknown = set(methods) - set(ALL_METHODS) - set(extra)
     if unknown:
-        raise ValueError(f"unknown methods {sorted(unknown)}; choose from {ALL_METHODS + list(extra)}")
+        raise ValueError(f"unknown methods {sorted(unknown)}; choose from {ALL_METHODS + list(extra)} (and "
+                         f"<method>{AUTO} for any drafting one: that method under the adaptive policy)")
     if "plain" not in methods:
         methods = ["plain"] + list(methods)
     sampling = dict(do_sample=do_sample, temperature=temperature, seed=seed)

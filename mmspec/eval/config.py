@@ -83,6 +83,9 @@ class EvalConfig:
             raise ValueError(f"unknown suites {bad}; choose from {list(SUITES)} or 'all'")
         if isinstance(self.methods, str):
             self.methods = [m for m in self.methods.split(",") if m]
+        if isinstance(self.methods, dict):  # per suite: a comma string or a list of names
+            self.methods = {k: [m for m in v.split(",") if m] if isinstance(v, str) else v
+                            for k, v in self.methods.items()}
         if self.num_prompts < 0 or self.max_new_tokens < 1 or self.repeats < 1 or self.warmup < 0:
             raise ValueError("num_prompts >= 0, max_new_tokens >= 1, repeats >= 1 and warmup >= 0 are required")
         if self.image_device is not None:

@@ -128,6 +128,8 @@ def headline(results: dict) -> list[str]:
         # the own-engine baseline (no drafter) is a reference, not a contender; a flagged speedup is not headlined
         contenders = [r for r in rows if r["method"] not in (s["base"], OWN_PLAIN)]
         if not contenders:
+            lines.append(f"| {name} | {s['target']} | {base['prompts']} | {_f(base['tokens_per_s'], '.1f')} | "
+                         "n/a (only the baseline ran) | – | – | – | – |")
             continue
         others = [r for r in contenders if not r.get("flags")] or contenders
         fast = max(others, key=lambda r: r["speedup"] or 0)

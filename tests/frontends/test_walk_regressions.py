@@ -115,3 +115,50 @@ def test_an_interrupted_command_is_one_line_and_exit_130(monkeypatch, capsys):
     monkeypatch.setattr(cli, "cmd_zoo", interrupted)
     assert cli.main(["zoo", "list"]) == 130
     assert capsys.readouterr().err.startswith("mmspec: interrupted")
+
+
+def test_second_walk_inputs_are_checked(tmp_path, capsys):
+    import torch
+
+    from mmspec.cli import main
+    from mmspec.drafters import AdaptiveDrafter, PromptLookupDrafter
+    from mmspec.generator import SpeculativeGenerator
+    from mmspec.vlm_generator import VLMGenerator
+    from mmspec.zoo import load
+
+    for kw in (dict(margin=float("nan")), dict(probe_every=2.5), dict(probe_every=True)):
+        with pytest.raises(ValueError):
+            AdaptiveDrafter(PromptLookupDrafter(), **kw)
+    with pytest.raises(ValueError, match="wraps a Drafter"):
+        AdaptiveDrafter("chain")
+    code = load("code-target")
+    with pytest.raises(ValueError, match="input_ids must be a LongTensor.*float32"):
+        SpeculativeGenerator(code.model, PromptLookupDrafter()).generate(torch.tensor([[1.0, 2.0]]), max_new_tokens=2)
+    with pytest.raises(ValueError, match="measure_output_tv must be a bool"):
+        mmspec.pipeline("zoo:image-target").generate([0], method="lantern", measure_output_tv="yes")
+    with pytest.raises(ValueError, match="not a vision-language model"):
+        VLMGenerator.from_pretrained("zoo:code-target")
+    for argv, message in ((["--batch-sizes", "4", "--prompts", "2"], "needs at least that many prompts"),
+                          (["--batch-sizes", "2,2", "--prompts", "2"], "names a size twice")):
+        assert main(["bench", "--suite", "code", *argv, "--out", str(tmp_path / "o")]) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_auto_methods_run_in_the_plain_suites_and_configs_take_comma_strings(tmp_path, capsys):
+    import json
+
+    from mmspec.cli import main
+
+    assert main(["bench", "--suite", "code", "--methods", "chain-auto", "--prompts", "1", "--max-new-tokens", "4",
+                 "--out", str(tmp_path / "b")]) == 0
+    rows = {r["method"]: r for r in json.loads((tmp_path / "b" / "bench.json").read_text())["results"]}
+    assert rows["chain-auto"]["exact"] == 1.0
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("suites: [code]\nmethods: {code: 'plain,prompt-lookup'}\nmax_new_tokens: 4\nnum_prompts: 1\n")
+    assert main(["eval", "--config", str(cfg), "--out", str(tmp_path / "e"), "--no-plots", "--no-progress"]) == 0
+    results = json.loads((tmp_path / "e" / "results.json").read_text())
+    assert results["suites"]["code"]["methods"] == ["plain", "prompt-lookup"]
+    capsys.readouterr()
+    cfg.write_text("suites: [code]\nmethods: {code: plain}\nmax_new_tokens: 4\nnum_prompts: 1\n")
+    assert main(["eval", "--config", str(cfg), "--out", str(tmp_path / "e2"), "--no-plots", "--no-progress"]) == 0
+    assert "only the baseline ran" in (tmp_path / "e2" / "report.md").read_text()
