@@ -230,6 +230,8 @@ def cmd_zoo(args) -> int:
     console = Console()
     if args.zoo_command == "list":
         home = args.home or zoo.zoo_home()
+        if Path(home).exists() and not Path(home).is_dir():
+            raise ValueError(f"--home {home} is a file, not a zoo folder")
         table = Table(title=f"mmspec zoo ({home})")
         for col in ("model", "built", "files", "key metrics"):
             table.add_column(col)

@@ -57,7 +57,7 @@ def _vlm_inputs(pipe, prompt: str, image_paths: list[str]):
     images = []
     for path in image_paths:
         if not Path(path).is_file():
-            raise ValueError(f"--image {path}: no such file")
+            raise ValueError(f"--image {path}: {'not a regular file' if Path(path).exists() else 'no such file'}")
         images.append(Image.open(path).convert("RGB"))
     placeholder = getattr(pipe.generator.processor, "image_token", "<image>")
     if images and placeholder not in prompt:
