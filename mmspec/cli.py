@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -19,8 +18,8 @@ from tqdm.auto import tqdm
 from . import zoo
 from .cli_errors import EXPECTED_ERRORS, error_line
 from .cli_generate import add_generate_parser
-from .cli_image import (add_image_stats, image_model_kind, image_timing, janus_image, new_image_stats,
-                        refuse_other_kind, relaxed_summary, timing_line)
+from .cli_image import (add_image_stats, image_model_kind, image_tau, janus_image, new_image_stats,
+                        refuse_other_kind, timing_line, write_image_stats)
 from .cli_train import cmd_train
 from .demo import run_demo
 from .eval import run_bench, write_report
@@ -200,16 +199,9 @@ def _zoo_image(args, out: Path, started: float) -> int:
     if args.drafter not in (None, "ar", "feature", "sar") and args.method != "ar":
         applied["drafter_path"] = args.drafter
     summary = {**applied, "classes": classes, "seed": args.seed, "batch": args.batch, "images": len(classes),
-               "seconds": stats["seconds"],
-               "tau": stats["new_tokens"] / stats["row_forwards"] if stats["row_forwards"] else 1.0,
-               "grid": str(grid)}
-    if relaxed:
-        summary.update(relaxed_summary(stats))
-    summary.update(image_timing(started, stats["seconds"], stats["tv_seconds"] if measure else None))
-    (out / "stats.json").write_text(json.dumps(summary, indent=2))
-    Console().print(f"{len(classes)} pictures, τ = {summary['tau']:.2f}, {timing_line(summary)}"
-                    + (f", output TV per step (first token, exact) max {summary['max_output_tv']:.3f} mean "
-                       f"{summary['mean_output_tv']:.3f}" if measure and stats["tv"] else "")
+               "seconds": stats["seconds"], "tau": image_tau(stats), "grid": str(grid)}
+    tv = write_image_stats(out, summary, stats, relaxed, measure, started)
+    Console().print(f"{len(classes)} pictures, τ = {summary['tau']:.2f}, {timing_line(summary)}" + tv
                     + (f", largest mass moved onto one candidate {summary['max_moved_mass']:.3f}"
                        if relaxed and stats["moved"] else "")
                     + f" → {grid}, {final / 'stats.json'}")

@@ -151,16 +151,10 @@ def janus_image(args, out: Path | None = None, started: float | None = None) -> 
     summary = {**applied, "model": str(args.model), **({"drafter_path": str(args.drafter)} if method != "ar" else {}),
                "prompts": prompts, "chat_template": chat, "seed": args.seed, "batch": args.batch,
                "images": len(prompts), "seconds": stats["seconds"],
-               "tau": stats["new_tokens"] / stats["row_forwards"] if stats["row_forwards"] else 1.0,
-               "grid": str(grid), "pictures": files, "codes": str(final / "codes.json")}
-    if relaxed:
-        summary.update(relaxed_summary(stats))
-    summary.update(image_timing(started, stats["seconds"], stats["tv_seconds"] if measure else None))
-    (out / "stats.json").write_text(json.dumps(summary, indent=2))
+               "tau": image_tau(stats), "grid": str(grid), "pictures": files, "codes": str(final / "codes.json")}
+    tv = write_image_stats(out, summary, stats, relaxed, measure, started)
     Console().print(f"{len(prompts)} pictures (Janus, {method}), τ = {summary['tau']:.2f}, {timing_line(summary)}"
-                    + (f", output TV per step (first token, exact) max {summary['max_output_tv']:.3f} mean "
-                       f"{summary['mean_output_tv']:.3f}" if measure and stats["tv"] else "")
-                    + f" → {grid}, {final / 'stats.json'}")
+                    + tv + f" → {grid}, {final / 'stats.json'}")
     return 0
 
 
@@ -183,6 +177,24 @@ def add_image_stats(stats: dict, res) -> None:
         stats["skipped"] += res.stats.output_tv_skipped
 
 
+def image_tau(stats: dict) -> float:
+    """New codes per (row, target forward) over the run; 1.0 for plain AR (no forwards counted)."""
+    return stats["new_tokens"] / stats["row_forwards"] if stats["row_forwards"] else 1.0
+
+
+def write_image_stats(out: Path, summary: dict, stats: dict, relaxed: bool, measure: bool, started: float) -> str:
+    """Complete ``summary`` (a relaxed method's measures, the two times) and write it as ``out/stats.json``;
+    returns the printed line's output-TV part (empty unless it was measured)."""
+    if relaxed:
+        summary.update(relaxed_summary(stats))
+    summary.update(image_timing(started, stats["seconds"], stats["tv_seconds"] if measure else None))
+    (out / "stats.json").write_text(json.dumps(summary, indent=2))
+    if not (measure and stats["tv"]):
+        return ""
+    return (f", output TV per step (first token, exact) max {summary['max_output_tv']:.3f} mean "
+            f"{summary['mean_output_tv']:.3f}")
+
+
 def relaxed_summary(stats: dict) -> dict:
     """A relaxed method's measures: S_m (mass moved onto one candidate) and, when measured, the output TV (the
     first emitted token's true distance per step)."""
@@ -192,4 +204,4 @@ def relaxed_summary(stats: dict) -> dict:
                 output_tv_measured=len(tv), output_tv_skipped=stats["skipped"])
 
 
-__all__ = ["new_image_stats", "add_image_stats", "relaxed_summary", "image_model_kind", "refuse_other_kind", "read_prompts", "janus_image", "image_timing", "timing_line"]
+__all__ = ["new_image_stats", "add_image_stats", "image_tau", "write_image_stats", "relaxed_summary", "image_model_kind", "refuse_other_kind", "read_prompts", "janus_image", "image_timing", "timing_line"]
