@@ -260,6 +260,13 @@ class SpecKVCache(Cache):
                 raise ValueError("commit called with no pending nodes")
             return
         B, L = paths.shape
+        if L == 1 and self.num_pending == 1:
+            # one pending node (a plain step): it already sits at write_base, so rows whose committed length is
+            # write_base keep it in place; only rows behind the base (ragged) need a move
+            if bool(((self.lengths == self._base) | (path_lengths == 0)).all()):
+                self.lengths = self.lengths + path_lengths
+                self.discard_pending()
+                return
         j = torch.arange(L, device=self.device)[None, :]
         real = j < path_lengths[:, None]
         scratch = self.max_len

@@ -29,6 +29,7 @@ from .compat import check_supported
 from .drafters.base import Drafter
 from .families import bidirectional_blocks, prompt_positions
 from .kernels.dispatch import backend_for_device
+from .hf_args import last_logits_kwargs
 from .request import Request, cache_length, check_prefill_inputs, make_request, prefill_names
 from .state import DecodeState, DraftContext
 from .timing import timed
@@ -48,6 +49,8 @@ class GenerationStats:
     draft_time: float = 0.0
     verify_time: float = 0.0  # target forwards, prefill included
     prefill_time: float = 0.0  # the prefill forward alone (its share of verify_time)
+    drafter_prefill_time: float = 0.0  # the drafter's begin + the first step's propose and observe (its share of
+    # draft_time): where drafters feed themselves the prompt, in begin or lazily on the first step
     total_time: float = 0.0
     # relaxed acceptance (LANTERN / LANTERN++) only:
     moved_mass: list[float] = field(default_factory=list)  # per step, the largest S_m moved onto one candidate
@@ -91,6 +94,7 @@ class GenerationStats:
             "draft_time": self.draft_time,
             "verify_time": self.verify_time,
             "prefill_time": self.prefill_time,
+            "drafter_prefill_time": self.drafter_prefill_time,
             "total_time": self.total_time,
             "max_moved_mass": max(self.moved_mass) if self.moved_mass else None,
             **self.output_tv_summary(),
@@ -204,9 +208,13 @@ class SpeculativeGenerator:
 
     def _run(self, call: _Call, t_start: float) -> GenerationOutput:
         self._prefill(call)
+        stats = call.stats
         if call.state.active.any():
-            with timed(call.stats, "draft_time"):
+            before = stats.draft_time
+            with timed(stats, "draft_time"):
                 call.run = self.drafter.begin(call.context)
+            self._step(call)  # the first step: its drafting counts as the drafter's prefill too
+            stats.drafter_prefill_time = stats.draft_time - before
         while call.state.active.any():
             self._step(call)
         return self._finish(call, t_start)
@@ -236,7 +244,7 @@ class SpeculativeGenerator:
             with capture_image_embeds(self.target, enabled=wants_features) as images:
                 out = tree_forward(self.target, cache, ids, prefill_parents(mask), mask.bool(),
                                    output_hidden_states=wants_features, position_ids=positions, prefix_blocks=blocks,
-                                   **req.prefill_inputs)
+                                   **last_logits_kwargs(self.target), **req.prefill_inputs)
             cache.commit_first(torch.full((B,), P, device=dev))
             cache.starts = (P - mask.sum(1)).to(dev)
             first = req.sampling.pick(out.logits[:, -1].float(), req.generator)

@@ -84,6 +84,20 @@ def output_kwargs(cache) -> dict:
     return {OUTPUT_CACHE_FIELD: cache}
 
 
+_KEEPS_LAST: dict[type, bool] = {}
+
+
+def last_logits_kwargs(model) -> dict:
+    """``{"logits_to_keep": 1}`` where ``model``'s forward takes it (stock HF causal LMs and VLMs do), else ``{}``:
+    a prefill needs the last position's logits only, and the LM head over a long prompt (a VLM's hundreds of
+    visual positions) is a few percent of a small model's whole call."""
+    cls = type(model)
+    keeps = _KEEPS_LAST.get(cls)
+    if keeps is None:
+        keeps = _KEEPS_LAST[cls] = "logits_to_keep" in _params(getattr(cls, "forward", None) or model)
+    return {"logits_to_keep": 1} if keeps else {}
+
+
 def either_cache(cache=None, past_key_values=None):
     """For forwards that accept both names: the one given (both given is an error, as in transformers)."""
     if cache is not None and past_key_values is not None and cache is not past_key_values:
@@ -91,5 +105,5 @@ def either_cache(cache=None, past_key_values=None):
     return cache if cache is not None else past_key_values
 
 
-__all__ = ["CACHE_ARG", "OUTPUT_CACHE_FIELD", "cache_arg", "cache_kwargs", "either_cache", "output_cache",
-           "output_kwargs"]
+__all__ = ["CACHE_ARG", "OUTPUT_CACHE_FIELD", "cache_arg", "cache_kwargs", "either_cache", "last_logits_kwargs",
+           "output_cache", "output_kwargs"]

@@ -74,7 +74,19 @@ class DraftTree:
 
     @classmethod
     def root_only(cls, root: torch.LongTensor) -> "DraftTree":
-        return cls(root.view(-1, 1), torch.full_like(root.view(-1, 1), -1))
+        """The root alone (a plain step): built without the general checks and derived views, which would cost
+        more than the rest of a plain step's bookkeeping on a CPU."""
+        tokens = root.view(-1, 1)
+        tree = cls.__new__(cls)
+        tree.tokens, tree.parents = tokens, torch.full_like(tokens, -1)
+        tree.valid, tree.q, tree.sibling_rule = torch.ones_like(tokens, dtype=torch.bool), None, "deterministic"
+        tree._cache = {"chain": True, "anc": tree.valid[:, :, None]}
+        return tree
+
+    @property
+    def is_root_only(self) -> bool:
+        """One node per row (what a plain step verifies)."""
+        return self.tokens.shape[1] == 1
 
     def first_rows(self, n: int) -> "DraftTree":
         """The same trees for the first ``n`` rows of the batch (derived views are recomputed for them)."""

@@ -36,15 +36,16 @@ class VLMGenerator:
     """Pictures and prompts in, answers out, through the one decoding loop. ``method`` (see
     :data:`mmspec.registry.VLM_METHODS`) is the default; ``generate(method=...)`` switches it for one call with
     the same drafter model. The drafting options (``tree``, ``num_tokens``, ``compress_to``, ``top_k``,
-    ``num_nodes``) are fixed here."""
+    ``num_nodes``, ``adaptive``) are fixed here."""
 
     def __init__(self, target, processor, drafter=None, method: str = "msd", tree=None, num_tokens: int | None = None,
-                 compress_to: int | None = None, top_k: int = 4, num_nodes: int | None = None):
+                 compress_to: int | None = None, top_k: int = 4, num_nodes: int | None = None,
+                 adaptive: bool = False):
         if processor is None:
             raise ValueError("a processor is needed to turn images and prompts into model inputs")
         self.target, self.processor, self.drafter_model = target.eval(), processor, drafter
         self.options = dict(tree=tree, num_tokens=num_tokens, compress_to=compress_to, top_k=top_k,
-                            num_nodes=num_nodes)
+                            num_nodes=num_nodes, adaptive=adaptive)
         if method in VLM_METHODS:  # types, ranges, and no drafting setting the method would drop
             check_applies(self.options, "vlm", method)
         self._engines = {}  # method -> decoding loop (None: plain generate); bounded by the VLM methods

@@ -3,18 +3,26 @@
 The idea of SGLang's auto-spec and of load-aware verify lengths (DSpark): speculation buys fewer sequential steps
 with more compute per step, and when a step's compute grows (a large batch, a slow drafter, a prompt the drafter
 cannot guess) a plain step emits more tokens per second. Per ``generate`` call the wrapper measures both kinds of
-step as they run — a drafted step's drafting + verification time and the tokens it emitted per row, a plain
-step's time (one token per row) — and takes the kind with the higher rate:
+step as they run — a drafted step's drafting + verification time and the tokens it emitted, a plain step's time
+(one token per row) — and takes the kind with the higher rate:
 
     draft next step  ⟺  τ_step / t_draft_step  ≥  1 / t_plain_step
 
-with each kind's last eight steps (the median time, the mean tokens). It starts by drafting (the first drafted step, which also feeds the
-prompt to the drafter, is not measured), takes one plain step to measure it, and re-tries the kind it is not using
-every ``probe_every`` steps (doubling the interval, up to 64, while the probes lose), so a change in acceptance
-or load is seen. A later call at the same batch size starts from the last call's measurements. A plain step is the
-root alone (what :class:`~mmspec.drafters.no_draft.NoDrafter` verifies), and the inner drafter still observes it
-(it catches up on the tokens it did not draft next time it drafts), so the output is exactly what plain decoding
-gives under greedy and the target's distribution under sampling, whatever the choices.
+with each kind's last eight steps (the median time). A batch's call ends when its **slowest row** does, so τ_step
+of a batch is its slowest row's: the lowest, over the rows still generating, of a row's mean tokens per drafted
+step in the window (at batch 1 simply the mean). A batch whose rows accept unevenly gains less from drafting than
+its mean acceptance says: the rows that ran ahead wait, still computed, for the one that did not.
+
+It starts by drafting (the call's first drafted step, which also feeds the prompt to the drafter, is not
+measured), takes one plain step to measure it, and re-tries the kind it is not using every ``probe_every`` steps
+(times the drafted step's cost over the plain one's when drafting is the dearer kind), doubling the interval, up to
+64, while the probes lose, so a change in acceptance or load is seen. The first drafted step after plain ones
+catches the drafter up on the tokens it did not draft; it is measured with the others (what a switch costs is a
+cost of drafting). A later call at the same batch size starts where the last one stopped: its measurements, the
+kind in use, the probe interval and the steps since the last switch (what a server learns over time). A plain step
+is the root alone (what :class:`~mmspec.drafters.no_draft.NoDrafter` verifies), and the inner drafter still
+observes it, so the output is exactly what plain decoding gives under greedy and the target's distribution under
+sampling, whatever the choices.
 """
 
 from __future__ import annotations
@@ -40,7 +48,8 @@ class _Rate:
     window: int = 8
     samples: list = field(default_factory=list)
 
-    def add(self, seconds: float, tokens: float) -> None:
+    def add(self, seconds: float, tokens) -> None:
+        """``tokens``: a float, or a per-row list of tokens emitted (None for a row that was not generating)."""
         self.samples = (self.samples + [(seconds, tokens)])[-self.window:]
 
     @property
@@ -53,7 +62,24 @@ class _Rate:
         it) over the median step time."""
         if not self.samples:
             return None
-        return statistics.fmean(t for _, t in self.samples) / max(self.seconds, 1e-9)
+        return self.tokens / max(self.seconds, 1e-9)
+
+    @property
+    def tokens(self) -> float:
+        """The window's tokens per step of its slowest row: per row, the mean over the steps it generated in;
+        then the lowest over the rows of the latest step that were generating (a plain step: 1)."""
+        per_step = [t if isinstance(t, (list, tuple)) else [t] for _, t in self.samples]
+        width = len(per_step[-1])
+        if any(len(t) != width for t in per_step):
+            per_step = [[statistics.fmean(x for x in t if x is not None)] for t in per_step]
+            width = 1
+        rows = [j for j in range(width) if per_step[-1][j] is not None] or range(width)
+        means = []
+        for j in rows:
+            seen = [t[j] for t in per_step if t[j] is not None]
+            if seen:
+                means.append(statistics.fmean(seen))
+        return min(means) if means else 1.0
 
 
 MAX_PROBE_EVERY = 64  # probes that keep losing space out to this many steps (times the drafted step's cost)
@@ -76,6 +102,7 @@ class _AdaptiveRun:
     probe_every: int = 8  # the current interval between probes (doubles while probes lose)
     probing: bool = False  # the step in flight is a probe of the kind not in use
     fed: bool = False  # the inner drafter has drafted once in this call (its prompt prefill is paid)
+    active_before: list = field(default_factory=list)  # the rows generating when the drafted step in flight began
 
 
 class AdaptiveDrafter(Drafter):
@@ -112,8 +139,11 @@ class AdaptiveDrafter(Drafter):
         rows = context.state.tokens.shape[0]
         run = _AdaptiveRun(self.inner.begin(context), rows=rows, probe_every=self.probe_every)
         known = self._memory.get(rows)
-        if known is not None:
-            run.drafted.samples, run.plain.samples = list(known[0]), list(known[1])
+        if known is not None:  # start where the last call at this batch size stopped
+            run.drafted.samples, run.plain.samples = list(known["drafted"]), list(known["plain"])
+            run.drafting, run.since_switch, run.probe_every = known["drafting"], known["since_switch"], \
+                known["probe_every"]
+            run.probing = False
         return run
 
     def _choose(self, run: _AdaptiveRun) -> bool:
@@ -142,6 +172,8 @@ class AdaptiveDrafter(Drafter):
         drafting = self._choose(run)
         run.since_switch = run.since_switch + 1 if drafting == run.drafting else 0
         run.drafting = drafting
+        if drafting:
+            run.active_before = context.state.active.tolist()  # the rows this step generates for
         t0 = time.perf_counter()
         tree = self.inner.propose(context, run.inner) if drafting else DraftTree.root_only(context.state.roots)
         run.t_proposed = time.perf_counter()
@@ -154,22 +186,23 @@ class AdaptiveDrafter(Drafter):
         t0 = time.perf_counter()
         self.inner.observe(context, run.inner, tree, result, hidden)
         observed = time.perf_counter() - t0
-        if run.drafting and (not run.fed or run.since_switch == 0):
-            # the call's first drafted step feeds the prompt to the drafter, a step after plain ones the tokens it
-            # did not draft: neither is what a drafted step costs
+        if run.drafting and not run.fed:
+            # the call's first drafted step feeds the prompt to the drafter: a one-off, not what a step costs
             run.fed = True
         elif run.drafting:
-            active = context.state.active
-            emitted = (result.num_accepted.to(active.device)[active].float() + 1).mean().item() if active.any() \
-                else 1.0
-            run.drafted.add(run.t_draft + verified + observed, emitted)
+            active = run.active_before
+            emitted = (result.num_accepted.cpu() + 1).tolist()
+            run.drafted.add(run.t_draft + verified + observed,
+                            [n if a else None for n, a in zip(emitted, active)])
             run.drafted_steps += 1
         else:
             run.plain.add(verified + observed, 1.0)
             run.plain_steps += 1
         run.step += 1
         if run.drafted.samples and run.plain.samples:
-            self._memory[run.rows] = (list(run.drafted.samples), list(run.plain.samples))
+            self._memory[run.rows] = {"drafted": list(run.drafted.samples), "plain": list(run.plain.samples),
+                                      "drafting": run.drafting, "since_switch": run.since_switch,
+                                      "probe_every": run.probe_every}
 
 
 __all__ = ["AdaptiveDrafter"]

@@ -247,10 +247,12 @@ def prompt_record(seconds: float, new_tokens: int, stats, exact: bool | None, la
                   new_ids: list[int] | None = None) -> dict:
     """One method on one prompt: what reports aggregate (sums merge across prompts, categories and shards).
     ``latency``: the rounds' (TTFT, TPOT) pairs, kept as their medians; ``new_ids``: the generated ids (first
-    round), for answer files."""
+    round), for answer files. The stats' times (``draft_time``, ``verify_time`` and their prefill shares
+    ``prefill_time`` / ``drafter_prefill_time``, the generator's ``total_time``) are the first round's, as
+    ``round_seconds[0]`` is; ``seconds`` may be a median over rounds (the cost model rescales)."""
     rec = {"seconds": seconds, "new_tokens": int(new_tokens), "exact": exact, "target_forwards": None,
            "row_forwards": None, "accept_lengths": [], "draft_time": None, "verify_time": None,
-           "prefill_time": None, "ttft": None, "tpot": None}
+           "prefill_time": None, "drafter_prefill_time": None, "total_time": None, "ttft": None, "tpot": None}
     for j, name in enumerate(("ttft", "tpot")):
         values = [pair[j] for pair in latency or () if pair[j] is not None]
         rec[name] = statistics.median(values) if values else None
@@ -259,7 +261,8 @@ def prompt_record(seconds: float, new_tokens: int, stats, exact: bool | None, la
     if stats is not None:
         rec.update(target_forwards=stats.target_forwards, row_forwards=stats.row_forwards,
                    accept_lengths=[n for row in stats.accept_lengths for n in row],
-                   draft_time=stats.draft_time, verify_time=stats.verify_time, prefill_time=stats.prefill_time)
+                   draft_time=stats.draft_time, verify_time=stats.verify_time, prefill_time=stats.prefill_time,
+                   drafter_prefill_time=stats.drafter_prefill_time, total_time=stats.total_time)
     return rec
 
 

@@ -41,6 +41,8 @@ class AcceptResult:
 
     def emitted_tokens(self, tree: DraftTree) -> tuple[torch.LongTensor, torch.LongTensor]:
         """New tokens per row (accepted drafts then the bonus), [B, D+1], and their counts [B]."""
+        if self.paths.shape[1] == 1:  # no drafts on any path (a plain step): the bonus alone
+            return self.bonus.view(-1, 1), self.path_lengths
         drafts = tree.tokens.gather(1, self.paths)[:, 1:]
         B, D = drafts.shape
         out = torch.cat([drafts, drafts.new_zeros(B, 1)], dim=1)
@@ -62,6 +64,10 @@ def _path_to(tree: DraftTree, node: torch.LongTensor) -> tuple[torch.LongTensor,
 
 def greedy_accept(tree: DraftTree, logits: torch.Tensor) -> AcceptResult:
     """logits: [B, N, V] target logits at every node."""
+    if tree.is_root_only:  # a plain step: the root is kept and the target's token follows it
+        B = logits.shape[0]
+        zeros = torch.zeros(B, 1, dtype=torch.long, device=logits.device)
+        return AcceptResult(zeros, zeros[:, 0] + 1, logits[:, 0].argmax(-1))
     if backend_for(logits) == "triton":
         # fused: argmax and the whole tree walk in two kernel launches (mmspec.kernels.acceptance)
         depth = tree.num_nodes - 1 if tree.is_chain else tree.max_depth
