@@ -210,6 +210,8 @@ class SpecKVCache(Cache):
                 f"sequence longer than the cache: {base + old + T} slots needed, cache holds {self.max_len} "
                 "(raise max_cache_len or lower max_new_tokens)"
             )
+        if T == 1 and old == 0 and depth is None and self.layout.window is None:
+            return self._append_one(parents, valid, base)
         all_parents = torch.cat([self._pending_parents, parents], dim=1)
         all_valid = torch.cat([self._pending_valid, valid], dim=1)
         if ancestors is not None and old == 0:
@@ -249,6 +251,19 @@ class SpecKVCache(Cache):
         self._pending_pos = torch.cat([self._pending_pos, positions], dim=1)
         self._write_offset = base + old
         return positions, map_masks(mask, lambda m: m[:, None, :, :])
+
+    def _append_one(self, parents: torch.LongTensor, valid: torch.BoolTensor, base: int):
+        """:meth:`prepare_append` of one node per row onto the committed prefix (a plain step, a root): the same
+        result in a few tensor ops. The node sees the row's prefix and itself (a padding node too: no attention
+        row is empty); its position is the row's next one (0 for padding)."""
+        B = parents.shape[0]
+        positions = torch.where(valid, self.seen_tokens[:, None], 0)
+        itself = torch.ones(B, 1, 1, dtype=torch.bool, device=self.device)
+        mask = torch.cat([self._prefix_mask(base)[:, None, :], itself], dim=2)  # [B, 1, base + 1]
+        self._pending_parents, self._pending_valid, self._pending_anc = parents, valid, valid[:, :, None]
+        self._pending_pos = positions
+        self._write_offset = base
+        return positions, mask[:, None]
 
     # ------------------------------------------------------------------ commit / rollback
     def commit(self, paths: torch.LongTensor, path_lengths: torch.LongTensor) -> None:

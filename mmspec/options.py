@@ -194,7 +194,8 @@ IMAGE_SPEC = ("spec", "lantern", "lantern++")  # the image methods that draft
 
 # mmspec.pipeline's **options per route (construction): which methods each drafting setting applies to
 ADAPTIVE_HELP = ("draft only where it pays: each step drafts or verifies the root alone, whichever the call's own "
-                 "measurements say emits more tokens per second (mmspec.drafters.AdaptiveDrafter)")
+                 "measurements say emits more tokens per second (mmspec.drafters.AdaptiveDrafter); unset: in greedy "
+                 "calls only (a seed then still fixes a sampled output), true: in every call, false: never")
 ROUTE_OPTIONS = {
     "text": table(
         Option("num_tokens", int, ge=1, methods=CHAIN_METHODS, help="draft length (tokens per chain or block)"),
@@ -211,7 +212,7 @@ ROUTE_OPTIONS = {
         Option("cps_config", object, methods=("diffuspec",)),
         Option("adl_config", object, methods=("diffuspec",)),
         Option("tree_nodes", int, ge=1, methods=("dflash",), help="a DDTree's node budget"),
-        Option("adaptive", bool, none=False, help=ADAPTIVE_HELP),
+        Option("adaptive", bool, help=ADAPTIVE_HELP),
     ),
     "vlm": table(
         Option("num_tokens", int, ge=1, methods=CHAIN_METHODS, help="draft length (tokens per chain)"),
@@ -220,7 +221,7 @@ ROUTE_OPTIONS = {
                help="candidates per node of a dynamic tree"),
         Option("num_nodes", int, ge=1, methods=("dynamic",) + FEATURE, help="nodes a dynamic tree keeps"),
         Option("compress_to", int, ge=1, methods=("flash",), help="FLASH: visual tokens kept per image"),
-        Option("adaptive", bool, none=False, help=ADAPTIVE_HELP),
+        Option("adaptive", bool, help=ADAPTIVE_HELP),
     ),
 }
 # the image generators' generate (and the image routes' options)

@@ -127,9 +127,9 @@ LANTERN_TREE = TreeTemplate.full((2, 2, 1, 1, 1))
 OPTIONS = {  # what each route takes (mmspec.pipeline's **options), with its defaults
     "text": dict(num_tokens=None, confidence=CHAIN_CONFIDENCE, tree=None, top_k=DYNAMIC_TREE["top_k"],
                  num_nodes=DYNAMIC_TREE["num_nodes"], causal=None, cps=True, adl=True, lattice=False, cps_config=None,
-                 adl_config=None, tree_nodes=None, adaptive=False),
+                 adl_config=None, tree_nodes=None, adaptive=None),
     "vlm": dict(num_tokens=None, tree=None, top_k=DYNAMIC_TREE["top_k"], num_nodes=None, compress_to=None,
-                adaptive=False),
+                adaptive=None),
     "image": dict(cfg_scale=DEFAULT_CFG_SCALE, temperature=1.0, lantern_k=None, delta=None, lam=None,
                   tree=None, num_tokens=None, vq=None, feature_drafter=None, sar_drafter=None),
     "janus": dict(cfg_scale=DEFAULT_CFG_SCALE, do_sample=False, temperature=1.0, lantern_k=None, delta=None,
@@ -233,7 +233,7 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
                   compress_to: int | None = None, causal=None, eos_token_id=None, cps: bool = True, adl: bool = True,
                   lattice: bool = False, cps_config=None, adl_config=None,
                   confidence: float | None = None, tree_nodes: int | None = None,
-                  adaptive: bool = False) -> Drafter | None:
+                  adaptive: bool | None = False) -> Drafter | None:
     """The drafter of a text or VLM ``method`` (None for ``plain``), from ``model``: a small causal LM
     (chain / tree / dynamic), a DiffusionLM (deer / diffuspec) or a FeatureDraftModel (msd / flash / eagle, with
     ``target`` the model whose features it reads). ``num_tokens`` None is the method's default draft length. A
@@ -243,13 +243,15 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
     (and so ADL's L_gen) at the same ``confidence``. ``dflash`` takes a DFlashDraftModel and ``target``: a chain of
     ``num_tokens`` slots (default: its whole block) cut at ``confidence``, or with ``tree_nodes`` a DDTree over the
     slots' ``top_k`` tokens. ``adaptive``: the drafter under :class:`~mmspec.drafters.adaptive.AdaptiveDrafter`
-    (each step drafts or verifies the root alone, whichever the call's measurements say is faster)."""
+    (each step drafts or verifies the root alone, whichever the call's measurements say is faster): True in every
+    call, None in greedy calls only (a sampling call then drafts every step, so a seed fixes its output), False
+    never."""
     drafter = _build_drafter(method, model, target=target, num_tokens=num_tokens, tree=tree, top_k=top_k,
                              num_nodes=num_nodes, compress_to=compress_to, causal=causal, eos_token_id=eos_token_id,
                              cps=cps, adl=adl, lattice=lattice, cps_config=cps_config, adl_config=adl_config,
                              confidence=confidence, tree_nodes=tree_nodes)
-    if adaptive and drafter is not None and not isinstance(drafter, NoDrafter):
-        return AdaptiveDrafter(drafter)
+    if adaptive is not False and drafter is not None and not isinstance(drafter, NoDrafter):
+        return AdaptiveDrafter(drafter, when_sampling=adaptive is True)
     return drafter
 
 

@@ -27,6 +27,7 @@ from .frontend import TextOutput, call_generator, engine_eos, generated_count, e
 from .generator import check_streamer
 from .loading import load_drafter, load_target
 from .options import check_generate
+from .drafters.adaptive import unwrap
 from .registry import VLM_METHODS, build_drafter, check_applies, engine
 from .request import check_positions
 from .vision import forward_inputs, picture_rows
@@ -40,7 +41,7 @@ class VLMGenerator:
 
     def __init__(self, target, processor, drafter=None, method: str = "msd", tree=None, num_tokens: int | None = None,
                  compress_to: int | None = None, top_k: int = 4, num_nodes: int | None = None,
-                 adaptive: bool = False):
+                 adaptive: bool | None = None):
         if processor is None:
             raise ValueError("a processor is needed to turn images and prompts into model inputs")
         self.target, self.processor, self.drafter_model = target.eval(), processor, drafter
@@ -51,7 +52,8 @@ class VLMGenerator:
         self._engines = {}  # method -> decoding loop (None: plain generate); bounded by the VLM methods
         self.method = method
         self.engine = self._engine_for(method)
-        self.drafter = self.engine.drafter if self.engine is not None else None
+        # the method's drafter (what a user inspects); the engine may run it under the adaptive policy
+        self.drafter = unwrap(self.engine.drafter) if self.engine is not None else None
 
     def _engine_for(self, method: str | None):
         method = method or self.method

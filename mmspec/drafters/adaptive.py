@@ -8,15 +8,16 @@ step as they run — a drafted step's drafting + verification time and the token
 
     draft next step  ⟺  τ_step / t_draft_step  ≥  1 / t_plain_step
 
-with each kind's last eight steps (the median time). A batch's call ends when its **slowest row** does, so τ_step
+over each kind's recent steps (the median time; drafted steps over their last 32, since acceptance comes in runs,
+plain ones over their last 8). A batch's call ends when its **slowest row** does, so τ_step
 of a batch is its slowest row's: the lowest, over the rows still generating, of a row's mean tokens per drafted
 step in the window (at batch 1 simply the mean). A batch whose rows accept unevenly gains less from drafting than
 its mean acceptance says: the rows that ran ahead wait, still computed, for the one that did not.
 
 It starts by drafting (the call's first drafted step, which also feeds the prompt to the drafter, is not
-measured), takes one plain step to measure it, and re-tries the kind it is not using every ``probe_every`` steps
+measured) for four measured steps, takes one plain step to measure it, and re-tries the kind it is not using every ``probe_every`` steps
 (times the drafted step's cost over the plain one's when drafting is the dearer kind), doubling the interval, up to
-64, while the probes lose, so a change in acceptance or load is seen. The first drafted step after plain ones
+64, while the probes lose (straight to 64 when drafting lost by more than a quarter), so a change in acceptance or load is seen. The first drafted step after plain ones
 catches the drafter up on the tokens it did not draft; it is measured with the others (what a switch costs is a
 cost of drafting). A later call at the same batch size starts where the last one stopped: its measurements, the
 kind in use, the probe interval and the steps since the last switch (what a server learns over time). A plain step
@@ -82,14 +83,21 @@ class _Rate:
         return min(means) if means else 1.0
 
 
+DRAFTED_WINDOW = 32
+FIRST_DRAFTED = 4  # measured drafted steps before the first plain one (one step is a noisy estimate of acceptance)
+PROBE_STEPS = 2  # a drafting probe: the step that catches the drafter up, and one more
 MAX_PROBE_EVERY = 64  # probes that keep losing space out to this many steps (times the drafted step's cost)
 HYSTERESIS = 0.15
+FAR_BEHIND = 0.75  # a drafting probe this far behind plain steps' rate backs off to the longest interval at once
 
 
 @dataclass
 class _AdaptiveRun:
     inner: Any  # the inner drafter's state for this call
-    drafted: _Rate = field(default_factory=_Rate)
+    # acceptance comes in runs (a stretch of code the drafter knows, then one it does not): the drafted kind is
+    # judged over its last 32 steps so that one bad stretch does not switch drafting off; a plain step's time is
+    # steady, eight suffice
+    drafted: _Rate = field(default_factory=lambda: _Rate(DRAFTED_WINDOW))
     plain: _Rate = field(default_factory=_Rate)
     step: int = 0
     drafting: bool = True  # the kind of the step in flight
@@ -102,6 +110,7 @@ class _AdaptiveRun:
     probe_every: int = 8  # the current interval between probes (doubles while probes lose)
     probing: bool = False  # the step in flight is a probe of the kind not in use
     fed: bool = False  # the inner drafter has drafted once in this call (its prompt prefill is paid)
+    fixed: bool = False  # a sampling call with when_sampling=False: every step drafts, nothing is measured
     active_before: list = field(default_factory=list)  # the rows generating when the drafted step in flight began
 
 
@@ -110,7 +119,7 @@ class AdaptiveDrafter(Drafter):
     ``probe_every``: steps between two tries of the kind not in use; ``margin``: the drafted rate must beat the
     plain one by this factor (> 1 keeps plain steps on a tie)."""
 
-    def __init__(self, inner: Drafter, probe_every: int = 8, margin: float = 1.0):
+    def __init__(self, inner: Drafter, probe_every: int = 8, margin: float = 1.0, when_sampling: bool = True):
         if not isinstance(inner, Drafter):
             raise ValueError(f"AdaptiveDrafter wraps a Drafter (e.g. mmspec.pipeline(...).drafter), got "
                              f"{type(inner).__name__}")
@@ -118,7 +127,13 @@ class AdaptiveDrafter(Drafter):
             raise ValueError(f"probe_every must be an int >= 2, got {probe_every!r}")
         if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin) or margin <= 0:
             raise ValueError(f"margin must be a finite number > 0, got {margin!r}")
+        if not isinstance(when_sampling, bool):
+            raise ValueError(f"when_sampling must be true or false, got {when_sampling!r}")
         self.inner, self.probe_every, self.margin = inner, probe_every, margin
+        # the choices follow the clock, so under sampling they change which random numbers each step draws: the
+        # output keeps the target's distribution but a seed no longer fixes it. when_sampling=False drafts every
+        # step of a sampling call (a seed then reproduces the output) and adapts greedy calls only
+        self.when_sampling = when_sampling
         self.vocab_size = inner.vocab_size
         self.needs_target_hidden = inner.needs_target_hidden
         # per batch size, the recent steps of the last call: the next call at that size starts from them instead
@@ -138,6 +153,9 @@ class AdaptiveDrafter(Drafter):
     def begin(self, context: DraftContext) -> _AdaptiveRun:
         rows = context.state.tokens.shape[0]
         run = _AdaptiveRun(self.inner.begin(context), rows=rows, probe_every=self.probe_every)
+        if context.state.sampling.do_sample and not self.when_sampling:
+            run.fixed = True  # every step drafts, as the inner drafter alone would
+            return run
         known = self._memory.get(rows)
         if known is not None:  # start where the last call at this batch size stopped
             run.drafted.samples, run.plain.samples = list(known["drafted"]), list(known["plain"])
@@ -148,7 +166,7 @@ class AdaptiveDrafter(Drafter):
 
     def _choose(self, run: _AdaptiveRun) -> bool:
         """Whether the next step drafts."""
-        if run.drafted.seconds is None:
+        if len(run.drafted.samples) < FIRST_DRAFTED:
             return True  # draft first (the call's first drafted step also feeds the prompt: not measured)
         if run.plain.seconds is None:
             return False  # then one plain step
@@ -158,8 +176,19 @@ class AdaptiveDrafter(Drafter):
             if run.drafting and run.since_switch == 0:
                 return True  # a drafted probe's first step only brings the drafter up to date: measure the next
             run.probing = False
+            if run.drafting and not better:
+                # the window still holds the steps drafted before the plain stretch: the probe's own two steps
+                # win it back on their own when they beat plain steps clearly (acceptance may have changed)
+                fresh = _Rate(PROBE_STEPS, run.drafted.samples[-PROBE_STEPS:])
+                better = fresh.rate >= self.margin * run.plain.rate * (1 + HYSTERESIS)
             lost = better != run.drafting
-            run.probe_every = min(2 * run.probe_every, MAX_PROBE_EVERY) if lost else self.probe_every
+            if not lost:
+                run.probe_every = self.probe_every
+            elif run.drafting and len(run.drafted.samples) >= FIRST_DRAFTED and \
+                    run.drafted.rate < FAR_BEHIND * run.plain.rate:
+                run.probe_every = MAX_PROBE_EVERY  # drafting lost by far: a change that would make it win is unlikely
+            else:
+                run.probe_every = min(2 * run.probe_every, MAX_PROBE_EVERY)
             return better
         # a drafted probe costs what a drafted step costs: probe as much less often as it is dearer than a plain step
         dearer = max(1.0, run.drafted.seconds / max(run.plain.seconds, 1e-9)) if not run.drafting else 1.0
@@ -169,6 +198,8 @@ class AdaptiveDrafter(Drafter):
         return better
 
     def propose(self, context: DraftContext, run: _AdaptiveRun) -> DraftTree:
+        if run.fixed:
+            return self.inner.propose(context, run.inner)
         drafting = self._choose(run)
         run.since_switch = run.since_switch + 1 if drafting == run.drafting else 0
         run.drafting = drafting
@@ -182,6 +213,9 @@ class AdaptiveDrafter(Drafter):
 
     def observe(self, context: DraftContext, run: _AdaptiveRun, tree: DraftTree, result: AcceptResult,
                 hidden: torch.Tensor | None = None) -> None:
+        if run.fixed:
+            self.inner.observe(context, run.inner, tree, result, hidden)
+            return
         verified = time.perf_counter() - run.t_proposed  # the target's forward, acceptance and commit
         t0 = time.perf_counter()
         self.inner.observe(context, run.inner, tree, result, hidden)
@@ -205,4 +239,9 @@ class AdaptiveDrafter(Drafter):
                                       "probe_every": run.probe_every}
 
 
-__all__ = ["AdaptiveDrafter"]
+def unwrap(drafter):
+    """The drafter an :class:`AdaptiveDrafter` runs (any other drafter, or None, as it is)."""
+    return drafter.inner if isinstance(drafter, AdaptiveDrafter) else drafter
+
+
+__all__ = ["AdaptiveDrafter", "unwrap"]

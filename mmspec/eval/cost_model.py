@@ -13,15 +13,20 @@ batch 1):
   verify timers);
 * a residual: the measured seconds the generator's ``total_time`` does not cover (the runner around it).
 
-The model predicts a method's time over ``steps`` verification steps as
+The model predicts a method's time over ``steps`` verification steps from what is the method's own — its
+drafter's prefill, its per-step verify and drafting costs, its τ_step (steps = emitted tokens / τ_step) — and
+what the engine pays whatever the method, measured on the own-engine plain baseline: the target's prefill of
+the same prompts and the loop's fixed bookkeeping per step c_o(plain):
 
-    T  =  prefill_t + prefill_d + steps · c_t(1) · (c_v + c_d + c_o)
+    T  =  prefill_t(plain) + prefill_d + steps · c_t(1) · (c_v + c_d + c_o(plain))
 
 and its speedup against HF's plain ``generate`` as HF plain's measured seconds / T (against the own-engine
-plain baseline: its measured seconds / T; their ratio is the own engine's speed against HF's). Every term is
-measured, so prediction and measurement differ by the residual alone: ``prediction_error`` = predicted /
-measured speedup − 1 = −residual / T. With T's decode part, τ_step / (c_v + c_d + c_o) is the decode-phase
-speedup over a plain step — what a method's tokens per step buy against its per-step costs.
+plain baseline: its measured seconds / T; their ratio is the own engine's speed against HF's).
+``prediction_error`` = predicted / measured speedup − 1 is what the model leaves out: a method's prefill that
+costs more than plain's (a feature drafter asks the target for its hidden states), bookkeeping that grows with
+the tree (acceptance walk, commits of longer paths) and the time outside the generator. The "where the time
+goes" shares are the method's own measured decomposition (c_o and prefill_t as measured for it). With T's
+decode part, τ_step / (c_v + c_d + c_o) is the decode-phase speedup over a plain step.
 
 Rounds: ``seconds`` is a prompt's median over the timed rounds, the stats (and so every part) come from the
 first round (``round_seconds[0]``). Each record's parts are scaled by ``seconds / round_seconds[0]`` so that the
@@ -93,6 +98,7 @@ def cost_model(records: list[dict], base: str = "plain", own_plain: str = OWN_PL
     c_t1 = own["verify"] / own["steps"]
     if not c_t1 > 0:
         return []
+    c_o_plain = own["bookkeeping"] / own["steps"] / c_t1
     base_secs = {r["item"]: r["seconds"] for r in by_method.get(base, []) if r.get("seconds") is not None}
     own_secs = {r["item"]: r["seconds"] for r in _timed(by_method[own_plain])}
     rows = []
@@ -111,6 +117,11 @@ def cost_model(records: list[dict], base: str = "plain", own_plain: str = OWN_PL
         c_v = parts["verify"] / steps / c_t1
         c_d = parts["draft"] / steps / c_t1
         c_o = parts["bookkeeping"] / steps / c_t1
+        # the prediction: the engine's part (target prefill of these prompts, bookkeeping per step) from the plain
+        # baseline, the method's own part (drafter prefill, c_v, c_d, steps) from it
+        own_here = _decode_parts(by_method[own_plain], parts["items"]) if on_own else None
+        if own_here is not None and parts["total_known"] and own["total_known"]:
+            T = own_here["prefill_t"] + parts["prefill_d"] + steps * c_t1 * (c_v + c_d + c_o_plain)
         predicted = hf_t / T if hf_t is not None and T > 0 else None
         measured = hf_t / secs if hf_t is not None and secs > 0 else None
         shares = dict(zip(SHARES, (parts["prefill_t"], parts["prefill_d"], parts["verify"], parts["draft"],
@@ -146,11 +157,14 @@ def cost_table(rows: list[dict], base: str = "plain") -> list[str]:
     engine = next((r["own_plain_vs_hf"] for r in rows if r["method"] == OWN_PLAIN), None)
     eng = f"{engine:.2f}×" if engine else "n/a"
     label = "HF plain `generate`" if base == "plain" else f"the base method `{base}`"
-    lines = [f"Cost model: a method's time = target prefill + drafter prefill (its begin and first step's drafting) "
-             f"+ steps × c_t(1) × (c_v + c_d + c_o), where per verification step c_v is the target forward over "
-             f"the tree, c_d the drafting and c_o the loop's bookkeeping, in units of one plain target step "
-             f"c_t(1) = {c_t1:.2f} ms on the own engine (whose speed is {eng} {label}'s); predicted speedup = "
-             f"{label}'s seconds / that time, error = predicted / measured − 1 (the time outside the generator).",
+    lines = [f"Cost model: a method's predicted time = the target's prefill (measured on mmspec-plain) + its "
+             f"drafter's prefill (begin and first step's drafting) + steps × c_t(1) × (c_v + c_d + c_o(plain)), "
+             f"where per verification step c_v is the target forward over the tree, c_d the drafting and c_o the "
+             f"loop's bookkeeping (the engine's fixed cost, taken from mmspec-plain in the prediction; the column "
+             f"shows the method's own), in units of one plain target step c_t(1) = {c_t1:.2f} ms on the own engine "
+             f"(whose speed is {eng} {label}'s); predicted speedup = {label}'s seconds / that time, error = "
+             f"predicted / measured − 1 (what the model leaves out: a costlier prefill, bookkeeping that grows with "
+             f"the tree, time outside the generator).",
              "",
              "| method | τ per step | verify cost c_v | draft cost c_d | predicted speedup | measured speedup | "
              "error | bookkeeping c_o | prefill target / drafter (ms per prompt) |",

@@ -381,9 +381,10 @@ def image_suite(cfg: EvalConfig) -> Suite:
                 codes = r["outputs"][j]
                 exact = bool(torch.equal(codes, runs[base]["outputs"][j])) if greedy else None
                 secs = statistics.median(t[j] for t in r["times"])
+                rec = prompt_record(secs, codes.numel(), r["stats"][j], exact)
+                rec["round_seconds"] = [t[j] for t in r["times"]]  # the cost model scales round 0's parts
                 out.append({"suite": "image", "method": s, "item": i, "id": items[i].id,
-                            "category": items[i].category,
-                            **prompt_record(secs, codes.numel(), r["stats"][j], exact)})
+                            "category": items[i].category, **rec})
         return out
 
     notes = (f"{len(classes)} classes, one picture each at batch 1 (CFG {cfg.image_cfg_scale}, "

@@ -9,6 +9,7 @@ import torch
 
 from ..arguments import reject_unknown
 from ..frontend import TextOutput, call_generator, engine_eos, generated_count, eos_token_id, hf_sampling_rng
+from ..drafters.adaptive import unwrap
 from ..generator import check_streamer
 from ..loading import load_drafter
 from ..options import check_generate
@@ -106,7 +107,8 @@ class TextPipeline:
 
     def __init__(self, target: Target, method: str, drafter, build=None):
         self.target, self.model, self.tokenizer = target, target.model, target.tokenizer
-        self.method, self.drafter = method, drafter
+        # the method's drafter (what a user inspects); the engine may run it under the adaptive policy
+        self.method, self.drafter = method, unwrap(drafter)
         self.engine = engine(self.model, drafter)
         self._build = build
         self._engines = {method: self.engine}  # one per method used: bounded by the route's methods

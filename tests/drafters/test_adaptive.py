@@ -52,7 +52,7 @@ def test_greedy_output_is_plain_decodings_whatever_it_drafts(code, policy):
 def _run(drafted: tuple[float, float], plain: tuple[float, float], since: int = 1, drafting: bool = True,
          probe_every: int = 4):
     run = _AdaptiveRun(None, since_switch=since, drafting=drafting, probe_every=probe_every)
-    for _ in range(3):
+    for _ in range(8):
         run.drafted.add(*drafted)
         run.plain.add(*plain)
     return run
@@ -62,7 +62,9 @@ def test_the_policy_takes_the_faster_kind_and_probes_the_other():
     policy = AdaptiveDrafter(PromptLookupDrafter(), probe_every=4)
     assert policy._choose(_AdaptiveRun(None)) is True  # draft first
     first = _AdaptiveRun(None)
-    first.drafted.add(0.03, 3.0)
+    for n in range(4):
+        assert policy._choose(first) is True  # four measured drafted steps first
+        first.drafted.add(0.03, 3.0)
     assert policy._choose(first) is False  # then one plain step, measured
     assert policy._choose(_run(drafted=(0.030, 3.0), plain=(0.015, 1.0))) is True  # 100 vs 67 tokens/s
     assert policy._choose(_run(drafted=(0.060, 2.0), plain=(0.015, 1.0), drafting=False)) is False  # 33 vs 67
@@ -71,7 +73,8 @@ def test_the_policy_takes_the_faster_kind_and_probes_the_other():
     assert policy._choose(_run(drafted=(0.060, 2.0), plain=(0.015, 1.0), since=16, drafting=False)) is True
     assert policy._choose(_run(drafted=(0.030, 3.0), plain=(0.015, 1.0), since=4)) is False  # probe the plain kind
     slow = _run(drafted=(0.030, 3.0), plain=(0.015, 1.0))
-    slow.drafted.add(9.0, 3.0)  # one odd slow step does not swing the median
+    for _ in range(3):
+        slow.drafted.add(9.0, 3.0)  # one odd slow step does not swing the median
     assert policy._choose(slow) is True
 
 
@@ -94,5 +97,60 @@ def test_a_later_call_at_the_same_batch_size_remembers(code):
     draft = load("code-drafter").model
     policy = AdaptiveDrafter(build_drafter("chain", draft, num_tokens=8, confidence=CHAIN_CONFIDENCE))
     ids = code_prompts(code.tokenizer, 1)[0]
-    SpeculativeGenerator(code.model, policy).generate(ids, max_new_tokens=16, eos_token_id=[])
-    assert 1 in policy._memory and all(policy._memory[1])
+    SpeculativeGenerator(code.model, policy).generate(ids, max_new_tokens=48, eos_token_id=[])
+    assert 1 in policy._memory and policy._memory[1]["drafted"] and policy._memory[1]["plain"]
+
+
+def test_a_batch_is_rated_by_its_slowest_row():
+    from mmspec.drafters.adaptive import _Rate
+    rate = _Rate(window=4)
+    rate.add(0.010, [5, 1, 3])
+    rate.add(0.010, [5, 2, None])  # row 2 has finished
+    assert rate.tokens == 1.5  # rows generating in the latest step: 0 (mean 5) and 1 (mean 1.5)
+    rate.add(0.010, [None, 4, None])
+    assert rate.tokens == (1 + 2 + 4) / 3  # only row 1 is still generating
+    single = _Rate()
+    for t in (1.0, 3.0):
+        single.add(0.01, t)
+    assert single.tokens == 2.0  # batch 1 (or a float per step): the mean
+
+
+def test_a_probe_far_behind_backs_off_to_the_longest_interval():
+    policy = AdaptiveDrafter(PromptLookupDrafter(), probe_every=4)
+    run = _run(drafted=(0.060, 1.0), plain=(0.015, 1.0), since=1, drafting=True)  # 17 vs 67 tokens/s
+    run.probing = True
+    assert policy._choose(run) is False and run.probe_every == MAX_PROBE_EVERY
+    near = _run(drafted=(0.018, 1.0), plain=(0.015, 1.0), since=1, drafting=True)  # 56 vs 67: lost narrowly
+    near.probing = True
+    assert policy._choose(near) is False and near.probe_every == 8
+
+
+def test_a_later_call_resumes_the_kind_in_use_and_the_probe_interval(code):
+    draft = load("code-drafter").model
+    policy = AdaptiveDrafter(build_drafter("chain", draft, num_tokens=8, confidence=CHAIN_CONFIDENCE))
+    ids = code_prompts(code.tokenizer, 1)[0]
+    gen = SpeculativeGenerator(code.model, policy)
+    gen.generate(ids, max_new_tokens=48, eos_token_id=[])
+    policy._memory[1].update(drafting=False, since_switch=3, probe_every=MAX_PROBE_EVERY,
+                             drafted=[(1.0, [1])] * 8)  # as if drafting had measured far slower than plain steps
+    # the next call starts with plain steps (the remembered kind) and keeps the remembered interval: no probe in
+    # 12 tokens, so every step emits exactly one token
+    out = gen.generate(ids, max_new_tokens=12, eos_token_id=[])
+    assert out.stats.accept_lengths[0] == [1] * 12
+    assert policy._memory[1]["probe_every"] == MAX_PROBE_EVERY and policy._memory[1]["drafting"] is False
+    assert policy._memory[1]["since_switch"] == 3 + 10  # 11 plain steps; the call's last one is not observed
+
+
+def test_the_routes_adaptive_option_wraps_the_drafter_and_keeps_the_output():
+    import mmspec
+    from mmspec.registry import build_drafter as build
+
+    auto = mmspec.pipeline("zoo:code-target", adaptive=True)
+    plain = mmspec.pipeline("zoo:code-target", method="plain")
+    assert isinstance(auto.engine.drafter, AdaptiveDrafter)
+    prompts = ["def add(a, b):\n", "import os\nimport sys\n"]
+    a, p = auto(prompts, max_new_tokens=24), plain(prompts, max_new_tokens=24)
+    assert torch.equal(a.sequences, p.sequences)
+    assert not isinstance(build("mmspec-plain", adaptive=True), AdaptiveDrafter)  # nothing to adapt
+    with pytest.raises(ValueError, match="adaptive"):
+        mmspec.pipeline("zoo:code-target", adaptive="yes")

@@ -1,5 +1,6 @@
 """The cost model's terms (issue 42, item 2): target and drafter prefill, per-step verify / draft / bookkeeping
-costs and the residual outside the generator, so the predicted speedup follows the measured one."""
+costs and the residual outside the generator; the prediction takes the engine's part (target prefill, bookkeeping
+per step) from the plain baseline and the method's own part from the method."""
 
 import pytest
 
@@ -43,11 +44,15 @@ def test_every_term_on_synthetic_records():
     assert spec["overhead_cost"] == pytest.approx(0.2)
     assert spec["prefill_target_s"] == pytest.approx(2.0) and spec["prefill_drafter_s"] == pytest.approx(1.0)
     assert spec["residual_s"] == pytest.approx(0.0, abs=1e-12)
-    # T = 1 + 0.5 + 10 * 0.1 * (1.5 + 0.5 + 0.2) = 3.7 s per prompt: exactly the measured time
-    assert spec["predicted_s"] == pytest.approx(7.4)
-    assert spec["predicted_speedup"] == pytest.approx(spec["measured_speedup"]) == pytest.approx(2.6 / 3.7)
-    assert spec["prediction_error"] == pytest.approx(0.0, abs=1e-12)
-    assert spec["predicted_vs_own_plain"] == pytest.approx(1.3 / 3.7)
+    # predicted: the target's prefill and the bookkeeping per step are the engine's, measured on mmspec-plain;
+    # T = 0.2 + 0.5 + 10 * 0.1 * (1.5 + 0.5 + 0.1) = 2.8 s per prompt; measured 3.7 s: this method's prefill
+    # (1 s against plain's 0.2 s) and its bookkeeping (0.02 s a step against 0.01 s) are what the model leaves out
+    assert spec["predicted_s"] == pytest.approx(5.6)
+    assert spec["measured_speedup"] == pytest.approx(2.6 / 3.7)
+    assert spec["predicted_speedup"] == pytest.approx(2.6 / 2.8)
+    assert spec["prediction_error"] == pytest.approx(3.7 / 2.8 - 1)
+    assert spec["predicted_vs_own_plain"] == pytest.approx(1.3 / 2.8)
+    assert own["prediction_error"] == pytest.approx(0.0, abs=1e-12)  # the baseline predicts itself
     shares = spec["time_shares"]
     assert set(shares) == set(SHARES) and sum(shares.values()) == pytest.approx(1.0, abs=1e-12)
     assert shares["prefill_target"] == pytest.approx(1.0 / 3.7)
@@ -56,14 +61,14 @@ def test_every_term_on_synthetic_records():
     assert shares["bookkeeping"] == pytest.approx(0.2 / 3.7) and shares["other"] == pytest.approx(0.0, abs=1e-12)
     text = "\n".join(cost_table(list(rows.values())))
     assert "Where the time goes" in text and "| spec | 27% | 14% | 41% | 14% | 5% | 0% |" in text
-    assert "| +0.0% | 0.20 | 1000.0 / 500.0 |" in text
+    assert "| +32.1% | 0.20 | 1000.0 / 500.0 |" in text
 
 
 def test_residual_is_the_prediction_error():
-    """Time outside the generator is no term of the model: the prediction misses by exactly its share."""
+    """Time outside the generator is no term of the model: the prediction misses by its share too."""
     spec = next(r for r in cost_model(_records(residual=0.3)) if r["method"] == "spec")
     assert spec["residual_s"] == pytest.approx(0.6)
-    assert spec["prediction_error"] == pytest.approx(4.0 / 3.7 - 1)
+    assert spec["prediction_error"] == pytest.approx(4.0 / 2.8 - 1)
     assert spec["time_shares"]["other"] == pytest.approx(0.3 / 4.0)
     assert sum(spec["time_shares"].values()) == pytest.approx(1.0, abs=1e-12)
 
@@ -96,7 +101,7 @@ def test_records_without_the_new_fields_still_give_a_row():
 
 def test_a_real_run_is_fully_accounted_for():
     """Tiny models through the bench: the new stats field is recorded, the shares add up, and since every term is
-    measured the prediction follows the measurement (a consistency check, not a timing threshold)."""
+    measured the baseline's prediction follows its measurement (a consistency check, not a timing threshold)."""
     report = run_bench(model="tiny:llama", draft="tiny:llama", methods=["mmspec-plain", "chain", "prompt-lookup"],
                        num_prompts=2, prompt_length=16, max_new_tokens=16, progress=False)
     rows = {r["method"]: r for r in report["cost_model"]}
@@ -105,8 +110,10 @@ def test_a_real_run_is_fully_accounted_for():
     assert rows["mmspec-plain"]["prefill_drafter_s"] < 0.1 * rows["chain"]["prefill_drafter_s"] + 1e-3
     for r in rows.values():
         assert sum(r["time_shares"].values()) == pytest.approx(1.0, abs=1e-6), r["method"]
-        assert abs(r["prediction_error"]) < 0.05, (r["method"], r["time_shares"])
+        assert r["prediction_error"] is not None and abs(r["prediction_error"]) < 1.0, r["method"]
         assert r["overhead_cost"] is not None and r["prefill_target_s"] > 0
+    # the baseline's own prediction misses only by the time outside the generator
+    assert abs(rows["mmspec-plain"]["prediction_error"]) < 0.05, rows["mmspec-plain"]["time_shares"]
     from mmspec.eval.bench import to_markdown
     assert "Where the time goes" in to_markdown(report)
 
