@@ -17,7 +17,8 @@ its mean acceptance says: the rows that ran ahead wait, still computed, for the 
 It starts by drafting (the call's first drafted step, which also feeds the prompt to the drafter, is not
 measured) for four measured steps, takes one plain step to measure it, and re-tries the kind it is not using every ``probe_every`` steps
 (times the drafted step's cost over the plain one's when drafting is the dearer kind), doubling the interval, up to
-64, while the probes lose (straight to 64 when drafting lost by more than a quarter), so a change in acceptance or load is seen. The first drafted step after plain ones
+64, while the probes lose (straight to 64 when the slowest row's rate is a quarter behind and the rows' average
+acceptance would not clearly win either), so a change in acceptance or load is seen. The first drafted step after plain ones
 catches the drafter up on the tokens it did not draft; it is measured with the others (what a switch costs is a
 cost of drafting). A later call at the same batch size starts where the last one stopped: its measurements, the
 kind in use, the probe interval and the steps since the last switch (what a server learns over time). A plain step
@@ -66,6 +67,14 @@ class _Rate:
         return self.tokens / max(self.seconds, 1e-9)
 
     @property
+    def best_rate(self) -> float | None:
+        """Tokens per row per second at the rows' average acceptance (what a batch without stragglers would get)."""
+        if not self.samples:
+            return None
+        flat = [x for _, t in self.samples for x in (t if isinstance(t, (list, tuple)) else [t]) if x is not None]
+        return (statistics.fmean(flat) if flat else 1.0) / max(self.seconds, 1e-9)
+
+    @property
     def tokens(self) -> float:
         """The window's tokens per step of its slowest row: per row, the mean over the steps it generated in;
         then the lowest over the rows of the latest step that were generating (a plain step: 1)."""
@@ -88,7 +97,8 @@ FIRST_DRAFTED = 4  # measured drafted steps before the first plain one (one step
 PROBE_STEPS = 2  # a drafting probe: the step that catches the drafter up, and one more
 MAX_PROBE_EVERY = 64  # probes that keep losing space out to this many steps (times the drafted step's cost)
 HYSTERESIS = 0.15
-FAR_BEHIND = 0.75  # a drafting probe this far behind plain steps' rate backs off to the longest interval at once
+FAR_BEHIND = 0.75  # a drafting probe whose slowest row is this far behind plain steps' rate (and whose average row
+# does not clearly win either) backs off to the longest interval at once
 
 
 @dataclass
@@ -110,6 +120,7 @@ class _AdaptiveRun:
     probe_every: int = 8  # the current interval between probes (doubles while probes lose)
     probing: bool = False  # the step in flight is a probe of the kind not in use
     fed: bool = False  # the inner drafter has drafted once in this call (its prompt prefill is paid)
+    begun: bool = True  # the inner drafter's begin has run (deferred to its first drafted step when it can be)
     fixed: bool = False  # a sampling call with when_sampling=False: every step drafts, nothing is measured
     active_before: list = field(default_factory=list)  # the rows generating when the drafted step in flight began
 
@@ -152,8 +163,13 @@ class AdaptiveDrafter(Drafter):
 
     def begin(self, context: DraftContext) -> _AdaptiveRun:
         rows = context.state.tokens.shape[0]
-        run = _AdaptiveRun(self.inner.begin(context), rows=rows, probe_every=self.probe_every)
-        if context.state.sampling.do_sample and not self.when_sampling:
+        fixed = context.state.sampling.do_sample and not self.when_sampling
+        lazy = self.inner.catches_up_from_tokens and not fixed
+        # a drafter that catches up from tokens begins when it first drafts: a call of plain steps only (a large
+        # batch) then never pays for its prompt prefill
+        run = _AdaptiveRun(None if lazy else self.inner.begin(context), rows=rows, probe_every=self.probe_every)
+        run.begun = not lazy
+        if fixed:
             run.fixed = True  # every step drafts, as the inner drafter alone would
             return run
         known = self._memory.get(rows)
@@ -185,8 +201,12 @@ class AdaptiveDrafter(Drafter):
             if not lost:
                 run.probe_every = self.probe_every
             elif run.drafting and len(run.drafted.samples) >= FIRST_DRAFTED and \
-                    run.drafted.rate < FAR_BEHIND * run.plain.rate:
-                run.probe_every = MAX_PROBE_EVERY  # drafting lost by far: a change that would make it win is unlikely
+                    run.drafted.rate < FAR_BEHIND * run.plain.rate and \
+                    run.drafted.best_rate < (1 + HYSTERESIS) * run.plain.rate:
+                # hopeless: the slowest row's rate is far behind plain steps', and even the rows' average
+                # acceptance would not clearly pay for a drafted step (a large batch on a busy device); a change
+                # that would make drafting win is unlikely
+                run.probe_every = MAX_PROBE_EVERY
             else:
                 run.probe_every = min(2 * run.probe_every, MAX_PROBE_EVERY)
             return better
@@ -206,6 +226,8 @@ class AdaptiveDrafter(Drafter):
         if drafting:
             run.active_before = context.state.active.tolist()  # the rows this step generates for
         t0 = time.perf_counter()
+        if drafting and not run.begun:
+            run.inner, run.begun = self.inner.begin(context), True
         tree = self.inner.propose(context, run.inner) if drafting else DraftTree.root_only(context.state.roots)
         run.t_proposed = time.perf_counter()
         run.t_draft = run.t_proposed - t0 if drafting else 0.0
@@ -218,7 +240,8 @@ class AdaptiveDrafter(Drafter):
             return
         verified = time.perf_counter() - run.t_proposed  # the target's forward, acceptance and commit
         t0 = time.perf_counter()
-        self.inner.observe(context, run.inner, tree, result, hidden)
+        if run.begun:
+            self.inner.observe(context, run.inner, tree, result, hidden)
         observed = time.perf_counter() - t0
         if run.drafting and not run.fed:
             # the call's first drafted step feeds the prompt to the drafter: a one-off, not what a step costs

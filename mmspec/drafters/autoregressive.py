@@ -56,6 +56,8 @@ class AutoregressiveDrafter(Drafter):
     * ``observe``: keep what the verifier accepted in ``run.cache``, drop the rest.
     """
 
+    catches_up_from_tokens = True  # it feeds itself what it has not seen (state.unseen) when it drafts
+
     def __init__(self, model, num_tokens: int = 4, tree: TreeTemplate | str | None = None, top_k: int = 4,
                  num_nodes: int | None = None, adaptive: bool = True, confidence: float | None = None):
         """``confidence``: a chain stops early once the drafter's probability of its last draft is below it in every

@@ -59,6 +59,11 @@ class Drafter:
     #: hidden states (``context.hidden`` at the prefill, ``hidden`` at every ``observe``) and captures the
     #: projected image embeddings (``context.image_embeds``)
     needs_target_hidden: bool = False
+    #: capability flag: ``begin`` may come after some steps it did not draft (their ``observe`` skipped): the
+    #: drafter catches up on the tokens it has not seen when it next proposes, from ``context.state`` alone.
+    #: :class:`~mmspec.drafters.adaptive.AdaptiveDrafter` then defers ``begin`` (e.g. a drafter's own prompt
+    #: prefill) until it first drafts, so a call it runs on plain steps only pays nothing for the drafter
+    catches_up_from_tokens: bool = False
 
     @property
     def max_nodes(self) -> int:

@@ -126,6 +126,12 @@ def sampling_accept(tree: DraftTree, target_probs: torch.Tensor,
     children are first children."""
     B, N, V = target_probs.shape
     dev = target_probs.device
+    if N == 1 and relax is None:
+        # a plain step: the root's next token drawn from p, with the same random draws as the walk below makes
+        # (a uniform per node, then the bonus), so a seed gives the same output either way
+        torch.rand(B, 1, generator=generator, device=dev, dtype=torch.float64)
+        zeros = torch.zeros(B, 1, dtype=torch.long, device=dev)
+        return AcceptResult(zeros, zeros[:, 0] + 1, sample_rows(target_probs[:, 0].double(), generator))
     without_replacement = tree.sibling_rule == "without_replacement"
     kids, first, count = tree.children_in_order
 

@@ -80,7 +80,8 @@ def test_the_policy_takes_the_faster_kind_and_probes_the_other():
 
 def test_losing_probes_space_out_and_a_later_call_starts_from_what_was_measured():
     policy = AdaptiveDrafter(PromptLookupDrafter(), probe_every=4)
-    run = _run(drafted=(0.020, 1.0), plain=(0.015, 1.0), since=8, drafting=False)
+    # a batch of two rows: the slowest accepts 1 token a step (53 tokens/s against 67), the average 1.5 (79)
+    run = _run(drafted=(0.019, [1, 2]), plain=(0.015, 1.0), since=8, drafting=False)
     intervals = []
     for _ in range(5):
         assert policy._choose(run) is True and run.probing  # the probe
@@ -115,12 +116,14 @@ def test_a_batch_is_rated_by_its_slowest_row():
     assert single.tokens == 2.0  # batch 1 (or a float per step): the mean
 
 
-def test_a_probe_far_behind_backs_off_to_the_longest_interval():
+def test_a_hopeless_probe_backs_off_to_the_longest_interval():
     policy = AdaptiveDrafter(PromptLookupDrafter(), probe_every=4)
     run = _run(drafted=(0.060, 1.0), plain=(0.015, 1.0), since=1, drafting=True)  # 17 vs 67 tokens/s
     run.probing = True
     assert policy._choose(run) is False and run.probe_every == MAX_PROBE_EVERY
-    near = _run(drafted=(0.018, 1.0), plain=(0.015, 1.0), since=1, drafting=True)  # 56 vs 67: lost narrowly
+    # lost by its slowest row (1 token a step: 33 vs 67 tokens/s) but not at the rows' average (2.5 a step: 83):
+    # a batch whose rows accept unevenly; worth probing again, at twice the interval
+    near = _run(drafted=(0.030, [1, 4]), plain=(0.015, 1.0), since=1, drafting=True)
     near.probing = True
     assert policy._choose(near) is False and near.probe_every == 8
 
@@ -154,3 +157,31 @@ def test_the_routes_adaptive_option_wraps_the_drafter_and_keeps_the_output():
     assert not isinstance(build("mmspec-plain", adaptive=True), AdaptiveDrafter)  # nothing to adapt
     with pytest.raises(ValueError, match="adaptive"):
         mmspec.pipeline("zoo:code-target", adaptive="yes")
+
+
+def test_a_drafter_that_catches_up_begins_only_when_it_first_drafts(code):
+    """A call resumed on plain steps does not run the drafter's begin (its prompt prefill) until a probe drafts,
+    mid-call; the output is still plain decoding's."""
+    draft = load("code-drafter").model
+    inner = build_drafter("chain", draft, num_tokens=8, confidence=CHAIN_CONFIDENCE)
+    begins = []
+    original = type(inner).begin
+
+    def counting_begin(context):
+        begins.append(int(context.state.lengths.max()))
+        return original(inner, context)
+
+    inner.begin = counting_begin
+    policy = AdaptiveDrafter(inner)
+    batch = collate(code_prompts(code.tokenizer, 2), code.tokenizer.pad_token_id)
+    gen = SpeculativeGenerator(code.model, policy)
+    gen.generate(batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=32, eos_token_id=[])
+    assert len(begins) == 1  # the first call drafts from its first step
+    policy._memory[2].update(drafting=False, since_switch=0, probe_every=2,
+                             drafted=[(0.06, [1, 1])] * 8, plain=[(0.015, 1.0)] * 8)  # plain wins; probe at step 8
+    prompt_len = batch["input_ids"].shape[1]
+    out = gen.generate(batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=40, eos_token_id=[])
+    ref = code.model.generate(batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=40,
+                              do_sample=False, pad_token_id=0, eos_token_id=None)
+    assert torch.equal(out.sequences, ref)
+    assert len(begins) == 2 and begins[1] > prompt_len + 1  # begun mid-call, after plain steps
