@@ -155,7 +155,11 @@ class FeatureDrafter(AutoregressiveDrafter):
         j = torch.arange(L, device=dev)[None, :]
         real = j < result.path_lengths.to(dev)[:, None]
         scratch = features.shape[1] - 1
-        where = torch.where(real, run.fed[:, None] - 1 + j, scratch).clamp(max=scratch)
+        # the path starts at the step's root, at position (length after the commit − tokens it emitted − 1): read
+        # off the state, not off run.fed, which a step that did not draft (the adaptive policy's plain steps)
+        # leaves behind; rows that emitted fewer (cut at EOS or the budget) are finished and never draft again
+        root = (context.state.lengths.to(dev) - result.path_lengths.to(dev) - 1).clamp(min=0)
+        where = torch.where(real, root[:, None] + j, scratch).clamp(max=scratch)
         H = features.shape[-1]
         got = hidden.to(features).gather(1, paths[..., None].expand(B, L, H))
         features.scatter_(1, where[..., None].expand(B, L, H), got)

@@ -185,3 +185,39 @@ def test_a_drafter_that_catches_up_begins_only_when_it_first_drafts(code):
                               do_sample=False, pad_token_id=0, eos_token_id=None)
     assert torch.equal(out.sequences, ref)
     assert len(begins) == 2 and begins[1] > prompt_len + 1  # begun mid-call, after plain steps
+
+
+def test_a_feature_drafter_keeps_every_positions_features_through_plain_steps(code):
+    """Plain steps do not advance a feature drafter's own counters (it did not draft): the features it stores
+    must still land at their tokens' positions, or its drafts after a plain stretch read the wrong features."""
+    extra = diffusion_factories()
+    if "eagle-chain" not in extra:
+        pytest.skip("zoo:code-eagle is not built")
+    runs = {}
+
+    def keep(policy_cls, name):
+        class Keeping(policy_cls):
+            def begin(self, context):
+                run = super().begin(context)
+                runs[name] = run
+                return run
+        return Keeping
+
+    ids = code_prompts(code.tokenizer, 1)[0]
+    always = extra["eagle-chain"]()
+    original = type(always).begin
+
+    def keep_inner(context):
+        run = original(always, context)
+        runs["always"] = run
+        return run
+
+    always.begin = keep_inner
+    a = SpeculativeGenerator(code.model, always).generate(ids, max_new_tokens=30, eos_token_id=[])
+    b = SpeculativeGenerator(code.model, keep(Alternating, "alternating")(extra["eagle-chain"](), probe_every=2)) \
+        .generate(ids, max_new_tokens=30, eos_token_id=[])
+    assert torch.equal(a.sequences, b.sequences)
+    # the call's last step is not observed: features are stored up to (not including) its root
+    n = min(out.sequences.shape[1] - out.stats.accept_lengths[0][-1] - 1 for out in (a, b))
+    mine, ref = runs["alternating"].inner.features[:, :n], runs["always"].features[:, :n]
+    torch.testing.assert_close(mine, ref, rtol=1e-4, atol=1e-4)
