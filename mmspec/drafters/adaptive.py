@@ -66,19 +66,23 @@ class _Rate:
             return None
         return self.tokens / max(self.seconds, 1e-9)
 
+    def _per_step(self) -> list[list]:
+        """Each sample's tokens as a per-row list (a float is one row)."""
+        return [t if isinstance(t, (list, tuple)) else [t] for _, t in self.samples]
+
     @property
     def best_rate(self) -> float | None:
         """Tokens per row per second at the rows' average acceptance (what a batch without stragglers would get)."""
         if not self.samples:
             return None
-        flat = [x for _, t in self.samples for x in (t if isinstance(t, (list, tuple)) else [t]) if x is not None]
+        flat = [x for t in self._per_step() for x in t if x is not None]
         return (statistics.fmean(flat) if flat else 1.0) / max(self.seconds, 1e-9)
 
     @property
     def tokens(self) -> float:
         """The window's tokens per step of its slowest row: per row, the mean over the steps it generated in;
         then the lowest over the rows of the latest step that were generating (a plain step: 1)."""
-        per_step = [t if isinstance(t, (list, tuple)) else [t] for _, t in self.samples]
+        per_step = self._per_step()
         width = len(per_step[-1])
         if any(len(t) != width for t in per_step):
             per_step = [[statistics.fmean(x for x in t if x is not None)] for t in per_step]
@@ -149,7 +153,7 @@ class AdaptiveDrafter(Drafter):
         self.needs_target_hidden = inner.needs_target_hidden
         # per batch size, the recent steps of the last call: the next call at that size starts from them instead
         # of drafting to find out (what a server learns over time); a dict write per step is safe across threads
-        self._memory: dict[int, tuple[list, list]] = {}
+        self._memory: dict[int, dict] = {}
 
     @property
     def max_nodes(self) -> int:
@@ -177,7 +181,6 @@ class AdaptiveDrafter(Drafter):
             run.drafted.samples, run.plain.samples = list(known["drafted"]), list(known["plain"])
             run.drafting, run.since_switch, run.probe_every = known["drafting"], known["since_switch"], \
                 known["probe_every"]
-            run.probing = False
         return run
 
     def _choose(self, run: _AdaptiveRun) -> bool:
@@ -235,13 +238,12 @@ class AdaptiveDrafter(Drafter):
 
     def observe(self, context: DraftContext, run: _AdaptiveRun, tree: DraftTree, result: AcceptResult,
                 hidden: torch.Tensor | None = None) -> None:
-        if run.fixed:
-            self.inner.observe(context, run.inner, tree, result, hidden)
-            return
         verified = time.perf_counter() - run.t_proposed  # the target's forward, acceptance and commit
         t0 = time.perf_counter()
-        if run.begun:
+        if run.begun:  # (a fixed run begins at once)
             self.inner.observe(context, run.inner, tree, result, hidden)
+        if run.fixed:
+            return
         observed = time.perf_counter() - t0
         if run.drafting and not run.fed:
             # the call's first drafted step feeds the prompt to the drafter: a one-off, not what a step costs
@@ -257,7 +259,8 @@ class AdaptiveDrafter(Drafter):
             run.plain_steps += 1
         run.step += 1
         if run.drafted.samples and run.plain.samples:
-            self._memory[run.rows] = {"drafted": list(run.drafted.samples), "plain": list(run.plain.samples),
+            # the sample lists are replaced, never changed in place, on every add: no copy needed
+            self._memory[run.rows] = {"drafted": run.drafted.samples, "plain": run.plain.samples,
                                       "drafting": run.drafting, "since_switch": run.since_switch,
                                       "probe_every": run.probe_every}
 

@@ -34,6 +34,12 @@ class AcceptResult:
     moved_mass: torch.Tensor | None = None
     output_tv: torch.Tensor | None = None
 
+    @classmethod
+    def root_kept(cls, bonus: torch.LongTensor) -> "AcceptResult":
+        """A one-node tree's result (a plain step): each row keeps its root and emits ``bonus`` after it."""
+        zeros = torch.zeros(bonus.shape[0], 1, dtype=torch.long, device=bonus.device)
+        return cls(zeros, zeros[:, 0] + 1, bonus)
+
     @property
     def num_accepted(self) -> torch.LongTensor:
         """Accepted draft tokens per row (root excluded)."""
@@ -65,9 +71,7 @@ def _path_to(tree: DraftTree, node: torch.LongTensor) -> tuple[torch.LongTensor,
 def greedy_accept(tree: DraftTree, logits: torch.Tensor) -> AcceptResult:
     """logits: [B, N, V] target logits at every node."""
     if tree.is_root_only:  # a plain step: the root is kept and the target's token follows it
-        B = logits.shape[0]
-        zeros = torch.zeros(B, 1, dtype=torch.long, device=logits.device)
-        return AcceptResult(zeros, zeros[:, 0] + 1, logits[:, 0].argmax(-1))
+        return AcceptResult.root_kept(logits[:, 0].argmax(-1))
     if backend_for(logits) == "triton":
         # fused: argmax and the whole tree walk in two kernel launches (mmspec.kernels.acceptance)
         depth = tree.num_nodes - 1 if tree.is_chain else tree.max_depth
@@ -126,12 +130,11 @@ def sampling_accept(tree: DraftTree, target_probs: torch.Tensor,
     children are first children."""
     B, N, V = target_probs.shape
     dev = target_probs.device
-    if N == 1 and relax is None:
+    if tree.is_root_only and relax is None:
         # a plain step: the root's next token drawn from p, with the same random draws as the walk below makes
         # (a uniform per node, then the bonus), so a seed gives the same output either way
         torch.rand(B, 1, generator=generator, device=dev, dtype=torch.float64)
-        zeros = torch.zeros(B, 1, dtype=torch.long, device=dev)
-        return AcceptResult(zeros, zeros[:, 0] + 1, sample_rows(target_probs[:, 0].double(), generator))
+        return AcceptResult.root_kept(sample_rows(target_probs[:, 0].double(), generator))
     without_replacement = tree.sibling_rule == "without_replacement"
     kids, first, count = tree.children_in_order
 
