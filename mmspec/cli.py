@@ -86,6 +86,7 @@ def cmd_bench(args) -> int:
 
 def _bench(args, out: Path) -> int:
     methods = args.methods.split(",") if args.methods else None
+    zoo.use_device(args.device)  # every zoo model the suite loads, drafters included, goes there
     if args.batch_sizes:
         return _batch_sweep(args, methods, out)
     if args.suite == "kernels":
@@ -94,7 +95,7 @@ def _bench(args, out: Path) -> int:
         Console().print(f"wrote {args.out}/kernels_bench.json and kernels_bench.md")
         return 0 if report["sweep"]["passed"] == report["sweep"]["cases"] else 1
     if args.suite == "image":
-        report = run_image_suite(per_class=args.per_class, sweep=not args.no_sweep, out_dir=out)
+        report = run_image_suite(per_class=args.per_class, sweep=not args.no_sweep, out_dir=out, device=args.device)
         Console().print(image_markdown(report))
         Console().print(f"wrote {args.out}/image_bench.json, image_bench.md, speed_quality.png, samples_*.png")
         return 0
@@ -324,6 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--batch-sizes", default=None, help="with --suite code or vlm: a comma list of batch sizes "
                        "(e.g. 1,2,4,8,16); every method runs on batches of the suite's prompts and is compared with HF "
                        "plain decoding at the same batch size (batch_sweep.json / .md / .png)")
+    bench.add_argument("--device", default=None, help="with --suite code, vlm or image: where the zoo's models "
+                       "run (e.g. cuda; the report names the card); default the CPU")
     bench.add_argument("--per-class", type=int, default=8, help="image suite: pictures per class (quality)")
     bench.add_argument("--no-sweep", action="store_true", help="image suite: skip the δ / λ / k sweep")
     bench.add_argument("--vlm-prompts", choices=["mixed", "caption", "question"], default="mixed",

@@ -283,6 +283,7 @@ BENCH = table(
     Option("vlm_prompts", str, methods=("vlm",)),
     Option("per_class", int, ge=1, none=False, methods=("image",)),
     Option("no_sweep", bool, none=False, methods=("image",)),
+    Option("device", str, methods=("code", "vlm", "image")),
 )
 
 __all__ = ["BENCH", "Option", "table", "check_options", "check_args", "add_option", "GENERATE", "check_sampling", "check_generate",

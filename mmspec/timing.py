@@ -30,6 +30,15 @@ def synchronize(device=None) -> None:
         torch.cuda.synchronize(device)
 
 
+def device_name(device) -> str:
+    """``device`` as a report names it: "cpu", or "cuda:0 (NVIDIA H200)" so a GPU figure names its card."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return device.type
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+
+
 class TokenClock:
     """A streamer (HF's ``put`` / ``end`` protocol) that only notes when tokens arrive: the first ``put`` is the
     prompt, each later one a step's committed tokens. Its ``put`` gets tensors already copied to the host, so the

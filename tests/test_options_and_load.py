@@ -92,3 +92,22 @@ def test_demo_shows_progress_and_checks_the_load(tmp_path, capsys):
     load = json.loads((tmp_path / "load.json").read_text())
     assert load["busy"] == (load["warning"] is not None)
     assert json.loads((tmp_path / "code.json").read_text())["load"]["cores"] >= 1
+
+
+def test_zoo_device_places_every_later_load_and_refuses_a_bad_device():
+    """``mmspec bench --device``: zoo.use_device sends each later load (drafters included) to that device; an
+    unusable device is one ValueError before any work. ("meta" stands in for a GPU on this CPU.)"""
+    from mmspec import zoo
+    from mmspec.eval.bench import on_device
+
+    try:
+        zoo.use_device("meta")
+        assert next(zoo.load("code-drafter").model.parameters()).device.type == "meta"
+        assert next(zoo.load("code-drafter", device="cpu").model.parameters()).device.type == "cpu"
+    finally:
+        zoo.use_device(None)
+    assert next(zoo.load("code-drafter").model.parameters()).device.type == "cpu"
+    with pytest.raises(ValueError, match="device 'nonsense' cannot be used"):
+        zoo.use_device("nonsense")
+    moved = on_device({"input_ids": torch.ones(1, 3, dtype=torch.long), "note": 1}, "meta")
+    assert moved["input_ids"].device.type == "meta" and moved["note"] == 1

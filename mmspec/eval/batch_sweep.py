@@ -19,7 +19,9 @@ from pathlib import Path
 
 import torch
 
-from .bench import AUTO, auto_factories, build_runner, split_prompt, time_methods
+from ..timing import device_name
+
+from .bench import AUTO, auto_factories, build_runner, on_device, split_prompt, time_methods
 
 HF_BATCH_ONE = ("hf-assisted", "hf-prompt-lookup")  # HF generate refuses these at batch > 1
 
@@ -58,7 +60,8 @@ def batch_sweep(target, draft, prompts: list, methods: list[str], batch_sizes: l
     runners = {m: r for m, r in runners.items() if r is not None}
     rows = []
     for b in batch_sizes:
-        batches = [collate(prompts[i: i + b], pad_id) for i in range(0, len(prompts) - b + 1, b)]
+        batches = [on_device(collate(prompts[i: i + b], pad_id), target.device)
+                   for i in range(0, len(prompts) - b + 1, b)]
         mine = {m: r for m, r in runners.items() if b == 1 or m not in HF_BATCH_ONE}
         runs = time_methods(mine, batches, repeats, warmup, seed, progress, desc=f"batch {b}")
         plain_secs = statistics.median(sum(t) for t in runs["plain"]["times"])
@@ -74,7 +77,8 @@ def batch_sweep(target, draft, prompts: list, methods: list[str], batch_sizes: l
                          "exact": exact})
     return {"config": dict(batch_sizes=batch_sizes, methods=methods, prompts=len(prompts),
                            max_new_tokens=max_new_tokens, repeats=repeats, warmup=warmup,
-                           threads=torch.get_num_threads(), torch=torch.__version__),
+                           threads=torch.get_num_threads(), torch=torch.__version__,
+                           device=device_name(target.device)),
             "results": rows}
 
 
@@ -84,7 +88,7 @@ def to_markdown(sweep: dict, title: str) -> str:
     lines = [f"# {title}", "",
              f"Speedup over HF plain `generate` at the same batch size (τ in brackets); {cfg['prompts']} prompts taken "
              f"in order as batches, {cfg['max_new_tokens']} new tokens per row (EOS off), median of {cfg['repeats']} "
-             f"round(s) after {cfg['warmup']} warm-up call(s), {cfg['threads']} threads. ✗: a row differs from plain "
+             f"round(s) after {cfg['warmup']} warm-up call(s), {cfg['threads']} threads, on {cfg.get('device', 'cpu')}. ✗: a row differs from plain "
              "decoding's.", "",
              "| method | " + " | ".join(f"batch {b}" for b in sizes) + " |", "|---|" + "---|" * len(sizes)]
     by = {(r["method"], r["batch"]): r for r in sweep["results"]}

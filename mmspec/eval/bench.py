@@ -23,7 +23,7 @@ from ..generator import SpeculativeGenerator
 from ..loading import load_target, zoo_name
 from ..registry import CAUSAL_METHODS, CHAIN_CONFIDENCE, build_drafter, draft_length
 from ..tiny import ARCHITECTURES, tiny_model
-from ..timing import TokenClock, synchronize
+from ..timing import TokenClock, device_name, synchronize
 from .aggregate import measurement_flags
 from .cost_model import cost_table, cost_model
 from .datasets import code_items
@@ -119,6 +119,14 @@ def split_prompt(prompt) -> tuple[torch.Tensor, dict]:
         rest = dict(prompt)
         return rest.pop("input_ids"), rest
     return prompt, {}
+
+
+def on_device(prompt, device):
+    """``prompt`` (ids or a dict of prompt tensors) on ``device``: the suites cut prompts on the CPU, and a
+    model run with ``--device cuda`` takes its inputs where it is."""
+    if isinstance(prompt, dict):
+        return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in prompt.items()}
+    return prompt.to(device)
 
 
 def _hf_generate(target, prompt, max_new_tokens, eos_token_id=None, streamer=None, **kw):
@@ -307,6 +315,7 @@ def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str]
         methods = ["plain"] + list(methods)
     sampling = dict(do_sample=do_sample, temperature=temperature, seed=seed)
     num_prompts = len(prompts)
+    prompts = [on_device(p, target.device) for p in prompts]
 
     runners = {m: build_runner(m, target, draft_model, num_tokens, max_new_tokens, sampling, extra.get(m),
                                eos_token_id) for m in methods}
@@ -363,7 +372,7 @@ def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str]
         "config": dict(num_prompts=num_prompts, max_new_tokens=max_new_tokens, num_tokens=num_tokens,
                        stop_at_eos=eos_token_id is not None,
                        do_sample=do_sample, temperature=temperature, repeats=repeats, seed=seed, warmup=warmup,
-                       torch=torch.__version__, threads=torch.get_num_threads()),
+                       torch=torch.__version__, threads=torch.get_num_threads(), device=device_name(target.device)),
         "results": out,
         "load": load,
     }
@@ -377,7 +386,7 @@ def to_markdown(report: dict) -> str:
         f"{cfg['num_prompts']} prompts × {'up to ' if cfg.get('stop_at_eos') else ''}{cfg['max_new_tokens']} new tokens, k = {cfg['num_tokens'] or 'each method default'}"
         f"{', EAGLE / MSD chains ' + str(cfg['feature_tokens']) if cfg.get('feature_tokens') else ''}, "
         f"{'sampling T=' + str(cfg['temperature']) if cfg['do_sample'] else 'greedy'}, torch {cfg['torch']}, "
-        f"{cfg['threads']} threads. Speedup = plain HF decoding time / method time, same process, after warm-up.",
+        f"{cfg['threads']} threads, on {cfg.get('device', 'cpu')}. Speedup = plain HF decoding time / method time, same process, after warm-up.",
         *([f"", f"Prompts: {cfg['prompts']}."] if cfg.get("prompts") else []),
         "",
         "| method | τ (mean accepted) | speedup vs plain | exact | drafter share | time (s) |",

@@ -18,6 +18,22 @@ from .integrity import check_model_dir, rebuild_hint
 
 LOADERS = {"code": code_loader, "vlm": vlm_loader, "image": image_loader}
 FAMILIES = tuple(LOADERS)
+_device: str | None = None  # where load() puts models when its caller names no device (None: the CPU)
+
+
+def use_device(device: str | None) -> None:
+    """Make every later :func:`load` without a ``device`` place its models on ``device`` (``mmspec bench
+    --device cuda``): a suite's drafters load lazily from many factories, and each must land where the target
+    is. None: the CPU, the loaders' own place."""
+    global _device
+    if device is not None:
+        import torch
+
+        try:  # a bad or absent device fails here, naming it, not mid-benchmark
+            torch.empty(0, device=device)
+        except (RuntimeError, AssertionError) as exc:  # AssertionError: torch built without CUDA
+            raise ValueError(f"device {device!r} cannot be used here ({exc})") from None
+    _device = device
 
 
 def family_names(family: str) -> list[str]:
@@ -38,8 +54,9 @@ def available() -> list[str]:
     return [name for loader in LOADERS.values() for name in loader.NAMES]
 
 
-def load(name: str, home: str | Path | None = None) -> ZooEntry:
-    """Load a zoo model by name from ``home`` (default: ``$MMSPEC_HOME`` or the checkout's ``zoo/``)."""
+def load(name: str, home: str | Path | None = None, device: str | None = None) -> ZooEntry:
+    """Load a zoo model by name from ``home`` (default: ``$MMSPEC_HOME`` or the checkout's ``zoo/``) onto
+    ``device`` (default: the one :func:`use_device` set, else the CPU)."""
     root = Path(home) if home is not None else zoo_home()
     path = root / name
     if not path.is_dir():
@@ -47,10 +64,21 @@ def load(name: str, home: str | Path | None = None) -> ZooEntry:
     loader = LOADERS[family_of(name)]
     check_model_dir(name, path)
     try:
-        return loader.load(name, path)
+        entry = loader.load(name, path)
     except Exception as exc:  # noqa: BLE001 - torn files, foreign formats: one message naming the fix
         raise ValueError(f"zoo model {name!r} in {path} cannot be loaded ({type(exc).__name__}: {exc}); "
                          f"{rebuild_hint(name)}") from exc
+    return _placed(entry, device if device is not None else _device)
+
+
+def _placed(entry: ZooEntry, device: str | None) -> ZooEntry:
+    """``entry`` with its model (and an image model's VQ) on ``device``; the classifier judges on the CPU."""
+    if device is None or entry.name == "image-classifier":
+        return entry
+    for part in (entry.model, entry.extras.get("vq")):
+        if hasattr(part, "to"):
+            part.to(device)
+    return entry
 
 
 def metrics(name: str, home: str | Path | None = None) -> dict:
@@ -58,5 +86,5 @@ def metrics(name: str, home: str | Path | None = None) -> dict:
     return read_json(root / name / "metrics.json")
 
 
-__all__ = ["ZooEntry", "load", "check_model_dir", "shipped_home", "metrics", "available", "family_names",
+__all__ = ["ZooEntry", "load", "use_device", "check_model_dir", "shipped_home", "metrics", "available", "family_names",
            "family_of", "zoo_home", "FAMILIES"]
