@@ -106,7 +106,7 @@ class SpecKVCache(Cache):
         self._prefix: torch.Tensor | None = None
         self.device = torch.device(device)
         self.lengths = torch.zeros(batch_size, dtype=torch.long, device=self.device)
-        self.starts = torch.zeros(batch_size, dtype=torch.long, device=self.device)
+        self.starts = torch.zeros(batch_size, dtype=torch.long, device=self.device)  # sets self._padded
         self._base = 0  # write base for the current pending block
         self._pending_parents = torch.zeros(batch_size, 0, dtype=torch.long, device=self.device)
         self._pending_valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)
@@ -164,6 +164,24 @@ class SpecKVCache(Cache):
         return self._prefix
 
     @property
+    def starts(self) -> torch.LongTensor:
+        """[B] left-padding slots per row."""
+        return self._starts
+
+    @starts.setter
+    def starts(self, value: torch.LongTensor) -> None:
+        self._starts = value
+        # set once per prefill (one sync): a lone unpadded row's next token sees every slot, so a plain step
+        # needs no mask at all (:meth:`_append_one`)
+        self._padded = bool(value.any())
+        self._prefix_key = None
+
+    @property
+    def lone_unpadded_row(self) -> bool:
+        """One row with no left padding: nodes appended onto it see every committed slot (no window either)."""
+        return self.batch_size_ == 1 and not self._padded and self.layout.window is None
+
+    @property
     def sliding_window(self) -> int | None:
         return self.layout.window
 
@@ -190,7 +208,8 @@ class SpecKVCache(Cache):
     # ------------------------------------------------------------------ appending
     def prepare_append(self, parents: torch.LongTensor, valid: torch.BoolTensor,
                        ancestors: torch.BoolTensor | None = None, depth: torch.LongTensor | None = None):
-        """Register ``T`` new pending nodes and return ``(position_ids [B, T], mask [B, 1, T, S])``.
+        """Register ``T`` new pending nodes and return ``(position_ids [B, T], mask [B, 1, T, S])``; the mask is
+        None when the one new node of a lone unpadded row sees every slot (a plain decode step).
 
         ``parents[b, t]`` indexes the pending nodes *including* the new ones (-1 = hangs directly off
         the committed prefix). Invalid nodes are padding: only they attend to themselves and nobody
@@ -258,11 +277,15 @@ class SpecKVCache(Cache):
         row is empty); its position is the row's next one (0 for padding)."""
         B = parents.shape[0]
         positions = torch.where(valid, self.seen_tokens[:, None], 0)
-        itself = torch.ones(B, 1, 1, dtype=torch.bool, device=self.device)
-        mask = torch.cat([self._prefix_mask(base)[:, None, :], itself], dim=2)  # [B, 1, base + 1]
         self._pending_parents, self._pending_valid, self._pending_anc = parents, valid, valid[:, :, None]
         self._pending_pos = positions
         self._write_offset = base
+        if self.lone_unpadded_row:
+            # a lone unpadded row: its committed length is the write base, so the node sees every slot. None
+            # says so: no mask to build here, nor to scan in :func:`~mmspec.verifiers.tree_forward.to_model_mask`
+            return positions, None
+        itself = torch.ones(B, 1, 1, dtype=torch.bool, device=self.device)
+        mask = torch.cat([self._prefix_mask(base)[:, None, :], itself], dim=2)  # [B, 1, base + 1]
         return positions, mask[:, None]
 
     # ------------------------------------------------------------------ commit / rollback
@@ -277,8 +300,8 @@ class SpecKVCache(Cache):
         B, L = paths.shape
         if L == 1 and self.num_pending == 1:
             # one pending node (a plain step): it already sits at write_base, so rows whose committed length is
-            # write_base keep it in place; only rows behind the base (ragged) need a move
-            if bool(((self.lengths == self._base) | (path_lengths == 0)).all()):
+            # write_base keep it in place (a lone row's always is); only rows behind the base (ragged) need a move
+            if B == 1 or bool(((self.lengths == self._base) | (path_lengths == 0)).all()):
                 self.lengths = self.lengths + path_lengths
                 self.discard_pending()
                 return

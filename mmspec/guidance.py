@@ -118,7 +118,8 @@ class CFGModel(nn.Module):
         both = torch.cat([input_ids, uncond])
         mask = torch.cat([attention_mask, attention_mask]) if attention_mask is not None else None
         pos = torch.cat([position_ids, position_ids]) if position_ids is not None else None
-        ours = isinstance(cache, SpecKVCache) and mask is not None and pos is not None
+        # (mask None: SpecKVCache's plain step of a lone unpadded row, which sees every slot)
+        ours = isinstance(cache, SpecKVCache) and pos is not None
         # stock Llama-family models: their modules called in order (the last hidden state is all a feature
         # drafter reads, so hidden_states is then that one entry)
         direct = direct_logits(self.model, both, mask, pos, cache, return_hidden=True) if ours else None

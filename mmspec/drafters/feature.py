@@ -107,6 +107,9 @@ class FeatureDrafter(AutoregressiveDrafter):
 
     @torch.no_grad()
     def begin(self, context: DraftContext) -> FeatureRun:
+        """The call's feature buffer, holding the prompt's features. The drafter's own pass over the prompt waits
+        for its first draft (:meth:`_prefill`): under the adaptive policy a call of plain steps only (a large
+        batch) never pays for it, and the verifier's features of those steps are stored meanwhile (observe)."""
         if context.hidden is None:
             raise ValueError("a feature drafter needs the target's prefill features (run it through "
                              "SpeculativeGenerator)")
@@ -116,12 +119,21 @@ class FeatureDrafter(AutoregressiveDrafter):
         H = self.net.config.hidden_size
         features = torch.zeros(B, max_length + 2, H, dtype=self.net.fc.weight.dtype, device=dev)
         features[:, :P] = context.hidden.to(features)
+        return FeatureRun(None, self.num_tokens, features=features,
+                          fed=torch.full((B,), P, dtype=torch.long, device=dev))
+
+    def _prefill(self, context: DraftContext, run: FeatureRun) -> None:
+        """The drafter's cache over the prompt (each token with the target's feature before it; FLASH compresses
+        the pictures' entries). Later tokens are fed from the stored features when it drafts (feed_unseen)."""
+        state, max_length = context.state, context.max_length
+        dev = self.net.fc.weight.device
+        B, P = state.batch_size, state.prompt_length
         tokens = context.prompt_ids.to(dev)
         valid = torch.arange(P, device=dev)[None, :] >= state.starts.to(dev)[:, None]
         image_mask = context.image_mask
         image_mask = image_mask.to(dev) if image_mask is not None else None
         images = scatter_image_embeds(image_mask, context.image_embeds) if self.net.config.decoupled else None
-        x, ok, _ = drafter_sequence(self.net, self.embed, tokens, valid, features[:, :P], image_mask,
+        x, ok, _ = drafter_sequence(self.net, self.embed, tokens, valid, run.features[:, :P], image_mask,
                                     images, self.compress_to, align="left")
         S = x.shape[1]
         cache = SpecKVCache.for_model(self.net.body, B, S + (max_length - P) + 2 * self.max_nodes + 4)
@@ -129,11 +141,12 @@ class FeatureDrafter(AutoregressiveDrafter):
             self.net.append(cache, x, prefill_parents(ok.long()), ok)
             cache.commit_first(torch.full((B,), S, device=dev))
             cache.starts = S - ok.sum(1)
-        return FeatureRun(cache, self.num_tokens, features=features, prompt_entries=S,
-                          fed=torch.full((B,), P, dtype=torch.long, device=dev))
+        run.cache, run.prompt_entries = cache, S
 
     @torch.no_grad()
     def propose(self, context: DraftContext, run: FeatureRun) -> DraftTree:
+        if run.cache is None:
+            self._prefill(context, run)
         if self.net.config.sar_tokens == 1:
             return super().propose(context, run)
         # FLASH: every slot's logits come from the one forward that feeds the unseen tokens
@@ -163,7 +176,8 @@ class FeatureDrafter(AutoregressiveDrafter):
         H = features.shape[-1]
         got = hidden.to(features).gather(1, paths[..., None].expand(B, L, H))
         features.scatter_(1, where[..., None].expand(B, L, H), got)
-        run.cache.discard_pending()
+        if run.cache is not None:  # (None: nothing drafted yet, :meth:`_prefill`)
+            run.cache.discard_pending()
         run.tree_features = []
 
     # ------------------------------------------------------------------ extension hooks

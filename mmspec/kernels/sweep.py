@@ -128,6 +128,8 @@ def _ragged_cache(batch: int, nodes: int, shape: str, gen: torch.Generator, devi
         _, mask = cache.prepare_append(parents[:, first:].to(device), valid[:, first:].to(device))
     else:
         _, mask = cache.prepare_append(parents.to(device), valid.to(device))
+    if mask is None:  # one unpadded row's decode step sees every slot: the kernels still get that mask spelled out
+        mask = torch.ones(batch, 1, nodes, base + nodes, dtype=torch.bool, device=device)
     return cache, mask
 
 

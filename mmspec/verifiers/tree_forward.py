@@ -22,12 +22,16 @@ def attn_implementation(model) -> str:
     return impl
 
 
-def to_model_mask(mask, model, dtype: torch.dtype):
-    """SDPA and mmspec's tree attention take the bool mask as is; eager attention adds the mask to scores.
-    ``mask`` may be a ``{layer type: mask}`` dict (``mmspec.layer_masks``): each mask is converted. A single
-    query that sees every key needs no mask at all under SDPA (:func:`hides_nothing`): None is returned."""
+def to_model_mask(mask, model, dtype: torch.dtype | None = None):
+    """SDPA and mmspec's tree attention take the bool mask as is; eager attention adds the mask to scores (in
+    ``dtype``, default the model's). ``mask`` may be a ``{layer type: mask}`` dict (``mmspec.layer_masks``):
+    each mask is converted. A single query that sees every key needs no mask at all (:func:`hides_nothing`;
+    None from the cache says so already): None is returned."""
+    if mask is None:
+        return None
     if attn_implementation(model) in ("sdpa", ATTENTION_NAME):
         return None if hides_nothing(mask) else mask
+    dtype = dtype if dtype is not None else model_dtype(model)
 
     def additive(m):
         return torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill(~m, torch.finfo(dtype).min)
@@ -58,18 +62,23 @@ def tree_forward(model, cache: SpecKVCache, input_ids: torch.LongTensor | None, 
                  valid: torch.BoolTensor, inputs_embeds: torch.Tensor | None = None,
                  output_hidden_states: bool = False, ancestors: torch.BoolTensor | None = None,
                  depth: torch.LongTensor | None = None, position_ids: torch.LongTensor | None = None,
-                 prefix_blocks: torch.BoolTensor | None = None, **model_kwargs):
+                 prefix_blocks: torch.BoolTensor | None = None, direct: bool = False, **model_kwargs):
     """Append the nodes ``input_ids`` ([B, T]) as pending entries of ``cache`` and return the model output.
 
     ``parents`` index pending nodes (-1 = attached to the committed prefix). The caller commits or
     discards the pending nodes afterwards. ``position_ids`` (the prefill of an M-RoPE target) replaces the
     cache's text positions; ``prefix_blocks`` ([B, T, T]) opens bidirectional blocks among the new nodes
-    (a prompt's image / prefix block, see :mod:`mmspec.families`).
+    (a prompt's image / prefix block, see :mod:`mmspec.families`). ``direct``: for a model of
+    ``DIRECT_CLASSES`` (or a LLaVA-class wrapper) with no other inputs, run its modules in order (:func:`direct_logits`, the same
+    arithmetic without the model-level wrappers); only ``.logits`` is set on the output then.
     """
     positions, mask = cache.prepare_append(parents, valid, ancestors, depth)
-    mask = to_model_mask(add_prefix_blocks(mask, prefix_blocks, cache.layout), model, model_dtype(model))
+    mask = to_model_mask(add_prefix_blocks(mask, prefix_blocks, cache.layout), model)
     if position_ids is None:
         position_ids = model_position_ids(positions, cache.position_shift)
+    if direct and not output_hidden_states and inputs_embeds is None and not model_kwargs \
+            and direct_parts(model) is not None:
+        return _Logits(direct_logits(model, input_ids, mask, position_ids, cache))
     return model(
         input_ids=input_ids,
         inputs_embeds=inputs_embeds,
@@ -82,29 +91,58 @@ def tree_forward(model, cache: SpecKVCache, input_ids: torch.LongTensor | None, 
     )
 
 
+class _Logits:
+    """The one field a direct forward fills (``logits``) where callers read a model output."""
+
+    __slots__ = ("logits",)
+    hidden_states = None
+
+    def __init__(self, logits: torch.Tensor):
+        self.logits = logits
+
+
 # Decoder-only classes whose forward is exactly: embed -> rotary -> layers -> norm -> lm_head (no embedding
 # scaling, no per-layer mask types beyond what our 4-D mask already encodes)
 DIRECT_CLASSES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
+# LLaVA-class wrappers: with no pictures in the step (every decode step) their forward is the embedding, their
+# language model (one of the stacks above) and their LM head
+DIRECT_WRAPPERS = ("LlavaForConditionalGeneration", "LlavaNextForConditionalGeneration")
+DIRECT_STACKS = ("LlamaModel", "Qwen2Model", "MistralModel")
 
 
-def direct_logits(model, input_ids: torch.LongTensor, mask: torch.Tensor, positions: torch.LongTensor, cache,
-                  return_hidden: bool = False, first: int = 0):
-    """The logits of a stock model in ``DIRECT_CLASSES`` computed by calling its own modules in order
-    (embedding, rotary embedding, decoder layers, final norm, LM head) with our mask, positions and cache;
-    None for any other model. Drafters run several times per step, and the model-level wrappers (output
-    capture, mask construction) cost a quarter of a small model's forward on CPU. ``return_hidden``: also
-    the last hidden state after the final norm (what ``hidden_states[-1]`` holds), as ``(logits, hidden)``;
-    ``first``: the norm and LM head run on positions ``first`` onward only."""
-    if type(model).__name__ not in DIRECT_CLASSES:
+def direct_parts(model):
+    """(decoder stack, LM head) of a model whose forward :func:`direct_logits` can replace, else None."""
+    name = type(model).__name__
+    if name in DIRECT_CLASSES:
+        return model.model, model.lm_head
+    if name in DIRECT_WRAPPERS:
+        stack = getattr(model.model, "language_model", None)
+        if type(stack).__name__ in DIRECT_STACKS:
+            return stack, model.lm_head
+    return None
+
+
+def direct_logits(model, input_ids: torch.LongTensor, mask: torch.Tensor | None, positions: torch.LongTensor,
+                  cache, return_hidden: bool = False, first: int = 0):
+    """The logits of a stock model of ``DIRECT_CLASSES`` (or a ``DIRECT_WRAPPERS`` one, given tokens only)
+    computed by calling its own modules in order (embedding, rotary embedding, decoder layers, final norm, LM
+    head) with our mask, positions and cache; None for any other model. The model-level wrappers (output
+    capture, mask construction) cost a quarter of a small model's forward on CPU: drafters run several times
+    a step, and the verifier once. ``return_hidden``: also the last hidden state after the final norm (what
+    ``hidden_states[-1]`` holds), as ``(logits, hidden)``; ``first``: the norm and LM head run on positions
+    ``first`` onward only. ``mask`` None: every query sees every cached key (one query per row)."""
+    parts = direct_parts(model)
+    if parts is None:
         return None
-    inner = model.model
+    inner, head = parts
+    config = inner.config
     h = inner.embed_tokens(input_ids)
     rope = inner.rotary_emb(h, position_ids=positions)
-    for i, layer in enumerate(inner.layers[: model.config.num_hidden_layers]):
-        h = layer(h, attention_mask=layer_mask(mask, model.config, i), position_ids=positions,
+    for i, layer in enumerate(inner.layers[: config.num_hidden_layers]):
+        h = layer(h, attention_mask=layer_mask(mask, config, i), position_ids=positions,
                   position_embeddings=rope, **cache_kwargs(layer, cache))
     h = inner.norm(h[:, first:])
-    return (model.lm_head(h), h) if return_hidden else model.lm_head(h)
+    return (head(h), h) if return_hidden else head(h)
 
 
 def draft_forward(model, cache: SpecKVCache, input_ids: torch.LongTensor, parents: torch.LongTensor,
@@ -112,10 +150,9 @@ def draft_forward(model, cache: SpecKVCache, input_ids: torch.LongTensor, parent
                   depth: torch.LongTensor | None = None, first: int = 0) -> torch.Tensor:
     """``tree_forward(...).logits[:, first:]`` for drafters, through :func:`direct_logits` where the class
     allows; the LM head runs on positions ``first`` onward only."""
-    if type(model).__name__ in DIRECT_CLASSES:
+    if direct_parts(model) is not None:
         positions, mask = cache.prepare_append(parents, valid, ancestors, depth)
-        return direct_logits(model, input_ids, to_model_mask(mask, model, model_dtype(model)), positions, cache,
-                             first=first)
+        return direct_logits(model, input_ids, to_model_mask(mask, model), positions, cache, first=first)
     keep = input_ids.shape[1] - first
     logits = tree_forward(model, cache, input_ids, parents, valid, ancestors=ancestors, depth=depth,
                           logits_to_keep=keep).logits

@@ -221,3 +221,37 @@ def test_a_feature_drafter_keeps_every_positions_features_through_plain_steps(co
     n = min(out.sequences.shape[1] - out.stats.accept_lengths[0][-1] - 1 for out in (a, b))
     mine, ref = runs["alternating"].inner.features[:, :n], runs["always"].features[:, :n]
     torch.testing.assert_close(mine, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_a_feature_drafter_runs_its_network_only_once_it_drafts(code):
+    """A feature drafter's pass over the prompt waits for its first draft: a call the policy keeps on plain steps
+    never runs the drafter's network (the large-batch case, where that prefill costs most), and a call that starts
+    drafting after plain steps prefills then, catches up from the features stored meanwhile, and stays exact."""
+    extra = diffusion_factories()
+    if "eagle-chain" not in extra:
+        pytest.skip("zoo:code-eagle is not built")
+    inner = extra["eagle-chain"]()
+    calls = []
+    forward = inner.net.append
+
+    def counting(cache, x, *args, **kwargs):
+        calls.append(x.shape[1])
+        return forward(cache, x, *args, **kwargs)
+
+    inner.net.append = counting
+
+    class PlainFirst(AdaptiveDrafter):
+        def _choose(self, run):
+            return run.step >= self.plain_steps
+
+    ids = code_prompts(code.tokenizer, 1)[0]
+    ref = code.model.generate(ids, do_sample=False, max_new_tokens=24, min_new_tokens=24, pad_token_id=0)
+    policy = PlainFirst(inner)
+    policy.plain_steps = 10**6  # every step plain
+    out = SpeculativeGenerator(code.model, policy).generate(ids, max_new_tokens=24, eos_token_id=[])
+    assert torch.equal(out.sequences, ref) and calls == []
+    policy.plain_steps = 6  # six plain steps, then drafts
+    out = SpeculativeGenerator(code.model, policy).generate(ids, max_new_tokens=24, eos_token_id=[])
+    assert torch.equal(out.sequences, ref)
+    assert calls[0] == ids.shape[1] - 1  # the prompt pass (one entry per token after the first) ...
+    assert calls[1] == 7  # ... then, in one feed, the prefill's token and the six the plain steps emitted
