@@ -46,6 +46,7 @@ class CFGModel(nn.Module):
         else:
             allowed[torch.as_tensor(allowed_ids, dtype=torch.long, device=device)] = True
         self.register_buffer("allowed", allowed, persistent=False)
+        self.register_buffer("disallowed", ~allowed, persistent=False)  # what every step masks, built once
 
     # what the engine reads from a model
     @property
@@ -104,14 +105,14 @@ class CFGModel(nn.Module):
             out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                              use_cache=use_cache, output_hidden_states=output_hidden_states,
                              **cache_kwargs(self.model, cache), **kwargs)
-            out.logits = out.logits.masked_fill(~self.allowed, float("-inf"))
+            out.logits = out.logits.masked_fill(self.disallowed, float("-inf"))
             return out
         B = input_ids.shape[0]
         lengths = getattr(cache, "lengths", None)  # SpecKVCache: committed tokens per row
         if cache is None:
             prefill = True
-        elif lengths is not None:
-            prefill = int(lengths.max()) == 0
+        elif lengths is not None:  # the write base of the nodes in flight: no device sync (lengths.max() is one)
+            prefill = cache.write_base == 0
         else:
             prefill = cache.get_seq_length() == 0
         uncond = self._uncond_ids(input_ids, attention_mask, prefill)
@@ -132,7 +133,7 @@ class CFGModel(nn.Module):
         logits = out.logits.float()
         cond, unc = logits[:B], logits[B:]
         guided = unc + self.scale * (cond - unc)
-        guided = guided.masked_fill(~self.allowed, float("-inf"))
+        guided = guided.masked_fill(self.disallowed, float("-inf"))
         hidden = None
         if output_hidden_states and out.hidden_states:
             # the last layer's *guided* feature h_u + s (h_c - h_u): the LM head is linear, so it maps this
