@@ -407,6 +407,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "from --corpus (default: the zoo's code corpus)")
     tdf.add_argument("--corpus", default=None, help="with --generate: glob of text files to cut prefixes from")
     tdf.add_argument("--max-new-tokens", type=int, default=64, help="length of generated responses")
+    tdf.add_argument("--init", default=None, help="start from this DFlash drafter's weights (zoo:code-dflash or a "
+                     "directory in either layout) instead of a fresh init: fine-tuning; its shape must match")
     tdf.add_argument("--layers", type=int, default=2, help="draft layers (as wide as the target)")
     tdf.add_argument("--block-size", type=int, default=16, help="block length B (root + B-1 draft slots)")
     tdf.add_argument("--target-layers", default=None, help="comma list of target layer indices to read (default: "

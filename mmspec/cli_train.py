@@ -18,7 +18,7 @@ import torch
 from . import zoo
 from tqdm.auto import tqdm
 
-from .drafters.dflash_io import save_dflash
+from .drafters.dflash_io import load_dflash, save_dflash
 from .drafters.dflash_model import DFlashDraftModel, make_config
 from .drafters.diffusion import check_vocabularies, model_vocab_size
 from .eval.datasets import read_jsonl
@@ -200,6 +200,35 @@ def _respond(target, rows, max_new_tokens: int, eos, pad: int, partial: Path, pr
     return [(p, r if r is not None else done[i]) for i, (p, r) in enumerate(rows)]
 
 
+def dflash_init(spec: str, dcfg) -> dict:
+    """The weights of the DFlash drafter ``spec`` (``zoo:<name>`` or a directory, either layout) to start training
+    from, checked against the shape ``dcfg`` this run trains (layers, width, block size, target layers, mask)."""
+    name = spec.split(":", 1)[1] if spec.startswith("zoo:") else None
+    path = zoo.zoo_home() / name if name is not None else Path(spec)
+    if not path.is_dir():
+        raise ValueError(f"--init {spec}: no such drafter directory ({path})")
+    try:
+        src = load_dflash(path)
+    except Exception as exc:  # noqa: BLE001 - any unreadable directory: one message naming it
+        raise ValueError(f"--init {spec}: not a DFlash drafter ({type(exc).__name__}: {exc})") from None
+    fresh = DFlashDraftModel(dcfg)
+    mine = {k: tuple(v.shape) for k, v in fresh.state_dict().items()}
+    theirs = {k: tuple(v.shape) for k, v in src.state_dict().items()}
+    problems = [f"{k}: {theirs.get(k)} vs {mine.get(k)}" for k in sorted(set(mine) | set(theirs))
+                if theirs.get(k) != mine.get(k)]
+    for field in ("block_size",):
+        if getattr(src.config, field) != getattr(fresh.config, field):
+            problems.append(f"{field} {getattr(src.config, field)} vs {getattr(fresh.config, field)}")
+    if src.target_layer_ids != fresh.target_layer_ids:
+        problems.append(f"target layers {src.target_layer_ids} vs {fresh.target_layer_ids}")
+    if src.mask_token_id != fresh.mask_token_id:
+        problems.append(f"mask token {src.mask_token_id} vs {fresh.mask_token_id}")
+    if problems:
+        raise ValueError(f"--init {spec} has another shape than this run's drafter (--layers / --block-size / "
+                         f"--target-layers / --mask-token-id): " + "; ".join(problems[:4]))
+    return src.state_dict()
+
+
 def cli_train_dflash(args) -> int:
     """``mmspec train dflash``: a DFlash block-diffusion drafter for a causal LM target, on the target's own
     responses: ``--data`` rows (their ``response``, or the target's greedy one) or ``--generate N`` continuations of
@@ -232,6 +261,7 @@ def cli_train_dflash(args) -> int:
     # the drafter's shape (layer ids, block size) checked before minutes of target responses
     dcfg = make_config(target.config, num_layers=args.layers, block_size=args.block_size, mask_token_id=mask_id,
                        target_layer_ids=layer_ids)
+    init = dflash_init(args.init, dcfg) if args.init else None
     eos = tok.eos_token_id
     pad = tok.pad_token_id if tok.pad_token_id is not None else (eos or 0)
     texts = None
@@ -262,7 +292,10 @@ def cli_train_dflash(args) -> int:
                             cache_features=args.kl_weight == 0 and not args.online_features)
     with torch.random.fork_rng():  # the same command trains the same drafter (and a resumed run matches it)
         torch.manual_seed(cfg.seed)
-        net = DFlashDraftModel(dcfg).to(target.device)
+        net = DFlashDraftModel(dcfg)
+        if init is not None:  # fine-tuning: another recipe's drafter as the starting point
+            net.load_state_dict(init)
+        net = net.to(target.device)
         report = train_dflash(net, target, train, val, cfg, checkpoint=ckpt / "train.pt",
                               checkpoint_every_s=args.checkpoint_every)
 

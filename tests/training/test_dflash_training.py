@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from mmspec.drafters.dflash_io import load_dflash
 from mmspec.drafters.dflash_model import DFlashDraftModel, make_config, teacher_forced_logits
 from mmspec.tiny import tiny_model
 from mmspec.training import dflash as dflash_training
@@ -141,3 +142,26 @@ def test_cli_reports_bad_rows_by_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"{data}:1: response of 1 token(s)" in err and f"{data}:2: prompt must be a non-empty string" in err
     assert not (tmp_path / "o").exists() and not (tmp_path / "o.ckpt").exists()  # refused before any work
+
+
+def test_init_takes_a_drafter_of_the_same_shape_and_names_a_mismatch(tmp_path):
+    """``mmspec train dflash --init``: fine-tuning starts from the given drafter's weights; one of another shape is
+    refused before any work, naming what differs."""
+    from mmspec import zoo
+    from mmspec.cli_train import dflash_init
+    from mmspec.drafters.dflash_model import make_config
+
+    if not (zoo.zoo_home() / "code-dflash" / "zoo.json").exists():
+        pytest.skip("zoo:code-dflash is not built")
+    shipped = load_dflash(zoo.zoo_home() / "code-dflash")
+    target_cfg = zoo.load("code-target").model.config
+    same = make_config(target_cfg, num_layers=2, block_size=shipped.config.block_size,
+                       mask_token_id=shipped.mask_token_id, target_layer_ids=shipped.target_layer_ids)
+    state = dflash_init("zoo:code-dflash", same)
+    assert all(torch.equal(state[k], v) for k, v in shipped.state_dict().items())
+    other = make_config(target_cfg, num_layers=1, block_size=shipped.config.block_size,
+                        mask_token_id=shipped.mask_token_id, target_layer_ids=shipped.target_layer_ids)
+    with pytest.raises(ValueError, match="another shape"):
+        dflash_init("zoo:code-dflash", other)
+    with pytest.raises(ValueError, match="no such drafter directory"):
+        dflash_init(str(tmp_path / "missing"), same)
