@@ -125,6 +125,14 @@ def _dlm_methods(cfg: EvalConfig, target, drafter_device) -> dict:
             for m in ("deer", "diffuspec")}
 
 
+def _dflash_methods(target, block) -> dict:
+    """``dflash`` / ``dflash-tree`` factories over a given block drafter, checked through the pipeline first (the
+    drafter fits this target)."""
+    text_drafter(target, block, "dflash")
+    return {"dflash": lambda: text_drafter(target, block, "dflash")[1],
+            "dflash-tree": lambda: text_drafter(target, block, "dflash", **DFLASH_TREE)[1]}
+
+
 def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:
     """code (zoo held-out functions / HumanEval file) or chat (Spec-Bench questions, turn by turn)."""
     spec = cfg.model or "zoo:code-target"
@@ -139,16 +147,18 @@ def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:
         draft = load_drafter(cfg.drafter or "zoo:code-drafter", target, cfg.home)
         extra = diffusion_factories(cfg.home, cfg.block_tokens, cfg.block_tokens)
         extra.update(_dlm_methods(cfg, target, drafter_device))  # --dlm replaces the zoo's deer / diffuspec
+        if drafter_kind(draft) == "dflash":  # your own block drafter in the zoo's dflash rows; the chain keeps the zoo's
+            extra.pop("dflash-block", None)  # (the zoo's drafter: not mixed into a run of yours)
+            extra.update(_dflash_methods(target, draft))
+            draft = load_drafter("zoo:code-drafter", target, cfg.home)
         available = ALL_METHODS + list(extra)
         default = [m for m in CODE_METHODS if m in available]  # a zoo without code-dflash / code-eagle runs the rest
     else:
         draft = load_drafter(cfg.drafter, target, cfg.home, drafter_device) if cfg.drafter else None
         extra = _dlm_methods(cfg, target, drafter_device)
         if draft is not None and drafter_kind(draft) == "dflash":  # a block drafter: its own rows, no AR chain
-            block, draft = draft, None
-            text_drafter(target, block, "dflash")  # through the pipeline: the drafter fits this target
-            extra.update({"dflash": lambda: text_drafter(target, block, "dflash")[1],
-                          "dflash-tree": lambda: text_drafter(target, block, "dflash", **DFLASH_TREE)[1]})
+            extra.update(_dflash_methods(target, draft))
+            draft = None
         elif draft is not None:  # through the pipeline: kind and vocabulary checks
             text_drafter(target, draft, "chain")
         available = [m for m in ALL_METHODS if draft is not None or m not in NEEDS_DRAFT] + list(extra)

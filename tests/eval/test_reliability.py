@@ -126,3 +126,19 @@ def test_chat_turn_after_an_over_long_turn_is_skipped_too(tmp_path):
     assert [s["id"] for s in res["skipped"]] == ["1-1", "1-2"]
     assert {r["id"] for r in res["records"]} == {"2-1"}
     assert "2 questions, 3 turns" in res["notes"]
+
+
+def test_a_dflash_drafter_given_to_the_zoo_code_suite_takes_its_dflash_rows(tmp_path):
+    """``mmspec eval --suite code --drafter DIR`` on the zoo target: a DFlash drafter of yours runs the dflash rows
+    (the zoo's AR drafter keeps the chain rows, and the zoo's block drafter is not mixed in)."""
+    from mmspec import zoo
+    from mmspec.eval.config import EvalConfig
+
+    if not (zoo.zoo_home() / "code-dflash" / "zoo.json").exists():
+        pytest.skip("zoo:code-dflash is not built")
+    mine = str(zoo.zoo_home() / "code-dflash")  # any DFlash directory: the shipped one, read as a path
+    suite = suites.text_suite(EvalConfig(suites=["code"], drafter=mine, num_prompts=1, methods=["plain", "chain",
+                                                                                                "dflash", "dflash-tree"]),
+                              "code")
+    assert {"chain", "dflash", "dflash-tree"} <= set(suite.available) and "dflash-block" not in suite.available
+    assert suite.methods == ["plain", "chain", "dflash", "dflash-tree"]
