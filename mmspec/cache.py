@@ -174,7 +174,6 @@ class SpecKVCache(Cache):
         # set once per prefill (one sync): a lone unpadded row's next token sees every slot, so a plain step
         # needs no mask at all (:meth:`_append_one`)
         self._padded = bool(value.any())
-        self._prefix_key = None
 
     @property
     def lone_unpadded_row(self) -> bool:

@@ -25,7 +25,7 @@ from .eval.datasets import read_jsonl
 from .drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
 from .drafters.remote_code import explain_remote_failure
 from .image_codes import TokenLayout, layout_of
-from .loading import load_target
+from .loading import load_target, zoo_name
 from .options import TRAIN, check_args
 from .targets import Target
 from .training.artifact import begin_run, cached, prepare_run, target_identity, write_artifact
@@ -203,7 +203,7 @@ def _respond(target, rows, max_new_tokens: int, eos, pad: int, partial: Path, pr
 def dflash_init(spec: str, dcfg) -> dict:
     """The weights of the DFlash drafter ``spec`` (``zoo:<name>`` or a directory, either layout) to start training
     from, checked against the shape ``dcfg`` this run trains (layers, width, block size, target layers, mask)."""
-    name = spec.split(":", 1)[1] if spec.startswith("zoo:") else None
+    name = zoo_name(spec)
     path = zoo.zoo_home() / name if name is not None else Path(spec)
     if not path.is_dir():
         raise ValueError(f"--init {spec}: no such drafter directory ({path})")
@@ -216,9 +216,8 @@ def dflash_init(spec: str, dcfg) -> dict:
     theirs = {k: tuple(v.shape) for k, v in src.state_dict().items()}
     problems = [f"{k}: {theirs.get(k)} vs {mine.get(k)}" for k in sorted(set(mine) | set(theirs))
                 if theirs.get(k) != mine.get(k)]
-    for field in ("block_size",):
-        if getattr(src.config, field) != getattr(fresh.config, field):
-            problems.append(f"{field} {getattr(src.config, field)} vs {getattr(fresh.config, field)}")
+    if src.block_size != fresh.block_size:
+        problems.append(f"block size {src.block_size} vs {fresh.block_size}")
     if src.target_layer_ids != fresh.target_layer_ids:
         problems.append(f"target layers {src.target_layer_ids} vs {fresh.target_layer_ids}")
     if src.mask_token_id != fresh.mask_token_id:

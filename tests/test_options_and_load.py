@@ -98,7 +98,7 @@ def test_zoo_device_places_every_later_load_and_refuses_a_bad_device():
     """``mmspec bench --device``: zoo.use_device sends each later load (drafters included) to that device; an
     unusable device is one ValueError before any work. ("meta" stands in for a GPU on this CPU.)"""
     from mmspec import zoo
-    from mmspec.eval.bench import on_device
+    from mmspec.training.loop import to_device as on_device
 
     try:
         zoo.use_device("meta")

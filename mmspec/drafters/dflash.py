@@ -170,7 +170,7 @@ class DFlashDrafter(Drafter):
         see_all = torch.ones(B, T, T, dtype=torch.bool, device=dev)
         depth = torch.arange(T, device=dev).expand(B, T)
         positions, mask = cache.prepare_append(chain_parents(every), every, see_all, depth)
-        if cache.lone_unpadded_row and B == 1:
+        if cache.lone_unpadded_row:
             mask = None  # the block sees every committed slot and itself whole: SDPA's unmasked path
         cos, sin = net.rope(x, positions)
         try:

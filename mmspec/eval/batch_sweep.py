@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from ..timing import device_name
-
-from .bench import AUTO, auto_factories, build_runner, on_device, split_prompt, time_methods
+from ..training.loop import to_device
+from .bench import AUTO, auto_factories, build_runner, split_prompt, time_methods
 
 HF_BATCH_ONE = ("hf-assisted", "hf-prompt-lookup")  # HF generate refuses these at batch > 1
 
@@ -60,7 +60,7 @@ def batch_sweep(target, draft, prompts: list, methods: list[str], batch_sizes: l
     runners = {m: r for m, r in runners.items() if r is not None}
     rows = []
     for b in batch_sizes:
-        batches = [on_device(collate(prompts[i: i + b], pad_id), target.device)
+        batches = [to_device(collate(prompts[i: i + b], pad_id), target.device)
                    for i in range(0, len(prompts) - b + 1, b)]
         mine = {m: r for m, r in runners.items() if b == 1 or m not in HF_BATCH_ONE}
         runs = time_methods(mine, batches, repeats, warmup, seed, progress, desc=f"batch {b}")

@@ -24,6 +24,7 @@ from ..loading import load_target, zoo_name
 from ..registry import CAUSAL_METHODS, CHAIN_CONFIDENCE, build_drafter, draft_length
 from ..tiny import ARCHITECTURES, tiny_model
 from ..timing import TokenClock, device_name, synchronize
+from ..training.loop import to_device
 from .aggregate import measurement_flags
 from .cost_model import cost_table, cost_model
 from .datasets import code_items
@@ -119,14 +120,6 @@ def split_prompt(prompt) -> tuple[torch.Tensor, dict]:
         rest = dict(prompt)
         return rest.pop("input_ids"), rest
     return prompt, {}
-
-
-def on_device(prompt, device):
-    """``prompt`` (ids or a dict of prompt tensors) on ``device``: the suites cut prompts on the CPU, and a
-    model run with ``--device cuda`` takes its inputs where it is."""
-    if isinstance(prompt, dict):
-        return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in prompt.items()}
-    return prompt.to(device)
 
 
 def _hf_generate(target, prompt, max_new_tokens, eos_token_id=None, streamer=None, **kw):
@@ -315,7 +308,7 @@ def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str]
         methods = ["plain"] + list(methods)
     sampling = dict(do_sample=do_sample, temperature=temperature, seed=seed)
     num_prompts = len(prompts)
-    prompts = [on_device(p, target.device) for p in prompts]
+    prompts = [to_device(p, target.device) for p in prompts]  # cut on the CPU; a --device cuda model takes them there
 
     runners = {m: build_runner(m, target, draft_model, num_tokens, max_new_tokens, sampling, extra.get(m),
                                eos_token_id) for m in methods}

@@ -8,6 +8,7 @@ file is copied or patched.
 from __future__ import annotations
 
 import torch
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from ..cache import SpecKVCache
 from ..families import add_prefix_blocks, model_position_ids
@@ -78,7 +79,7 @@ def tree_forward(model, cache: SpecKVCache, input_ids: torch.LongTensor | None, 
         position_ids = model_position_ids(positions, cache.position_shift)
     if direct and not output_hidden_states and inputs_embeds is None and not model_kwargs \
             and direct_parts(model) is not None:
-        return _Logits(direct_logits(model, input_ids, mask, position_ids, cache))
+        return CausalLMOutputWithPast(logits=direct_logits(model, input_ids, mask, position_ids, cache))
     return model(
         input_ids=input_ids,
         inputs_embeds=inputs_embeds,
@@ -89,16 +90,6 @@ def tree_forward(model, cache: SpecKVCache, input_ids: torch.LongTensor | None, 
         **cache_kwargs(model, cache),
         **model_kwargs,
     )
-
-
-class _Logits:
-    """The one field a direct forward fills (``logits``) where callers read a model output."""
-
-    __slots__ = ("logits",)
-    hidden_states = None
-
-    def __init__(self, logits: torch.Tensor):
-        self.logits = logits
 
 
 # Decoder-only classes whose forward is exactly: embed -> rotary -> layers -> norm -> lm_head (no embedding

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from . import code_loader, image_loader, vlm_loader
 from .entry import ZooEntry
 from .home import read_json, shipped_home, zoo_home
@@ -27,8 +29,6 @@ def use_device(device: str | None) -> None:
     is. None: the CPU, the loaders' own place."""
     global _device
     if device is not None:
-        import torch
-
         try:  # a bad or absent device fails here, naming it, not mid-benchmark
             torch.empty(0, device=device)
         except (RuntimeError, AssertionError) as exc:  # AssertionError: torch built without CUDA
