@@ -30,10 +30,9 @@ from .options import TRAIN, check_args
 from .targets import Target
 from .training.artifact import begin_run, cached, prepare_run, target_identity, write_artifact
 from .training.deer import DEERConfig, align, load_dlm, target_generations
-from .training.dflash import DFlashTrainConfig, Responses, train_dflash
+from .training.dflash import DFlashTrainConfig, Responses, greedy_responses, train_dflash
 from .training.feature import FeatureTrainConfig, jsonl_batches, train_feature_drafter
 from .training.image_feature import train_image_drafter
-from .training.loop import load_checkpoint, save_checkpoint
 from .zoo import vlm_drafters  # zoo_batches looked up per call (the resume tests replace it)
 from .zoo.code_data import ensure_tokenizer, load_corpus
 from .zoo.vlm_examples import Encoder, ScenePool
@@ -185,19 +184,13 @@ def dflash_rows(path: str, tok) -> list[tuple[list[int], list[int] | None]]:
     return rows
 
 
-@torch.no_grad()
 def _respond(target, rows, max_new_tokens: int, eos, pad: int, partial: Path, progress: bool = True):
-    """The target's greedy response for every row without one, one prompt at a time (prompts differ in length),
-    each saved as it finishes so a killed run goes on from the next."""
-    done = (load_checkpoint(partial) or {}).get("responses", {})
-    todo = [i for i, (_, r) in enumerate(rows) if r is None and i not in done]
-    for i in tqdm(todo, desc="target responses", disable=not progress):
-        ids = torch.tensor([rows[i][0]], device=target.device)
-        out = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                              max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad)
-        done[i] = out[0, ids.shape[1]:].tolist()
-        save_checkpoint(partial, {"responses": done})
-    return [(p, r if r is not None else done[i]) for i, (p, r) in enumerate(rows)]
+    """The target's greedy response for every row without one (batched by prompt length, each finished batch saved
+    so a killed run goes on from the next: :func:`~mmspec.training.dflash.greedy_responses`)."""
+    todo = [i for i, (_, r) in enumerate(rows) if r is None]
+    answers = dict(zip(todo, greedy_responses(target, [rows[i][0] for i in todo], max_new_tokens, eos, pad,
+                                              partial=partial, progress=progress)))
+    return [(p, r if r is not None else answers[i]) for i, (p, r) in enumerate(rows)]
 
 
 def dflash_init(spec: str, dcfg) -> dict:

@@ -33,10 +33,11 @@ from ..state import DraftContext
 from ..tree import DraftTree
 from ..verifiers.acceptance import AcceptResult
 from ..verifiers.tree_forward import chain_parents, prefill_parents, text_config
-from .base import Drafter, check_confidence, confident_length
+from .base import Drafter, check_confidence, trusted_slots
 from .dflash_model import DFlashDraftModel
 
 
+LAZY_SLOTS = 4  # slots the confident chain sends through the LM head at a time
 _IMPOSSIBLE = -60.0  # log-probability below which a slot's token is one its (warped) q gives no mass
 
 
@@ -157,8 +158,9 @@ class DFlashDrafter(Drafter):
 
     # ------------------------------------------------------------------ drafting
     @torch.no_grad()
-    def slot_logits(self, context: DraftContext, run: DFlashRun) -> torch.Tensor:
-        """[B, num_tokens, V] float logits of the block's first ``num_tokens`` slots (one drafter forward)."""
+    def slot_hidden(self, context: DraftContext, run: DFlashRun) -> torch.Tensor:
+        """[B, num_tokens, H] the block's final-normed states at its first ``num_tokens`` slots (one drafter forward;
+        the LM head is applied by the caller, to the slots it needs)."""
         net, cache = self.net, run.cache
         dev = net.device
         state = context.state
@@ -177,57 +179,108 @@ class DFlashDrafter(Drafter):
             h = net.block(x, cos, sin, lambda i, k, v: cache.layers[i].update(k, v), mask)
         finally:
             cache.discard_pending()
-        return self.lm_head(h[:, 1: 1 + self.num_tokens]).float()
+        return h[:, 1: 1 + self.num_tokens]
+
+    def slot_logits(self, context: DraftContext, run: DFlashRun) -> torch.Tensor:
+        """[B, num_tokens, V] float logits of the block's first ``num_tokens`` slots (one drafter forward)."""
+        return self.lm_head(self.slot_hidden(context, run)).float()
 
     @torch.no_grad()
     def propose(self, context: DraftContext, run: DFlashRun) -> DraftTree:
-        logits = self.slot_logits(context, run)
         state = context.state
-        roots = state.roots.to(logits.device)
+        roots = state.roots.to(self.net.device)
         if self.tree_nodes is not None:
-            return self._ddtree(roots, logits, state.sampling, state.generator)
-        active = state.active.to(logits.device)
-        if not state.sampling.do_sample:
-            p = torch.softmax(logits, -1)
-            drafts = logits.argmax(-1)
-            keep = confident_length(p.gather(2, drafts[..., None])[..., 0], active, self.confidence)
-            return DraftTree.chain(roots, drafts[:, :keep])
-        q = state.sampling.probs(logits)  # the target's warpers applied to each slot
-        B, k, V = q.shape
-        drafts = torch.multinomial(q.reshape(B * k, V), 1, generator=state.generator).view(B, k)
-        keep = confident_length(q.gather(2, drafts[..., None])[..., 0], active, self.confidence)
-        return DraftTree.chain(roots, drafts[:, :keep], q=q[:, :keep])
+            return self._ddtree(roots, self.slot_hidden(context, run), state.sampling, state.generator, hidden=True)
+        return self._chain(roots, self.slot_hidden(context, run), state)
 
-    def _ddtree(self, roots: torch.LongTensor, logits: torch.Tensor, sampling, generator) -> DraftTree:
-        """DDTree's best-first tree under the node budget, per row (see the module docstring)."""
+    def _chain(self, roots: torch.LongTensor, h: torch.Tensor, state) -> DraftTree:
+        """The confident chain. The LM head (slots × vocabulary: on a CPU as costly as the block itself) runs on
+        ``LAZY_SLOTS`` slots at a time and stops after the chunk holding the first slot no active row trusts, which
+        is where the chain is cut anyway (:func:`~mmspec.drafters.base.confident_length`): the same chain, fewer
+        slots through the head."""
+        active = state.active.to(h.device)
+        sample = state.sampling.do_sample
+        k = h.shape[1]
+        step = LAZY_SLOTS if self.confidence is not None else k
+        drafts, qs = [], []
+        for s in range(0, k, step):
+            logits = self.lm_head(h[:, s: s + step]).float()
+            if sample:
+                q = state.sampling.probs(logits)  # the target's warpers applied to each slot
+                B, n, V = q.shape
+                d = torch.multinomial(q.reshape(B * n, V), 1, generator=state.generator).view(B, n)
+                qs.append(q)
+                p = q.gather(2, d[..., None])[..., 0]
+            else:
+                d = logits.argmax(-1)
+                p = torch.softmax(logits, -1).gather(2, d[..., None])[..., 0]
+            drafts.append(d)
+            if self.confidence is None:
+                break
+            if s + step >= k:  # the block's last slot is kept whatever its confidence, as confident_length keeps it
+                p = p[:, :-1]
+            doubtful = (~trusted_slots(p, active, self.confidence)).nonzero()
+            if doubtful.numel():  # the chain ends at this chunk's first untrusted slot
+                cut = int(doubtful[0]) + 1
+                drafts[-1] = d[:, :cut]
+                if sample:
+                    qs[-1] = qs[-1][:, :cut]
+                break
+        drafts = torch.cat(drafts, 1)
+        if not sample:
+            return DraftTree.chain(roots, drafts)
+        return DraftTree.chain(roots, drafts, q=torch.cat(qs, 1))
+
+    def _ddtree(self, roots: torch.LongTensor, slots: torch.Tensor, sampling, generator,
+                hidden: bool = False) -> DraftTree:
+        """DDTree's best-first tree under the node budget, per row (see the module docstring). ``slots``: the slots'
+        logits [B, k, V], or (``hidden``) the block's slot states [B, k, H], which go through the LM head
+        ``LAZY_SLOTS`` at a time as the best-first search reaches them (a tree of a few levels never pays for the
+        block's last slots)."""
         sample = sampling.do_sample
-        q = sampling.probs(logits) if sample else None
-        logp = torch.log(q.clamp_min(1e-30)) if sample else torch.log_softmax(logits, -1)
-        K = min(self.top_k, logp.shape[-1])
-        top_v, top_i = logp.topk(K, dim=-1)  # [B, k, K]
-        B, k, _ = top_v.shape
+        B, k = slots.shape[:2]
+        head = (lambda a, b: self.lm_head(slots[:, a:b]).float()) if hidden else (lambda a, b: slots[:, a:b].float())
+        K = min(self.top_k, self.vocab_size)
+        scores = [[] for _ in range(B)]  # per row, per slot reached: the top-K log-probabilities
+        top_i, qs = [], []
+
+        def reach(slot: int) -> None:
+            while len(scores[0]) <= slot:
+                a = len(scores[0])
+                logits = head(a, min(k, a + LAZY_SLOTS))
+                q = sampling.probs(logits) if sample else None
+                logp = torch.log(q.clamp_min(1e-30)) if sample else torch.log_softmax(logits, -1)
+                v, i = logp.topk(K, dim=-1)  # [B, n, K]
+                top_i.append(i)
+                qs.append(q)
+                for row, vals in zip(scores, v.cpu().tolist()):
+                    row.extend(vals)
+
         N = self.tree_nodes + 1
-        scores = top_v.cpu().tolist()
-        tokens = torch.zeros(B, N, dtype=torch.long)
         parents = torch.full((B, N), -1, dtype=torch.long)
-        slots = torch.zeros(B, N, dtype=torch.long)
+        slots_of = torch.zeros(B, N, dtype=torch.long)
         ranks = torch.zeros(B, N, dtype=torch.long)
         valid = torch.zeros(B, N, dtype=torch.bool)
         valid[:, 0] = True
+        reach(0)
         for b in range(B):
             s = scores[b]
             heap = [(-s[0][0], 0, 0, 0)]  # (-path score, slot, rank, parent node)
             n = 1
             while heap and n < N:
                 neg, slot, rank, parent = heapq.heappop(heap)
-                parents[b, n], slots[b, n], ranks[b, n], valid[b, n] = parent, slot, rank, True
+                parents[b, n], slots_of[b, n], ranks[b, n], valid[b, n] = parent, slot, rank, True
                 if rank + 1 < K and s[slot][rank + 1] > _IMPOSSIBLE:  # never a token q cannot draw
                     heapq.heappush(heap, (neg + s[slot][rank] - s[slot][rank + 1], slot, rank + 1, parent))
                 if slot + 1 < k:
+                    reach(slot + 1)
                     heapq.heappush(heap, (neg - s[slot + 1][0], slot + 1, 0, n))
                 n += 1
+        top_i = torch.cat(top_i, 1)
+        q = torch.cat(qs, 1) if sample else None
+        slots = slots_of
         dev = roots.device
-        tokens, parents, slots, ranks, valid = (t.to(dev) for t in (tokens, parents, slots, ranks, valid))
+        parents, slots, ranks, valid = (t.to(dev) for t in (parents, slots, ranks, valid))
         if not sample:
             tokens = top_i.gather(1, slots[..., None].expand(B, N, K)).gather(2, ranks[..., None])[..., 0]
             tokens[:, 0] = roots

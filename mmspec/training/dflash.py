@@ -19,6 +19,8 @@ the target's own decoding, the bonus token aside). ``train_loop`` minimises, so 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -29,7 +31,7 @@ from tqdm.auto import tqdm
 
 from ..drafters.dflash_model import DFlashDraftModel, teacher_forced_logits
 from .deer import Generations
-from .loop import model_device, on_model, train_loop
+from .loop import load_checkpoint, model_device, on_model, save_checkpoint, train_loop
 
 
 @dataclass
@@ -73,6 +75,43 @@ class Responses:
         for i, (p, r) in enumerate(rows):
             tokens[i, : len(p) + len(r)] = torch.tensor(list(p) + list(r))
         return cls(tokens, torch.tensor([len(p) for p, _ in rows]), torch.tensor([len(p) + len(r) for p, r in rows]))
+
+
+@torch.no_grad()
+def greedy_responses(target, prompts: list[list[int]], max_new_tokens: int, eos, pad_id: int, partial=None,
+                     batch_size: int = 32, progress: bool = True) -> list[list[int]]:
+    """The target's greedy response to every prompt (token ids), ``max_new_tokens`` each or up to ``eos`` (None:
+    EOS does not stop, as the benchmark suites decode). Prompts are batched by length (left padded, with the
+    attention mask: the padded positions change nothing but rounding) so a CPU spends one forward per step on a
+    whole batch; with ``partial`` each finished batch is saved and a later call goes on from the next."""
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    identity = {"prompts": hashlib.sha256(json.dumps(prompts).encode()).hexdigest(), "batch_size": batch_size,
+                "max_new_tokens": max_new_tokens, "eos": eos}
+    saved = load_checkpoint(partial) if partial is not None else None
+    if saved is not None and saved.get("identity") != identity:
+        raise ValueError(f"partial responses {partial} were made for other prompts or settings; delete the file to "
+                         "start over")
+    done: dict[int, list[int]] = dict(saved["responses"]) if saved is not None else {}
+    batches = [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
+    todo = [b for b in batches if not all(i in done for i in b)]
+    target.eval()
+    for group in tqdm(todo, desc="target responses", disable=not progress):
+        width = max(len(prompts[i]) for i in group)
+        ids = torch.full((len(group), width), pad_id, dtype=torch.long)
+        mask = torch.zeros(len(group), width, dtype=torch.long)
+        for row, i in enumerate(group):
+            ids[row, width - len(prompts[i]):] = torch.tensor(prompts[i])
+            mask[row, width - len(prompts[i]):] = 1
+        out = target.generate(on_model(ids, target), attention_mask=on_model(mask, target), do_sample=False,
+                              max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad_id)
+        for row, i in enumerate(group):
+            new = out[row, width:].tolist()
+            if eos is not None and eos in new:
+                new = new[: new.index(eos) + 1]
+            done[i] = new
+        if partial is not None:
+            save_checkpoint(partial, {"identity": identity, "responses": done})
+    return [done[i] for i in range(len(prompts))]
 
 
 def row_lengths(data) -> torch.LongTensor:
@@ -252,5 +291,5 @@ def train_dflash(net: DFlashDraftModel, target, train, val,
             "heldout_before": before, "heldout_after": after}
 
 
-__all__ = ["Responses", "row_lengths", "DFlashTrainConfig", "dflash_loss", "precompute_features", "target_outputs", "block_acceptance", "train_dflash", "sample_anchors", "make_batch",
+__all__ = ["Responses", "greedy_responses", "row_lengths", "DFlashTrainConfig", "dflash_loss", "precompute_features", "target_outputs", "block_acceptance", "train_dflash", "sample_anchors", "make_batch",
            "validation_batches"]

@@ -138,6 +138,25 @@ def completion_prompts(corpus: CodeCorpus, split: str = "test", limit: int | Non
     return out
 
 
+def completion_training_prompts(corpus: CodeCorpus, split: str = "train", per_function: int = 3, seed: int = 0,
+                                max_body_lines: int = 120) -> list[str]:
+    """Prompts of the completion suite's kind to train drafters on (their answers are the target's): every
+    documented function of ``split`` cut after its docstring, as the suite cuts it, and after up to
+    ``per_function`` − 1 random lines of its body (drawn from ``seed``), so that a drafter also sees the target
+    continue a body it has begun. No trailing newline, as in :func:`completion_prompts`."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for p in completion_prompts(corpus, split, min_body_lines=2, max_body_lines=max_body_lines):
+        out.append(p.prompt)
+        body = p.reference.splitlines()
+        ends = [j for j in range(1, len(body)) if body[j - 1].strip()]  # a cut after a blank line would end in "\n"
+        for j in sorted(rng.sample(ends, min(per_function - 1, len(ends)))):
+            out.append(p.prompt + "\n" + "\n".join(body[:j]))
+    return out
+
+
 # Installed with torch / transformers / accelerate / timm (so present wherever mmspec is): pure-Python,
 # varied, and without the near-duplicate generated files of transformers' modeling code.
 EXTRA_PACKAGES = ("sympy", "networkx", "numpy", "mpmath", "jinja2", "huggingface_hub", "fsspec", "accelerate",

@@ -113,14 +113,14 @@ def test_decoding_blocks_equal_the_training_pattern(target):
     drafter = DFlashDrafter(net, target, num_tokens=5)
     ids = torch.randint(3, VOCAB, (1, 9), generator=torch.Generator().manual_seed(2))
     seen = []
-    orig = drafter.slot_logits
+    orig = drafter.slot_hidden
 
     def spy(context, run):
-        logits = orig(context, run)
-        seen.append((context.state.row(0).clone(), logits[0].clone()))
-        return logits
+        h = orig(context, run)
+        seen.append((context.state.row(0).clone(), drafter.lm_head(h[0]).float()))
+        return h
 
-    drafter.slot_logits = spy
+    drafter.slot_hidden = spy
     with torch.no_grad():
         seq = SpeculativeGenerator(target, drafter).generate(ids, max_new_tokens=10, eos_token_id=[]).sequences[0]
         feats = _full_features(target, net, seq)
@@ -145,6 +145,56 @@ def test_ddtree_is_best_first_over_slot_top_k(target):
     # scores: 10 (.6), 10-20 (.54), 11 (.4), 11-20 (.36), 10-20-30 (.27) ... -> the first four
     assert tree.tokens[0].tolist() == [5, 10, 20, 11, 20]
     assert tree.parents[0].tolist() == [-1, 0, 1, 0, 3]
+
+
+def test_lazy_head_gives_the_chain_of_all_slots(target):
+    """The confident chain sends slots through the LM head a few at a time and stops at the first untrusted one: the
+    same chain as the cut (confident_length) of every slot's logits, wherever the cut falls."""
+    from types import SimpleNamespace
+
+    from mmspec.drafters.base import confident_length
+    from mmspec.verifiers.logits import SamplingConfig
+
+    g = torch.Generator().manual_seed(0)
+    cuts = set()
+    for trial in range(60):
+        confidence = [0.05, 0.2, 0.5][trial % 3]
+        drafter = DFlashDrafter(make_net(target, block=11), target, confidence=confidence)
+        B = 1 + trial % 3
+        h = torch.randn(B, 10, target.config.hidden_size, generator=g) * (0.5 + trial % 4)
+        active = torch.ones(B, dtype=torch.bool)
+        active[0] = trial % 5 != 0 or B == 1
+        state = SimpleNamespace(active=active, sampling=SamplingConfig(False), generator=None)
+        roots = torch.full((B,), 5)
+        tree = drafter._chain(roots, h, state)
+        logits = drafter.lm_head(h).float()
+        drafts = logits.argmax(-1)
+        keep = confident_length(torch.softmax(logits, -1).gather(2, drafts[..., None])[..., 0], active, confidence)
+        assert torch.equal(tree.tokens, torch.cat([roots[:, None], drafts[:, :keep]], 1))
+        cuts.add(keep)
+    assert len(cuts) >= 4  # cuts inside the first chunk, the second, and the whole block
+
+
+def test_lazy_head_gives_the_ddtree_of_all_slots(target):
+    """DDTree's best-first search sends slots through the LM head as it reaches them: the tree equals the one built
+    from every slot's logits, and a shallow tree leaves the block's last slots out of the head."""
+    from mmspec.verifiers.logits import SamplingConfig
+
+    g = torch.Generator().manual_seed(1)
+    widths = []
+    for trial in range(24):
+        drafter = DFlashDrafter(make_net(target, block=13), target, tree_nodes=[3, 6, 12][trial % 3], top_k=3)
+        h = torch.randn(2, 12, target.config.hidden_size, generator=g) * (0.3 + trial % 4)
+        roots = torch.tensor([4, 7])
+        eager = drafter._ddtree(roots, drafter.lm_head(h).float(), SamplingConfig(False), None)
+        seen = []
+        head = drafter.lm_head
+        drafter.lm_head = lambda x: seen.append(x.shape[1]) or head(x)
+        lazy = drafter._ddtree(roots, h, SamplingConfig(False), None, hidden=True)
+        assert torch.equal(lazy.tokens, eager.tokens) and torch.equal(lazy.parents, eager.parents)
+        assert torch.equal(lazy.valid, eager.valid)
+        widths.append(sum(seen))
+    assert min(widths) < 12 and max(widths) <= 12
 
 
 def test_layouts_round_trip_and_draft_the_same(target, tmp_path):

@@ -12,7 +12,8 @@ from mmspec.drafters.dflash_model import DFlashDraftModel, make_config, teacher_
 from mmspec.tiny import tiny_model
 from mmspec.training import dflash as dflash_training
 from mmspec.training.deer import DEERConfig, target_generations
-from mmspec.training.dflash import DFlashTrainConfig, Responses, block_acceptance, train_dflash, validation_batches
+from mmspec.training.dflash import DFlashTrainConfig, Responses, block_acceptance, greedy_responses, train_dflash, \
+    validation_batches
 from tests.tiny_models import sharpen
 
 V = 48
@@ -165,3 +166,39 @@ def test_init_takes_a_drafter_of_the_same_shape_and_names_a_mismatch(tmp_path):
         dflash_init("zoo:code-dflash", other)
     with pytest.raises(ValueError, match="no such drafter directory"):
         dflash_init(str(tmp_path / "missing"), same)
+
+
+def test_greedy_responses_batched_equal_one_at_a_time_and_resume(target, tmp_path, monkeypatch):
+    """Batched by length with left padding, every answer is the target's own greedy one (as ``generate`` gives it for
+    the prompt alone); EOS cuts an answer after it; a run killed after its first batch goes on from the second."""
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(3, V, (n,), generator=g).tolist() for n in (3, 9, 5, 7, 4, 11, 6)]
+    alone = [target.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                             do_sample=False, max_new_tokens=6, eos_token_id=None, pad_token_id=0)[0, len(p):].tolist()
+             for p in prompts]
+    assert greedy_responses(target, prompts, 6, None, 0, batch_size=3, progress=False) == alone
+    eos = alone[1][2]  # a token some answer emits: that answer stops after it
+    cut = greedy_responses(target, prompts, 6, eos, 0, batch_size=3, progress=False)
+    assert cut[1] == alone[1][: alone[1].index(eos) + 1]
+    assert all(len(c) < len(a) if eos in a else c == a for c, a in zip(cut, alone))
+
+    partial = tmp_path / "responses.partial.pt"
+    calls = []
+    real = type(target).generate
+
+    def dies_second(self, *a, **kw):
+        if len(calls) == 1:
+            raise RuntimeError("killed")
+        calls.append(1)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(type(target), "generate", dies_second)
+    with pytest.raises(RuntimeError, match="killed"):
+        greedy_responses(target, prompts, 6, None, 0, partial=partial, batch_size=3, progress=False)
+    monkeypatch.setattr(type(target), "generate", real)
+    seen = []
+    monkeypatch.setattr(type(target), "generate", lambda self, *a, **kw: seen.append(1) or real(self, *a, **kw))
+    assert greedy_responses(target, prompts, 6, None, 0, partial=partial, batch_size=3, progress=False) == alone
+    assert len(seen) == 2  # three batches of the seven prompts; the first was saved before the kill
+    with pytest.raises(ValueError, match="other prompts or settings"):  # never another run's answers
+        greedy_responses(target, prompts[::-1], 6, None, 0, partial=partial, batch_size=3, progress=False)

@@ -7,7 +7,7 @@ from mmspec import SpeculativeGenerator
 from mmspec.drafters import AutoregressiveDrafter
 from mmspec.zoo import load
 from mmspec.zoo.code import checksum_input, function_body
-from mmspec.zoo.code_data import completion_prompts, list_modules, load_corpus, split_of
+from mmspec.zoo.code_data import completion_prompts, completion_training_prompts, list_modules, load_corpus, split_of
 from mmspec.zoo.builder import build
 from mmspec.zoo.home import read_json
 
@@ -30,6 +30,28 @@ def test_prompts_come_from_held_out_modules():
     for p in prompts:
         assert p.prompt.startswith(("def ", "async def ", "@"))
         assert '"""' in p.prompt or "'''" in p.prompt
+
+
+def test_training_prompts_are_the_suites_kind_from_training_modules():
+    """Stage 3 of code-dflash trains on these: each training function cut after its docstring (as the suite cuts the
+    held-out ones) and after a few leading lines of its body, never from a held-out module, the same every call."""
+    corpus = load_corpus()
+    prompts = completion_training_prompts(corpus, "train", per_function=3, seed=1)
+    heads = {}  # a head -> the bodies under it (a few modules repeat a function's head with another body)
+    for p in completion_prompts(corpus, "train", min_body_lines=2, max_body_lines=120):
+        heads.setdefault(p.prompt, []).append(p.reference)
+    test_heads = {p.prompt for p in completion_prompts(corpus, "test", min_body_lines=2, max_body_lines=120)}
+    assert prompts == completion_training_prompts(corpus, "train", per_function=3, seed=1)
+    assert prompts != completion_training_prompts(corpus, "train", per_function=3, seed=2)
+    assert set(heads) <= set(prompts) and not (set(prompts) & test_heads)
+    assert len(heads) < len(prompts) <= 3 * len(heads)
+    for text in prompts:
+        head = max((h for h in heads if text.startswith(h)), key=len)
+        assert not text.endswith("\n")
+        if text != head:  # a cut inside the body: its first lines, whole
+            rest = text[len(head) + 1:]
+            assert any(body.startswith(rest + "\n") and rest.count("\n") + 1 < len(body.splitlines())
+                       for body in heads[head])
 
 
 def test_function_body_stops_at_dedent():
