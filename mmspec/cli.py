@@ -400,9 +400,10 @@ def build_parser() -> argparse.ArgumentParser:
     td.set_defaults(func=cmd_train)
     tdf = train_sub.add_parser("dflash", help="a DFlash block-diffusion drafter (target-conditioned) for a causal "
                                "LM target, on the target's own responses")
-    tdf.add_argument("--target", default="zoo:code-target", help="zoo:<name> or a local causal LM checkpoint dir")
+    tdf.add_argument("--target", default="zoo:code-target", help="zoo:<name> or a local causal LM or VLM checkpoint dir")
     tdf.add_argument("--data", default=None, help=".jsonl of {prompt, response?}; rows without a response get the "
-                     "target's greedy one (every row checked first)")
+                     "target's greedy one (every row checked first); a VLM target's rows also name an image "
+                     "(the prompt holding the processor's placeholder), as `train msd` reads them")
     tdf.add_argument("--generate", type=int, default=None, help="train on N target continuations of prefixes cut "
                      "from --corpus (default: the zoo's code corpus)")
     tdf.add_argument("--corpus", default=None, help="with --generate: glob of text files to cut prefixes from")

@@ -30,9 +30,11 @@ from .options import TRAIN, check_args
 from .targets import Target
 from .training.artifact import begin_run, cached, prepare_run, target_identity, write_artifact
 from .training.deer import DEERConfig, align, load_dlm, target_generations
-from .training.dflash import DFlashTrainConfig, Responses, greedy_responses, train_dflash
+from .training.dflash import DFlashTrainConfig, Responses, greedy_responses, precompute_features, train_dflash
 from .training.feature import FeatureTrainConfig, jsonl_batches, train_feature_drafter
 from .training.image_feature import train_image_drafter
+from .verifiers.tree_forward import text_config
+from .vision import image_token_id
 from .zoo import vlm_drafters  # zoo_batches looked up per call (the resume tests replace it)
 from .zoo.code_data import ensure_tokenizer, load_corpus
 from .zoo.vlm_examples import Encoder, ScenePool
@@ -184,13 +186,58 @@ def dflash_rows(path: str, tok) -> list[tuple[list[int], list[int] | None]]:
     return rows
 
 
-def _respond(target, rows, max_new_tokens: int, eos, pad: int, partial: Path, progress: bool = True):
+def _respond(target, rows, max_new_tokens: int, eos, pad: int, partial: Path, progress: bool = True,
+             pictures: list[dict] | None = None):
     """The target's greedy response for every row without one (batched by prompt length, each finished batch saved
-    so a killed run goes on from the next: :func:`~mmspec.training.dflash.greedy_responses`)."""
+    so a killed run goes on from the next: :func:`~mmspec.training.dflash.greedy_responses`), with each row's
+    picture inputs where the target is a VLM."""
     todo = [i for i, (_, r) in enumerate(rows) if r is None]
+    inputs = stacked_inputs([pictures[i] for i in todo], target) if pictures is not None and todo else None
     answers = dict(zip(todo, greedy_responses(target, [rows[i][0] for i in todo], max_new_tokens, eos, pad,
-                                              partial=partial, progress=progress)))
+                                              partial=partial, progress=progress, inputs=inputs)))
     return [(p, r if r is not None else answers[i]) for i, (p, r) in enumerate(rows)]
+
+
+IMAGE_INPUTS = ("pixel_values", "image_grid_thw", "image_sizes")  # a processor's per-picture outputs, stacked by row
+
+
+def dflash_image_rows(path: str, processor) -> list[tuple[list[int], list[int] | None, dict]]:
+    """(prompt ids with the picture's placeholders expanded, response ids or None, the picture's inputs) per row of
+    a VLM ``--data`` .jsonl of ``image``, ``prompt`` (holding the processor's image placeholder) and optional
+    ``response``, read through the target's processor; every bad row reported before anything runs."""
+    from PIL import Image
+
+    from .training.feature import read_training_rows
+
+    rows = read_training_rows(path, getattr(processor, "image_token", "<image>"), need_response=False)
+    tok = getattr(processor, "tokenizer", processor)
+    out, short = [], []
+    for n, r in enumerate(rows, 1):
+        enc = processor(images=[Image.open(r["image"]).convert("RGB")], text=[r["prompt"]], return_tensors="pt")
+        resp = tok(r["response"], add_special_tokens=False).input_ids if r.get("response") else None
+        if resp is not None and len(resp) < 2:
+            short.append(f"{path}: row {n}: response of {len(resp)} token(s): a block needs at least 2")
+        out.append((enc["input_ids"][0].tolist(), resp, {k: enc[k] for k in IMAGE_INPUTS if k in enc}))
+    if short:
+        raise ValueError(f"--data: {len(short)} bad row(s): " + "; ".join(short[:5]))
+    if len(out) < 4:
+        raise ValueError(f"--data {path} holds {len(out)} usable rows; need at least 4 (training + validation)")
+    return out
+
+
+def stacked_inputs(pictures: list[dict], target):
+    """``inputs(rows, ids)`` for :func:`~mmspec.training.dflash.greedy_responses` / ``precompute_features``: those
+    rows' picture inputs, concatenated in row order (one picture per row); an M-RoPE target (a picture's grid given)
+    also gets the token types of ``ids`` as its processor lays them out (1 on the image placeholders)."""
+    image_id = image_token_id(target)
+
+    def inputs(idx, ids):
+        out = {k: torch.cat([pictures[i][k] for i in idx]) for k in pictures[idx[0]]}
+        if "image_grid_thw" in out:
+            out["mm_token_type_ids"] = (ids == image_id).int()
+        return out
+
+    return inputs
 
 
 def dflash_init(spec: str, dcfg) -> dict:
@@ -239,10 +286,21 @@ def cli_train_dflash(args) -> int:
     layer_ids = [int(x) for x in args.target_layers.split(",")] if args.target_layers else None
     loaded = load_target(args.target)
     target, tok = loaded.model, loaded.tokenizer
-    require_target_kind(loaded, ("text",), "dflash", args.target)
+    require_target_kind(loaded, ("text", "vlm"), "dflash", args.target)
+    vlm = loaded.route == "vlm"
     if tok is None:
-        raise ValueError("mmspec train dflash needs the target's tokenizer next to its weights")
-    rows = dflash_rows(args.data, tok) if args.data else None  # checked before any work
+        raise ValueError("mmspec train dflash needs the target's tokenizer (a VLM's processor) next to its weights")
+    if vlm and (args.data is None or args.kl_weight > 0 or args.online_features):
+        raise ValueError("a VLM target trains on --data rows of image / prompt (/ response), with its features "
+                         "computed once per row (no --kl-weight or --online-features)")
+    pictures = None
+    if vlm:  # checked before any work
+        rows = dflash_image_rows(args.data, tok)
+        pictures = [r[2] for r in rows]
+        rows = [r[:2] for r in rows]
+        tok = getattr(tok, "tokenizer", tok)
+    else:
+        rows = dflash_rows(args.data, tok) if args.data else None
     mask_id = args.mask_token_id if args.mask_token_id is not None else tok.mask_token_id
     if mask_id is None and "<mask>" in tok.get_vocab():
         mask_id = tok.convert_tokens_to_ids("<mask>")
@@ -251,7 +309,7 @@ def cli_train_dflash(args) -> int:
     settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "checkpoint_every")}
     ckpt = prepare_run(args.out, args.resume, settings)
     # the drafter's shape (layer ids, block size) checked before minutes of target responses
-    dcfg = make_config(target.config, num_layers=args.layers, block_size=args.block_size, mask_token_id=mask_id,
+    dcfg = make_config(text_config(target), num_layers=args.layers, block_size=args.block_size, mask_token_id=mask_id,
                        target_layer_ids=layer_ids)
     init = dflash_init(args.init, dcfg) if args.init else None
     eos = tok.eos_token_id
@@ -268,10 +326,15 @@ def cli_train_dflash(args) -> int:
         if stream.numel() < 4 * (gcfg.prefix_max + 2):
             raise ValueError(f"the corpus holds {stream.numel()} tokens: too little to cut prefixes from")
     begin_run(ckpt, settings)  # every check passed: training starts
+    features = val_features = None
     if rows is not None:
-        rows = _respond(target, rows, args.max_new_tokens, eos, pad, ckpt / "responses.partial.pt")
+        rows = _respond(target, rows, args.max_new_tokens, eos, pad, ckpt / "responses.partial.pt", pictures=pictures)
         n_val = max(2, len(rows) // 20)
         train, val = Responses.from_rows(rows[n_val:], pad), Responses.from_rows(rows[:n_val], pad)
+        if pictures is not None:  # the features over the placeholders need the pictures: computed here, once
+            features, val_features = (precompute_features(target, None, data, inputs=stacked_inputs(part, target),
+                                                          select=DFlashDraftModel(dcfg).select_features)
+                                      for data, part in ((train, pictures[n_val:]), (val, pictures[:n_val])))
     else:
         cut = stream.numel() // 20
         n_val = max(8, args.generate // 32)
@@ -289,7 +352,8 @@ def cli_train_dflash(args) -> int:
             net.load_state_dict(init)
         net = net.to(target.device)
         report = train_dflash(net, target, train, val, cfg, checkpoint=ckpt / "train.pt",
-                              checkpoint_every_s=args.checkpoint_every)
+                              checkpoint_every_s=args.checkpoint_every, features=features,
+                              val_features=val_features)
 
     def save(d):
         save_dflash(net, d, layout=args.layout, verifier=args.target,
@@ -297,7 +361,7 @@ def cli_train_dflash(args) -> int:
         tok.save_pretrained(d)
         (d / "train_report.json").write_text(json.dumps(report, indent=2, default=str))
 
-    record = {"kind": "dflash", "method": "dflash", "route": "text", "layout": args.layout,
+    record = {"kind": "dflash", "method": "dflash", "route": "vlm" if vlm else "text", "layout": args.layout,
               "target": target_identity(args.target, target), "trained_by": "mmspec train dflash",
               "settings": settings}
     out = write_artifact(args.out, save, record)

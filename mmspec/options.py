@@ -217,10 +217,13 @@ ROUTE_OPTIONS = {
     "vlm": table(
         Option("num_tokens", int, ge=1, methods=CHAIN_METHODS, help="draft length (tokens per chain)"),
         Option("tree", object, methods=("tree", "dynamic") + FEATURE, help="a TreeTemplate or 'dynamic'"),
-        Option("top_k", int, ge=1, none=False, methods=("dynamic",) + FEATURE,
-               help="candidates per node of a dynamic tree"),
+        Option("top_k", int, ge=1, none=False, methods=("dynamic", "dflash") + FEATURE,
+               help="candidates per node of a dynamic tree / DDTree"),
         Option("num_nodes", int, ge=1, methods=("dynamic",) + FEATURE, help="nodes a dynamic tree keeps"),
         Option("compress_to", int, ge=1, methods=("flash",), help="FLASH: visual tokens kept per image"),
+        Option("confidence", float, ge=0, le=1, methods=("dflash",),
+               help="stop a DFlash chain where the drafter's confidence falls below it (None: the whole block)"),
+        Option("tree_nodes", int, ge=1, methods=("dflash",), help="a DDTree's node budget"),
         Option("adaptive", bool, help=ADAPTIVE_HELP),
     ),
 }

@@ -10,7 +10,8 @@ its ``AutoProcessor``), or ready objects. Every processor output the model's for
 ``image_grid_thw``, ``mm_token_type_ids``, ``pixel_attention_mask``, ``token_type_ids``, ...) goes to the
 prefill. Drafters by method:
 ``msd`` / ``flash`` / ``eagle`` take a feature drafter (``zoo:vlm-msd``, a directory written by
-``mmspec train msd``, or a ``FeatureDraftModel``); ``chain`` / ``tree`` / ``dynamic`` a small text-only causal LM
+``mmspec train msd``, or a ``FeatureDraftModel``); ``dflash`` a block-diffusion drafter (``zoo:vlm-dflash``, a
+directory written by ``mmspec train dflash``: a chain cut at ``confidence``, or a DDTree of ``tree_nodes``); ``chain`` / ``tree`` / ``dynamic`` a small text-only causal LM
 over the same tokenizer; ``prompt-lookup``, ``plain`` (the target's own generate) and ``mmspec-plain`` none.
 Greedy outputs equal ``target.generate(do_sample=False, pixel_values=...)``.
 """
@@ -28,7 +29,7 @@ from .generator import check_streamer
 from .loading import load_drafter, load_target
 from .options import check_generate
 from .drafters.adaptive import unwrap
-from .registry import VLM_METHODS, build_drafter, check_applies, engine
+from .registry import CHAIN_CONFIDENCE, VLM_METHODS, build_drafter, check_applies, engine
 from .request import check_positions
 from .vision import forward_inputs, picture_rows
 
@@ -41,12 +42,15 @@ class VLMGenerator:
 
     def __init__(self, target, processor, drafter=None, method: str = "msd", tree=None, num_tokens: int | None = None,
                  compress_to: int | None = None, top_k: int = 4, num_nodes: int | None = None,
-                 adaptive: bool | None = None):
+                 adaptive: bool | None = None, confidence: float | None = CHAIN_CONFIDENCE,
+                 tree_nodes: int | None = None):
         if processor is None:
             raise ValueError("a processor is needed to turn images and prompts into model inputs")
         self.target, self.processor, self.drafter_model = target.eval(), processor, drafter
         self.options = dict(tree=tree, num_tokens=num_tokens, compress_to=compress_to, top_k=top_k,
                             num_nodes=num_nodes, adaptive=adaptive)
+        if method == "dflash":  # the block drafter's cut / DDTree budget (the text route's default cut)
+            self.options.update(confidence=confidence, tree_nodes=tree_nodes)
         if method in VLM_METHODS:  # types, ranges, and no drafting setting the method would drop
             check_applies(self.options, "vlm", method)
         self._engines = {}  # method -> decoding loop (None: plain generate); bounded by the VLM methods

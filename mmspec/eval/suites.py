@@ -32,7 +32,7 @@ from .config import EvalConfig
 from .cost_model import OWN_PLAIN
 from .datasets import Item, chat_items, code_items, image_items, sample_questions, vlm_items
 from .image_suite import suite_methods
-from .vlm_suite import VLM_METHODS, feature_factories, vlm_prompts
+from .vlm_suite import BLOCK_METHODS as VLM_BLOCK_METHODS, VLM_METHODS, feature_factories, vlm_prompts
 
 NEEDS_DRAFT = ("hf-assisted", "chain", "tree", "dynamic")
 
@@ -256,7 +256,8 @@ def vlm_suite(cfg: EvalConfig, device: str | None = None) -> Suite:
         extra = feature_factories(cfg.home, k, cfg.feature_tokens)
         mine = _vlm_drafter_methods(cfg, target, proc, drafter_device)  # --vlm-drafter replaces the zoo's own
         extra.update(mine)
-        available, default = BASE_VLM + list(extra), VLM_METHODS + [m for m in mine if m not in VLM_METHODS]
+        default = [m for m in VLM_METHODS if m not in VLM_BLOCK_METHODS or m in extra]  # a zoo without vlm-dflash
+        available, default = BASE_VLM + list(extra), default + [m for m in mine if m not in VLM_METHODS]
     else:
         extra = _vlm_drafter_methods(cfg, target, proc, drafter_device)
         available = BASE_VLM + list(extra)

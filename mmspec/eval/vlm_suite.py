@@ -3,7 +3,8 @@
 Methods: plain decoding; the baselines — the text-only zoo drafter (``vlm-drafter``, no picture) as a
 chain and a static tree (``chain``, ``tree``), prompt lookup (mmspec's and HF's), and the plain feature drafter
 (``vlm-eagle``: no decoupling, no compression); MSD (``vlm-msd``) as a chain and an EAGLE-2 dynamic
-tree; FLASH (``vlm-flash``) at 8, 4 and 1 compressed tokens per image, and as a lattice tree. Every method
+tree; FLASH (``vlm-flash``) at 8, 4 and 1 compressed tokens per image, and as a lattice tree; the DFlash
+block drafter (``vlm-dflash``, where the zoo has it) as a confident chain and a DDTree. Every method
 stops at EOS, as a user's VLM answers do, and greedy outputs are compared with plain decoding's."""
 
 from __future__ import annotations
@@ -18,14 +19,17 @@ from transformers import DynamicCache
 from .. import SpeculativeGenerator, TreeTemplate
 from ..cache import SpecKVCache
 from ..hf_args import cache_kwargs
-from ..registry import DYNAMIC_TREE, build_drafter, draft_length
+from ..registry import CHAIN_CONFIDENCE, DFLASH_TREE, DYNAMIC_TREE, build_drafter, draft_length
 from ..verifiers.tree_forward import chain_parents
 from ..zoo import load, vlm_data
 from .batch_sweep import batch_sweep
+from .code_suite import zoo_root
 from .bench import compare
 
 VLM_METHODS = ["plain", "mmspec-plain", "hf-prompt-lookup", "prompt-lookup", "chain", "tree", "eagle-chain",
-               "eagle-dynamic", "msd-chain", "msd-dynamic", "flash-8", "flash-4", "flash-1", "flash-4-lattice"]
+               "eagle-dynamic", "msd-chain", "msd-dynamic", "flash-8", "flash-4", "flash-1", "flash-4-lattice",
+               "dflash", "dflash-tree"]
+BLOCK_METHODS = ["dflash", "dflash-tree"]  # vlm-dflash (a zoo built before it has none): confident chain, DDTree
 # FLASH's slots are independent given the context: a static lattice tree over their ranked tokens
 FLASH_LATTICE = TreeTemplate.full((3, 2, 1, 1))
 
@@ -46,7 +50,12 @@ def feature_factories(home: str | Path | None = None, num_tokens: int = 4, featu
         return lambda: build_drafter(method, get(name), target=target, **kw)
 
     k = {m: draft_length(m, feature_tokens) for m in ("eagle", "msd")}
+    block = {}
+    if (zoo_root(home) / "vlm-dflash" / "zoo.json").exists():
+        block = {"dflash": make("dflash", "vlm-dflash", confidence=CHAIN_CONFIDENCE),
+                 "dflash-tree": make("dflash", "vlm-dflash", **DFLASH_TREE)}
     return {
+        **block,
         "chain": make("chain", "vlm-drafter", num_tokens=num_tokens),
         "tree": make("tree", "vlm-drafter"),
         "eagle-chain": make("eagle", "vlm-eagle", num_tokens=k["eagle"], num_nodes=None),
@@ -96,9 +105,9 @@ def run_vlm_suite(methods: list[str] | None = None, num_prompts: int = 8, max_ne
                   do_sample: bool = False, temperature: float = 0.6, repeats: int = 1, num_tokens: int = 4,
                   kind: str = "mixed", home: str | Path | None = None, progress: bool = True,
                   feature_tokens: int | None = None) -> dict:
-    methods = methods or VLM_METHODS
     target = load("vlm-target", home)
     factories = feature_factories(home, num_tokens, feature_tokens)
+    methods = methods or [m for m in VLM_METHODS if m not in BLOCK_METHODS or m in factories]
     prompts = vlm_prompts(target.tokenizer, num_prompts, kind)
     eos = target.extras["tokenizer"].eos_token_id
     report = compare(target.model, None, prompts, methods, max_new_tokens=max_new_tokens, num_tokens=num_tokens,

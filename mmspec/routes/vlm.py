@@ -7,6 +7,7 @@ import torch
 
 from ..arguments import reject_unknown
 from ..frontend import TextOutput
+from ..drafters.dflash import check_target
 from ..loading import load_drafter
 from ..registry import CAUSAL_METHODS, NO_MODEL_METHODS, VLM_METHODS, causal_method, check_feature, check_vocab, \
     drafter_kind, take_options, wrong_method
@@ -59,6 +60,12 @@ def vlm_drafter(target: Target, drafter, method: str | None, home=None, device=N
         if method != drafter.config.method:
             raise ValueError(f"the drafter was trained as {drafter.config.method!r}, not {method!r}")
         return method, drafter
+    if kind == "dflash":
+        check_target(drafter, target.model)  # its layers, width and vocabulary are this target's
+        method = method or "dflash"
+        if method != "dflash":
+            raise ValueError(f"a DFlash block drafter drafts as method 'dflash', not {method!r}")
+        return method, drafter
     if kind == "causal":
         check_vocab(drafter, target.model)
         method = method or causal_method(tree)
@@ -72,4 +79,5 @@ def vlm_drafter(target: Target, drafter, method: str | None, home=None, device=N
             raise ValueError(f"method {method!r} needs a drafter (drafter=...)")
         return method, None
     raise ValueError(f"a {type(drafter).__name__} cannot draft for a VLM target: use a feature drafter (msd / flash "
-                     "/ eagle), a text-only causal LM (chain / tree / dynamic) or prompt lookup")
+                     "/ eagle), a DFlash block drafter (dflash), a text-only causal LM (chain / tree / dynamic) or "
+                     "prompt lookup")

@@ -11,7 +11,7 @@ ZOO_METHOD = {"code-target": "chain", "vlm-target": "msd"}
 ZOO_DRAFTERS = {
     "code-target": {"deer": "zoo:code-deer", "diffuspec": "zoo:code-dlm", "dflash": "zoo:code-dflash", "eagle": "zoo:code-eagle",
                     **{m: "zoo:code-drafter" for m in CAUSAL_METHODS}},
-    "vlm-target": {"msd": "zoo:vlm-msd", "flash": "zoo:vlm-flash", "eagle": "zoo:vlm-eagle",
+    "vlm-target": {"msd": "zoo:vlm-msd", "flash": "zoo:vlm-flash", "eagle": "zoo:vlm-eagle", "dflash": "zoo:vlm-dflash",
                    **{m: "zoo:vlm-drafter" for m in CAUSAL_METHODS}},
 }
 

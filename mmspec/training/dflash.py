@@ -79,11 +79,12 @@ class Responses:
 
 @torch.no_grad()
 def greedy_responses(target, prompts: list[list[int]], max_new_tokens: int, eos, pad_id: int, partial=None,
-                     batch_size: int = 32, progress: bool = True) -> list[list[int]]:
+                     batch_size: int = 32, progress: bool = True, inputs=None) -> list[list[int]]:
     """The target's greedy response to every prompt (token ids), ``max_new_tokens`` each or up to ``eos`` (None:
     EOS does not stop, as the benchmark suites decode). Prompts are batched by length (left padded, with the
     attention mask: the padded positions change nothing but rounding) so a CPU spends one forward per step on a
-    whole batch; with ``partial`` each finished batch is saved and a later call goes on from the next."""
+    whole batch; with ``partial`` each finished batch is saved and a later call goes on from the next.
+    ``inputs(indices, ids)``: the other inputs of those prompts, laid out as ``ids`` (a VLM's ``pixel_values``)."""
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     identity = {"prompts": hashlib.sha256(json.dumps(prompts).encode()).hexdigest(), "batch_size": batch_size,
                 "max_new_tokens": max_new_tokens, "eos": eos}
@@ -102,8 +103,9 @@ def greedy_responses(target, prompts: list[list[int]], max_new_tokens: int, eos,
         for row, i in enumerate(group):
             ids[row, width - len(prompts[i]):] = torch.tensor(prompts[i])
             mask[row, width - len(prompts[i]):] = 1
+        more = on_model(inputs(group, ids), target) if inputs is not None else {}
         out = target.generate(on_model(ids, target), attention_mask=on_model(mask, target), do_sample=False,
-                              max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad_id)
+                              max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad_id, **more)
         for row, i in enumerate(group):
             new = out[row, width:].tolist()
             if eos is not None and eos in new:
@@ -138,11 +140,12 @@ def make_batch(data, idx: torch.LongTensor, anchors: torch.LongTensor,
 
 @torch.no_grad()
 def precompute_features(target, net: DFlashDraftModel | None, data, batch_size: int = 32, progress: bool = True,
-                        select=None) -> torch.Tensor:
+                        select=None, inputs=None) -> torch.Tensor:
     """[N, W, F] float16 on the CPU: the target's features over every row, computed once (a training step then costs
     the drafter's forward and backward only; the target's forward over a row is what dominates a step on a CPU).
     The features are ``net``'s layers (``select_features``), or ``select(hidden_states)`` (e.g. the last layer's, what
-    a feature drafter reads)."""
+    a feature drafter reads). ``inputs(rows, ids)``: the forward's other inputs for those rows, whose tokens are
+    ``ids`` (a VLM's ``pixel_values``: the features over the image placeholders are what the picture makes them)."""
     select = select or net.select_features
     N, W = data.tokens.shape
     lengths = row_lengths(data)
@@ -150,7 +153,9 @@ def precompute_features(target, net: DFlashDraftModel | None, data, batch_size: 
     for i in tqdm(range(0, N, batch_size), desc="target features", disable=not progress):
         idx = torch.arange(i, min(i + batch_size, N))
         width = int(lengths[idx].max())
-        hidden = target(input_ids=on_model(data.tokens[idx, :width], target), output_hidden_states=True).hidden_states
+        ids = data.tokens[idx, :width]
+        more = on_model(inputs(idx.tolist(), ids), target) if inputs is not None else {}
+        hidden = target(input_ids=on_model(ids, target), output_hidden_states=True, **more).hidden_states
         feats = select(hidden)
         if out is None:
             out = torch.zeros(N, W, feats.shape[-1], dtype=torch.float16)
@@ -232,8 +237,9 @@ def block_acceptance(net: DFlashDraftModel, target, batches: list[dict]) -> dict
             "blocks": blocks}
 
 
-def validation_batches(val, cfg: DFlashTrainConfig, block_size: int) -> list[dict]:
-    """Fixed held-out blocks: every ``block_size // 2``-th response position of the first ``val_rows`` rows."""
+def validation_batches(val, cfg: DFlashTrainConfig, block_size: int, features: torch.Tensor | None = None) -> list[dict]:
+    """Fixed held-out blocks: every ``block_size // 2``-th response position of the first ``val_rows`` rows (with
+    ``features``, the rows' precomputed ones: a VLM's rows need their pictures to be computed)."""
     n = min(cfg.val_rows, len(val))
     step = max(1, block_size // 2)
     longest = int((row_lengths(val) - val.prefix).max())
@@ -242,13 +248,14 @@ def validation_batches(val, cfg: DFlashTrainConfig, block_size: int) -> list[dic
     for i in range(0, n, 32):
         idx = torch.arange(i, min(i + 32, n))
         anchors = val.prefix[idx][:, None] + offsets[None, :]
-        out.append(make_batch(val, idx, anchors))
+        out.append(make_batch(val, idx, anchors, features))
     return out
 
 
 def train_dflash(net: DFlashDraftModel, target, train, val,
                  cfg: DFlashTrainConfig | None = None, progress: bool = True, checkpoint=None,
-                 checkpoint_every_s: float = 120.0, features: torch.Tensor | None = None) -> dict:
+                 checkpoint_every_s: float = 120.0, features: torch.Tensor | None = None,
+                 val_features: torch.Tensor | None = None) -> dict:
     """Train ``net`` against the frozen ``target`` (both on one device); returns the report (config, steps, tokens,
     seconds, held-out block figures before and after). ``checkpoint``: a file a killed run resumes from.
     ``features``: the training rows' precomputed features (:func:`precompute_features`); with
@@ -265,7 +272,7 @@ def train_dflash(net: DFlashDraftModel, target, train, val,
     gen = torch.Generator().manual_seed(cfg.seed)
     if features is None and cfg.cache_features:
         features = precompute_features(target, net, train, progress=progress)
-    val_batches = [on_model(b, net) for b in validation_batches(val, cfg, net.block_size)]
+    val_batches = [on_model(b, net) for b in validation_batches(val, cfg, net.block_size, val_features)]
     before = block_acceptance(net, target, val_batches)
 
     def next_batch(step: int) -> dict:

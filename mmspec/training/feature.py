@@ -236,10 +236,11 @@ def train_feature_drafter(net: FeatureDraftModel, target, batches, val_batches: 
     return report
 
 
-def read_training_rows(path: str, placeholder: str) -> list[dict]:
+def read_training_rows(path: str, placeholder: str, need_response: bool = True) -> list[dict]:
     """Every row of a training ``.jsonl`` checked before training starts: JSON, ``image`` / ``prompt`` /
-    ``response`` strings, the picture present (a relative path is relative to the data file, as in
-    ``mmspec eval``) and the prompt holding the image placeholder. All faults are reported with file:line."""
+    ``response`` strings (``response`` optional without ``need_response``: the target answers), the picture present
+    (a relative path is relative to the data file, as in ``mmspec eval``) and the prompt holding the image
+    placeholder. All faults are reported with file:line."""
     file = Path(path)
     if not file.is_file():
         raise ValueError(f"--data {path} is not a file")
@@ -255,7 +256,8 @@ def read_training_rows(path: str, placeholder: str) -> list[dict]:
         if not isinstance(row, dict):
             faults.append(f"{path}:{n}: a row is an object with image, prompt and response")
             continue
-        bad = [k for k in ("image", "prompt", "response") if not isinstance(row.get(k), str) or not row[k]]
+        bad = [k for k in ("image", "prompt", "response") if (k != "response" or need_response or k in row)
+               and (not isinstance(row.get(k), str) or not row[k])]
         if bad:
             faults.append(f"{path}:{n}: missing or empty field(s) {bad}")
             continue

@@ -48,7 +48,7 @@ from transformers import (CLIPImageProcessor, CLIPVisionConfig, LlamaConfig, Lla
 
 from ..training.loop import TrainResult, model_device, on_model, train_loop
 from . import vlm_data as vd
-from . import vlm_drafters
+from . import vlm_dflash, vlm_drafters
 from .code_data import EOS, IMAGE, ensure_tokenizer
 from .common import build_device, build_dir, logits_checksum, seed_everything, versions
 from .entry import ZooEntry
@@ -520,6 +520,8 @@ def checksum(entry: ZooEntry) -> dict:
     """``logits_checksum`` of the entry's forward pass on ``checksum_inputs``."""
     if entry.name in vlm_drafters.NAMES:
         return vlm_drafters.checksum(entry)
+    if entry.name in vlm_dflash.NAMES:
+        return vlm_dflash.checksum(entry)
     inputs = checksum_inputs(entry.tokenizer, image=entry.name == "vlm-target",
                              n_image=entry.config.get("num_image_tokens"))
     return logits_checksum(entry.model(**inputs).logits)
@@ -541,6 +543,8 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
     extra = [n for n in vlm_drafters.NAMES if n in names]
     if extra:
         results.update(vlm_drafters.build(Path(home), micro, progress, extra))
+    if any(n in names for n in vlm_dflash.NAMES):
+        results.update(vlm_dflash.build(Path(home), micro, progress))
     return results
 
 

@@ -8,12 +8,14 @@ from pathlib import Path
 import torch
 from transformers import LlamaForCausalLM, LlavaForConditionalGeneration, LlavaProcessor, PreTrainedTokenizerFast
 
+from ..drafters.dflash_io import load_dflash
 from .entry import ZooEntry, feature_drafter_entry
 from .home import read_json
 
 BASE_NAMES = ["vlm-target", "vlm-drafter"]
 FEATURE_NAMES = ["vlm-eagle", "vlm-msd", "vlm-flash"]  # EAGLE-style, MSD, FLASH
-NAMES = BASE_NAMES + FEATURE_NAMES
+DFLASH_NAMES = ["vlm-dflash"]  # the DFlash block drafter
+NAMES = BASE_NAMES + FEATURE_NAMES + DFLASH_NAMES
 
 
 def set_generation_config(model, tokenizer) -> None:
@@ -30,6 +32,9 @@ def load(name: str, path: Path) -> ZooEntry:
     ``vlm-drafter``: model + tokenizer. Weights load as float32, the model in eval mode."""
     if name in FEATURE_NAMES:
         return feature_drafter_entry(name, path)
+    if name in DFLASH_NAMES:
+        return ZooEntry(name, load_dflash(path), PreTrainedTokenizerFast.from_pretrained(path),
+                        read_json(Path(path) / "zoo.json"), Path(path))
     if name not in NAMES:
         raise ValueError(f"unknown vlm zoo model {name!r}; choose from {NAMES}")
     path = Path(path)
@@ -48,4 +53,4 @@ def load(name: str, path: Path) -> ZooEntry:
     return ZooEntry(name=name, model=model, tokenizer=processor, config=config, path=path, extras=extras)
 
 
-__all__ = ["BASE_NAMES", "FEATURE_NAMES", "NAMES", "load", "set_generation_config"]
+__all__ = ["BASE_NAMES", "FEATURE_NAMES", "DFLASH_NAMES", "NAMES", "load", "set_generation_config"]

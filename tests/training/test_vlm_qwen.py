@@ -41,3 +41,37 @@ def test_train_feature_drafter_on_qwen_vl(checkpoint, greedy_reference, method):
     pipe = mmspec.pipeline(str(checkpoint / "target"), drafter=str(out))  # checkpoint dirs, method read off
     assert pipe.method == method
     assert torch.equal(pipe.generate(images=images, prompts=[PROMPT, PROMPT], max_new_tokens=8).sequences, ref)
+
+
+def test_train_dflash_on_qwen_vl_answers_and_decodes_exactly(checkpoint, greedy_reference, tmp_path):
+    """`mmspec train dflash` against a VLM checkpoint: rows of image + prompt (the target answers those without a
+    response, its picture in view), the features over the placeholders computed with the pictures; the saved
+    drafter decodes exactly through VLMGenerator and mmspec.pipeline (method read off the directory)."""
+    import json
+
+    from mmspec.cli import main
+
+    rows = [json.loads(line) for line in (checkpoint / "rows.jsonl").read_text().splitlines()]
+    rows = rows + [{k: v for k, v in r.items() if k != "response"} for r in rows]  # half answered by the target
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = tmp_path / "dflash"
+    rc = main(["train", "dflash", "--target", str(checkpoint / "target"), "--data", str(data), "--mask-token-id", "9",
+               "--layers", "1", "--block-size", "4", "--steps", "3", "--batch-size", "2", "--anchors", "2",
+               "--max-new-tokens", "6", "--out", str(out)])
+    assert rc == 0
+    assert json.loads((out / "mmspec.json").read_text())["route"] == "vlm"
+    report = json.loads((out / "train_report.json").read_text())
+    assert report["steps"] == 3 and report["heldout_after"]["blocks"] > 0
+    images = [pictures()[0], pictures()[2]]
+    for kw in (dict(), dict(tree_nodes=4)):
+        gen = VLMGenerator.from_pretrained(str(checkpoint / "target"), str(out), method="dflash", **kw)
+        res = gen.generate(images=images, prompts=[PROMPT, PROMPT], max_new_tokens=8)
+        inputs = gen.prepare(images, [PROMPT, PROMPT])
+        tok = gen.tokenizer
+        ref = greedy_reference(gen.target, max_new_tokens=8, eos_token_id=tok.eos_token_id,
+                               pad_token_id=tok.pad_token_id, **inputs)
+        assert torch.equal(res.sequences, ref), kw
+    pipe = mmspec.pipeline(str(checkpoint / "target"), drafter=str(out))
+    assert pipe.method == "dflash"
+    assert torch.equal(pipe.generate(images=images, prompts=[PROMPT, PROMPT], max_new_tokens=8).sequences, ref)

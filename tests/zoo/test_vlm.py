@@ -92,8 +92,14 @@ def test_micro_build_loads_checksums_and_runs_exactly(tmp_path, greedy_reference
         m = read_json(tmp_path / name / "metrics.json")
         assert m["stage1"]["steps"] > 0 and m["stage2"]["steps"] > 0
         assert all(0.0 <= a <= 1.0 for accs in m["slot_accuracy"].values() for a in accs)
+    # the block drafter: trained on the target's answers with their pictures, τ of real decoding recorded
+    block = read_json(tmp_path / "vlm-dflash" / "metrics.json")
+    assert block["steps"] > 0 and block["train_rows"] > 0 and len(block["heldout_shipped"]["slot_agreement"]) == 15
+    assert all(t >= 1.0 for k, t in block["tau_decode"].items() if k != "scenes")
+    entry = load("vlm-dflash", home=tmp_path)
+    assert vlm.checksum(entry)["sum"] == pytest.approx(entry.config["checksum"]["sum"], rel=1e-4, abs=1e-3)
     factories = feature_factories(tmp_path)
-    for method in ("eagle-dynamic", "msd-chain", "msd-dynamic", "flash-1"):
+    for method in ("eagle-dynamic", "msd-chain", "msd-dynamic", "flash-1", "dflash", "dflash-tree"):
         out = SpeculativeGenerator(target.model, factories[method]()).generate(
             inputs["input_ids"], max_new_tokens=10, eos_token_id=[], pixel_values=inputs["pixel_values"])
         assert torch.equal(out.sequences, ref), method

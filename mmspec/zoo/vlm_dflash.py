@@ -1,0 +1,174 @@
+"""``vlm-dflash``: the DFlash block-diffusion drafter (:mod:`mmspec.drafters.dflash_model`) for ``vlm-target``.
+
+The text family's drafter, unchanged, on a LLaVA-class target: its context is the target's fused features at every
+verified position — the picture's 144 placeholder positions included, so the block reads what the target made of
+the image — and its block ``[last token, MASK × 15]`` drafts the answer's next 15 tokens in one forward. Two
+Qwen3-style layers as wide as the target's language model (128), five of its sixteen layers (the paper's spread,
+1 to N−3), the target's embeddings and LM head shared.
+
+Data: the target's own greedy answers (stopping at ``<eos>``, as the VLM suite decodes) to captions and questions
+of the training scenes (half captions, as the feature drafters train), with their pictures; the target's features
+over each row (picture included) are computed once and kept under ``<home>/.build/vlm-dflash/<target>/`` with the
+answers and the training checkpoint, so an interrupted build resumes. Validation: scenes the target did not
+validate on (as the feature drafters'); the shipped drafter's τ of real decoding on them is recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from ..drafters.dflash import DFlashDrafter
+from ..drafters.dflash_io import load_dflash, save_dflash
+from ..drafters.dflash_model import DFlashDraftModel, make_config
+from ..generator import SpeculativeGenerator
+from ..training.dflash import DFlashTrainConfig, Responses, block_acceptance, greedy_responses, \
+    precompute_features, train_dflash, validation_batches
+from ..training.loop import load_checkpoint, model_device, on_model, save_checkpoint
+from ..verifiers.tree_forward import text_config
+from . import vlm_data as vd
+from .code_data import ensure_tokenizer
+from .code_dflash import checksum
+from .common import build_device, build_dir, seed_everything, versions
+from .entry import ZooEntry
+from .home import write_json
+from .vlm_drafters import CAPTION_FRACTION, target_fingerprint
+from .vlm_examples import Encoder, ScenePool, to_pixels
+from .vlm_loader import load
+
+NAMES = ["vlm-dflash"]
+SEED = 4343
+LAYERS, BLOCK = 2, 16
+ANSWER_TOKENS, MICRO_ANSWER_TOKENS = 48, 8  # the VLM suite's budget
+N_TRAIN, N_VAL, N_TAU = 4096, 64, 16
+MICRO_N_TRAIN, MICRO_N_VAL, MICRO_N_TAU = 24, 8, 2
+TRAIN = DFlashTrainConfig(steps=3000, budget_s=40 * 60.0, batch_size=16, anchors=16, lr=1.5e-3, warmup=100,
+                          eval_every=250, patience=4, val_rows=N_VAL, kl_weight=0.0, cache_features=True, seed=4343)
+MICRO_TRAIN = dataclasses.replace(TRAIN, steps=10, budget_s=30.0, batch_size=4, anchors=4, warmup=2, eval_every=5,
+                                  val_rows=MICRO_N_VAL)
+
+
+def mask_token_id(tokenizer) -> int:
+    """The tokenizer's ``<mask>`` (the zoo's tokenizers have one; the target never emits it)."""
+    mask = tokenizer.convert_tokens_to_ids("<mask>")
+    if mask is None or mask == tokenizer.unk_token_id:
+        raise ValueError("the zoo tokenizer has no <mask> token for the block drafter")
+    return int(mask)
+
+
+def scene_rows(enc: Encoder, pool: ScenePool, seed: int) -> list[tuple[list[int], int]]:
+    """(prompt ids, scene index) per scene of ``pool``: its caption or one of its questions (half captions)."""
+    rng = random.Random(seed)
+    rows = []
+    for i, scene in enumerate(pool.scenes):
+        item = vd.Question("caption", "", scene.caption) if rng.random() < CAPTION_FRACTION else \
+            rng.choice(scene.questions)
+        rows.append((enc.prompt_ids(item), i))
+    return rows
+
+
+def answered(target, enc: Encoder, pool: ScenePool, rows, work: Path, name: str, progress: bool,
+             micro: bool = False) -> tuple[Responses, torch.LongTensor]:
+    """(rows with the target's greedy answers, each row's scene index in ``pool``), cached as ``name`` (each
+    finished batch saved on the way). A micro target, barely trained, may answer ``<eos>`` at once: its answers
+    run to the budget instead, so that the rows exist."""
+    path = work / f"{name}.pt"
+    saved = load_checkpoint(path)
+    if saved is not None:
+        return saved["value"], saved["scenes"]
+    prompts = [p for p, _ in rows]
+    answers = greedy_responses(target, prompts, MICRO_ANSWER_TOKENS if micro else ANSWER_TOKENS,
+                               None if micro else enc.eos_id, enc.pad_id,
+                               partial=work / f"{name}.partial.pt", progress=progress,
+                               inputs=lambda idx, ids: {"pixel_values": to_pixels(pool.images[[rows[i][1] for i in idx]])})
+    keep = [(p, a) for p, a in zip(prompts, answers) if len(a) >= 2]  # a one-token answer has no label to draft
+    data = Responses.from_rows(keep, enc.pad_id)
+    scenes = torch.tensor([rows[i][1] for i, a in enumerate(answers) if len(a) >= 2])
+    save_checkpoint(path, {"value": data, "scenes": scenes})
+    (work / f"{name}.partial.pt").unlink(missing_ok=True)
+    return data, scenes
+
+
+def features_of(target, net, data: Responses, scenes: torch.LongTensor, pool: ScenePool, work: Path, name: str,
+                progress: bool):
+    """The drafter's layers of the target over every row, its picture in (cached as ``name``)."""
+    saved = load_checkpoint(work / name)
+    if saved is not None:
+        return saved["value"], saved["seconds"]
+    t0 = time.perf_counter()
+    feats = precompute_features(target, net, data, progress=progress,
+                                inputs=lambda idx, ids: {"pixel_values": to_pixels(pool.images[scenes[idx]])})
+    save_checkpoint(work / name, {"value": feats, "seconds": time.perf_counter() - t0})
+    return feats, time.perf_counter() - t0
+
+
+@torch.no_grad()
+def decode_tau(target, net, enc: Encoder, pool: ScenePool, n: int, **drafter_kw) -> float:
+    """τ of real decoding (new tokens / target forwards after the prefill), stopping at ``<eos>`` as the suite
+    does, on the first ``n`` scenes of ``pool`` (captions and questions alternating)."""
+    gen = SpeculativeGenerator(target, DFlashDrafter(net, target, **drafter_kw))
+    new = steps = 0
+    for i, scene in enumerate(pool.scenes[:n]):
+        item = vd.Question("caption", "", scene.caption) if i % 2 == 0 else scene.questions[i % len(scene.questions)]
+        ids = on_model(torch.tensor([enc.prompt_ids(item)]), target)
+        out = gen.generate(ids, pixel_values=on_model(to_pixels(pool.images[i: i + 1]), target),
+                           max_new_tokens=ANSWER_TOKENS, eos_token_id=enc.eos_id)
+        new += out.stats.new_tokens
+        steps += out.stats.row_forwards - 1
+    return new / max(steps, 1)
+
+
+def build(home: Path, micro: bool = False, progress: bool = True, names: list[str] | None = None) -> dict:
+    home = Path(home)
+    t0 = time.perf_counter()
+    entry = load("vlm-target", home / "vlm-target")
+    target = entry.model.to(build_device())
+    tok = ensure_tokenizer(home, micro)
+    enc = Encoder(tok, target.config.image_seq_length)
+    work = build_dir(home, "vlm-dflash") / target_fingerprint(entry.config)
+    work.mkdir(parents=True, exist_ok=True)
+    pool = ScenePool("train", MICRO_N_TRAIN if micro else N_TRAIN)
+    val_pool = ScenePool("val", MICRO_N_VAL if micro else N_VAL, start=5000)  # as the feature drafters validate
+    train, train_scenes = answered(target, enc, pool, scene_rows(enc, pool, SEED), work, "answers-train", progress,
+                                    micro)
+    val, val_scenes = answered(target, enc, val_pool, scene_rows(enc, val_pool, SEED + 1), work, "answers-val",
+                               progress, micro)
+    seed_everything(SEED)
+    cfg = make_config(text_config(target), num_layers=LAYERS, block_size=BLOCK, mask_token_id=mask_token_id(tok))
+    net = DFlashDraftModel(cfg).to(build_device())
+    features, feature_seconds = features_of(target, net, train, train_scenes, pool, work, "features-train.pt",
+                                            progress)
+    val_features, _ = features_of(target, net, val, val_scenes, val_pool, work, "features-val.pt", progress)
+    run_cfg = MICRO_TRAIN if micro else TRAIN
+    report = train_dflash(net, target, train, val, run_cfg, progress=progress, checkpoint=work / "train.pt",
+                          features=features, val_features=val_features)
+    out = home / "vlm-dflash"
+    save_dflash(net, out, dtype=torch.float16)  # as the zoo ships its models; measured below as shipped
+    tok.save_pretrained(out)
+    info = {"family": "vlm", "name": "vlm-dflash", "micro": micro, "seed": SEED, "distilled_from": "vlm-target",
+            "method": "dflash", **versions()}
+    write_json(out / "zoo.json", info)
+    shipped = load_dflash(out).to(model_device(target))
+    n_tau = MICRO_N_TAU if micro else N_TAU
+    metrics = {"layers": LAYERS, "hidden": cfg.hidden_size, "block_size": BLOCK,
+               "target_layer_ids": shipped.target_layer_ids, "params": sum(p.numel() for p in shipped.parameters()),
+               "train_rows": len(train), "val_rows": len(val), "num_image_tokens": enc.n_image,
+               "answer_tokens_mean": float((train.lengths - train.prefix).float().mean()),
+               "feature_seconds": feature_seconds, **report,
+               "heldout_shipped": block_acceptance(shipped, target, [on_model(b, shipped) for b in validation_batches(
+                   val, run_cfg, BLOCK, val_features)]),
+               "tau_decode": {"chain15": decode_tau(target, shipped, enc, val_pool, n_tau),
+                              "ddtree16": decode_tau(target, shipped, enc, val_pool, n_tau, tree_nodes=16),
+                              "scenes": n_tau}}
+    metrics["wall_seconds"] = time.perf_counter() - t0
+    write_json(out / "metrics.json", metrics)
+    info["checksum"] = checksum(ZooEntry("vlm-dflash", shipped.cpu(), tok, info, out))
+    write_json(out / "zoo.json", info)
+    return {"vlm-dflash": metrics}
+
+
+__all__ = ["NAMES", "build", "checksum", "scene_rows", "decode_tau"]
