@@ -257,25 +257,28 @@ class DFlashDrafter(Drafter):
                     row.extend(vals)
 
         N = self.tree_nodes + 1
-        parents = torch.full((B, N), -1, dtype=torch.long)
-        slots_of = torch.zeros(B, N, dtype=torch.long)
-        ranks = torch.zeros(B, N, dtype=torch.long)
-        valid = torch.zeros(B, N, dtype=torch.bool)
-        valid[:, 0] = True
+        # the search runs on Python lists (a tensor write per node costs more than the heap itself)
+        parents_l, slots_l, ranks_l, sizes = [], [], [], []
         reach(0)
         for b in range(B):
             s = scores[b]
             heap = [(-s[0][0], 0, 0, 0)]  # (-path score, slot, rank, parent node)
+            par, slo, ran = [-1], [0], [0]
             n = 1
             while heap and n < N:
                 neg, slot, rank, parent = heapq.heappop(heap)
-                parents[b, n], slots_of[b, n], ranks[b, n], valid[b, n] = parent, slot, rank, True
+                par.append(parent), slo.append(slot), ran.append(rank)
                 if rank + 1 < K and s[slot][rank + 1] > _IMPOSSIBLE:  # never a token q cannot draw
                     heapq.heappush(heap, (neg + s[slot][rank] - s[slot][rank + 1], slot, rank + 1, parent))
                 if slot + 1 < k:
                     reach(slot + 1)
                     heapq.heappush(heap, (neg - s[slot + 1][0], slot + 1, 0, n))
                 n += 1
+            sizes.append(n)
+            pad = N - n
+            parents_l.append(par + [0] * pad), slots_l.append(slo + [0] * pad), ranks_l.append(ran + [0] * pad)
+        parents, slots_of, ranks = (torch.tensor(x, dtype=torch.long) for x in (parents_l, slots_l, ranks_l))
+        valid = torch.arange(N)[None, :] < torch.tensor(sizes)[:, None]
         top_i = torch.cat(top_i, 1)
         q = torch.cat(qs, 1) if sample else None
         slots = slots_of
