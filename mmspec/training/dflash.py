@@ -247,7 +247,8 @@ def validation_batches(val, cfg: DFlashTrainConfig, block_size: int, features: t
     out = []
     for i in range(0, n, 32):
         idx = torch.arange(i, min(i + 32, n))
-        anchors = val.prefix[idx][:, None] + offsets[None, :]
+        # past a row's end an anchor has no label (not counted); kept inside the batch's width for the forward
+        anchors = (val.prefix[idx][:, None] + offsets[None, :]).clamp(max=int(row_lengths(val)[idx].max()) - 1)
         out.append(make_batch(val, idx, anchors, features))
     return out
 

@@ -202,3 +202,16 @@ def test_greedy_responses_batched_equal_one_at_a_time_and_resume(target, tmp_pat
     assert len(seen) == 2  # three batches of the seven prompts; the first was saved before the kill
     with pytest.raises(ValueError, match="other prompts or settings"):  # never another run's answers
         greedy_responses(target, prompts[::-1], 6, None, 0, partial=partial, batch_size=3, progress=False)
+
+
+def test_validation_anchors_stay_inside_a_batch_of_uneven_rows(target):
+    """A row with a long prompt and a short answer beside one with a long answer: the shared anchor offsets would run
+    past the batch's width; they are kept inside it and count only where they have labels."""
+    net = net_for(target)
+    rows = [(list(range(3, 23)), [5, 6]), (list(range(3, 7)), list(range(10, 30)))]
+    val = Responses.from_rows(rows)
+    batches = validation_batches(val, DFlashTrainConfig(val_rows=2), net.block_size)
+    width = int(max(len(p) + len(r) for p, r in rows))
+    assert all(int(b["anchors"].max()) < b["tokens"].shape[1] <= width for b in batches)
+    report = block_acceptance(net, target, batches)
+    assert report["blocks"] == 1 + len(range(0, 19, 2))  # the short answer's one anchor with a label, the long one's
