@@ -31,7 +31,7 @@ from .targets import Target
 from .training.artifact import begin_run, cached, prepare_run, target_identity, write_artifact
 from .training.deer import DEERConfig, align, load_dlm, target_generations
 from .training.dflash import DFlashTrainConfig, Responses, greedy_responses, precompute_features, train_dflash
-from .training.feature import FeatureTrainConfig, jsonl_batches, train_feature_drafter
+from .training.feature import FeatureTrainConfig, jsonl_batches, read_training_rows, train_feature_drafter
 from .training.image_feature import train_image_drafter
 from .verifiers.tree_forward import text_config
 from .vision import image_token_id
@@ -206,8 +206,6 @@ def dflash_image_rows(path: str, processor) -> list[tuple[list[int], list[int] |
     a VLM ``--data`` .jsonl of ``image``, ``prompt`` (holding the processor's image placeholder) and optional
     ``response``, read through the target's processor; every bad row reported before anything runs."""
     from PIL import Image
-
-    from .training.feature import read_training_rows
 
     rows = read_training_rows(path, getattr(processor, "image_token", "<image>"), need_response=False)
     tok = getattr(processor, "tokenizer", processor)

@@ -38,8 +38,8 @@ CODE_METHODS = ["plain", "hf-assisted", "chain", "prompt-lookup"]
 BEST_TEXT_METHODS = ["dflash", "deer"]
 CODE_ROUNDS = 1
 DIFFUSION_MODELS = ["code-dlm", "code-deer", "code-ngram", "code-dflash"]
-# the VLM methods the demo shows besides plain decoding and the baselines, chosen from `mmspec bench --suite vlm`
-BEST_VLM_METHODS = ["msd-chain", "flash-1"]
+# the VLM methods the demo shows besides plain decoding and the baselines, chosen from `mmspec eval --suite vlm`
+BEST_VLM_METHODS = ["msd-chain", "flash-1", "dflash"]
 
 
 def step(console: Console, text: str) -> None:
@@ -88,7 +88,8 @@ def code_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int
 
 def vlm_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int) -> dict:
     """LLaVA target (image prefill, then tree verification of the text): the text-only baseline drafter,
-    prompt lookup and the best feature drafters (MSD, FLASH), every method stopping at EOS."""
+    prompt lookup, the best feature drafters (MSD, FLASH) and the DFlash block drafter, every method stopping at
+    EOS."""
     step(console, "vlm: loading vlm-target and its drafters")
     target = load("vlm-target")
     processor = target.tokenizer
@@ -101,11 +102,11 @@ def vlm_demo(out: Path, console: Console, num_prompts: int, max_new_tokens: int)
     report = compare(target.model, None, prompts, methods, max_new_tokens=n_new, num_tokens=4, repeats=2,
                      progress=True, extra={m: factories[m] for m in methods if m in factories}, eos_token_id=eos,
                      desc="vlm")
-    report["config"].update(model="zoo:vlm-target", draft="zoo:vlm-drafter (text only) / vlm-msd / vlm-flash",
+    report["config"].update(model="zoo:vlm-target", draft="zoo:vlm-drafter (text only) / vlm-msd / vlm-flash / vlm-dflash",
                             prompts="held-out scenes: captions and questions")
     print_table(report, console, f"vlm: {len(prompts)} held-out scenes (captions and questions), up to {n_new} "
                                  "tokens, greedy, stopping at EOS")
-    pipe = pipeline("zoo:vlm-target")  # the zoo default: MSD
+    pipe = pipeline("zoo:vlm-target")  # the zoo default: the DFlash block drafter
     items, scenes = vlm_items(2), vd.scenes("test", 2)  # the first two prompts above
     res = pipe.generate(images=[sc.image() for sc in scenes], prompts=[vd.with_image(it.question) for it in items],
                         max_new_tokens=n_new)

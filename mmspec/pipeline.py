@@ -2,7 +2,7 @@
 
     pipe = mmspec.pipeline("zoo:code-target")                      # text: DEER with the zoo's aligned dLM
     pipe("def add(a, b):\\n", max_new_tokens=32).texts
-    pipe = mmspec.pipeline("zoo:vlm-target")                       # VLM: MSD with zoo:vlm-msd
+    pipe = mmspec.pipeline("zoo:vlm-target")                       # VLM: DFlash with zoo:vlm-dflash
     pipe.generate(images=[img], prompts=["<image>\\nCaption:"])
     pipe = mmspec.pipeline("zoo:image-target", method="lantern++") # image: class ids in, pictures out
     pipe.generate([0, 5, 11], seed=0).images

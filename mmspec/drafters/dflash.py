@@ -32,6 +32,7 @@ from ..cache import SpecKVCache
 from ..state import DraftContext
 from ..tree import DraftTree
 from ..verifiers.acceptance import AcceptResult
+from ..verifiers.logits import SamplingConfig
 from ..verifiers.tree_forward import chain_parents, prefill_parents, text_config
 from .base import Drafter, check_confidence, trusted_slots
 from .dflash_model import DFlashDraftModel
@@ -39,6 +40,7 @@ from .dflash_model import DFlashDraftModel
 
 LAZY_SLOTS = 4  # slots the confident chain sends through the LM head at a time
 _IMPOSSIBLE = -60.0  # log-probability below which a slot's token is one its (warped) q gives no mass
+_GREEDY = SamplingConfig(False)  # the drafts of the greedy block (``sampled_drafts=False``)
 
 
 @dataclass
@@ -77,7 +79,7 @@ class DFlashDrafter(Drafter):
     needs_target_hidden = True
 
     def __init__(self, net: DFlashDraftModel, target, num_tokens: int | None = None, confidence: float | None = None,
-                 tree_nodes: int | None = None, top_k: int = 4):
+                 tree_nodes: int | None = None, top_k: int = 4, sampled_drafts: bool = True):
         check_target(net, target)
         check_confidence(confidence)
         slots = net.block_size - 1
@@ -97,6 +99,7 @@ class DFlashDrafter(Drafter):
         self.tree_nodes = None if tree_nodes is None else int(tree_nodes)
         self.top_k = int(top_k)
         self.vocab_size = int(net.config.vocab_size)
+        self.sampled_drafts = bool(sampled_drafts)
 
     @property
     def max_nodes(self) -> int:
@@ -189,24 +192,30 @@ class DFlashDrafter(Drafter):
     def propose(self, context: DraftContext, run: DFlashRun) -> DraftTree:
         state = context.state
         roots = state.roots.to(self.net.device)
+        sampling = state.sampling
+        if sampling.do_sample and not self.sampled_drafts:
+            # the greedy block under sampling: deterministic drafts (no q), each verified as a point mass — accepted
+            # with the target's probability of it, the residual p without it: lossless all the same
+            sampling = _GREEDY
         if self.tree_nodes is not None:
-            return self._ddtree(roots, self.slot_hidden(context, run), state.sampling, state.generator, hidden=True)
-        return self._chain(roots, self.slot_hidden(context, run), state)
+            return self._ddtree(roots, self.slot_hidden(context, run), sampling, state.generator, hidden=True)
+        return self._chain(roots, self.slot_hidden(context, run), state, sampling)
 
-    def _chain(self, roots: torch.LongTensor, h: torch.Tensor, state) -> DraftTree:
+    def _chain(self, roots: torch.LongTensor, h: torch.Tensor, state, sampling=None) -> DraftTree:
         """The confident chain. The LM head (slots × vocabulary: on a CPU as costly as the block itself) runs on
         ``LAZY_SLOTS`` slots at a time and stops after the chunk holding the first slot no active row trusts, which
         is where the chain is cut anyway (:func:`~mmspec.drafters.base.confident_length`): the same chain, fewer
         slots through the head."""
         active = state.active.to(h.device)
-        sample = state.sampling.do_sample
+        sampling = sampling or state.sampling
+        sample = sampling.do_sample
         k = h.shape[1]
         step = LAZY_SLOTS if self.confidence is not None else k
         drafts, qs = [], []
         for s in range(0, k, step):
             logits = self.lm_head(h[:, s: s + step]).float()
             if sample:
-                q = state.sampling.probs(logits)  # the target's warpers applied to each slot
+                q = sampling.probs(logits)  # the target's warpers applied to each slot
                 B, n, V = q.shape
                 d = torch.multinomial(q.reshape(B * n, V), 1, generator=state.generator).view(B, n)
                 qs.append(q)

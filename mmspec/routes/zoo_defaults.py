@@ -6,8 +6,9 @@ from __future__ import annotations
 from ..registry import CAUSAL_METHODS
 
 # the fastest lossless method of each zoo target in `mmspec eval` (code: the confident chain, 1.8x against DEER's
-# 1.1x on the 15-layer code target; vlm: MSD)
-ZOO_METHOD = {"code-target": "chain", "vlm-target": "msd"}
+# 1.1x on the 15-layer code target; vlm: the DFlash block drafter, 2.08x / 2.17x in two `mmspec eval --suite vlm
+# --repeats 2` runs of 2026-11-26 against EAGLE's 1.86x / 1.92x and MSD's 1.82x / 1.78x)
+ZOO_METHOD = {"code-target": "chain", "vlm-target": "dflash"}
 ZOO_DRAFTERS = {
     "code-target": {"deer": "zoo:code-deer", "diffuspec": "zoo:code-dlm", "dflash": "zoo:code-dflash", "eagle": "zoo:code-eagle",
                     **{m: "zoo:code-drafter" for m in CAUSAL_METHODS}},

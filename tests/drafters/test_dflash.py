@@ -175,6 +175,21 @@ def test_lazy_head_gives_the_chain_of_all_slots(target):
     assert len(cuts) >= 4  # cuts inside the first chunk, the second, and the whole block
 
 
+def test_greedy_block_under_sampling_drafts_argmax_point_masses(target):
+    """sampled_drafts=False: under sampling the block's drafts are its greedy ones, without proposals (the verifier
+    takes them as point masses); the default draws each slot from its q and carries it."""
+    ids = torch.randint(3, VOCAB, (1, 7), generator=torch.Generator().manual_seed(3))
+    for kw in (dict(num_tokens=4), dict(tree_nodes=5, top_k=2)):
+        for sampled in (True, False):
+            drafter = DFlashDrafter(make_net(target), target, sampled_drafts=sampled, **kw)
+            trees = []
+            orig = drafter.propose
+            drafter.propose = lambda context, run: trees.append(orig(context, run)) or trees[-1]
+            SpeculativeGenerator(target, drafter).generate(ids, max_new_tokens=8, do_sample=True, eos_token_id=[],
+                                                           generator=torch.Generator().manual_seed(0))
+            assert trees and all((t.q is None) != sampled for t in trees), (kw, sampled)
+
+
 def test_lazy_head_gives_the_ddtree_of_all_slots(target):
     """DDTree's best-first search sends slots through the LM head as it reaches them: the tree equals the one built
     from every slot's logits, and a shallow tree leaves the block's last slots out of the head."""

@@ -43,7 +43,7 @@ def test_vlm_answers_about_a_picture(tmp_path, capsys):
     gen = mmspec.pipeline("zoo:vlm-target")
     ref = gen.generate(images=[scene.image()], prompts=[vd.with_image(vd.CAPTION_PROMPT)], max_new_tokens=24)
     assert out.out.strip() == ref.texts[0] and ref.texts[0]
-    assert "[msd] τ " in out.err
+    assert "[dflash] τ " in out.err
 
 
 @pytest.mark.parametrize("argv,message", [

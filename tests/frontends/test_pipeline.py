@@ -95,17 +95,19 @@ def test_checkpoint_dirs_with_device_map(checkpoints, greedy_reference):
         pipe("hello")
 
 
-def test_vlm_default_is_msd_and_matches_plain():
+def test_vlm_default_is_dflash_and_matches_plain():
     from mmspec.zoo import vlm_data as vd
 
     pipe = mmspec.pipeline("zoo:vlm-target")
-    assert isinstance(pipe, VLMPipeline) and pipe.method == "msd"
+    assert isinstance(pipe, VLMPipeline) and pipe.method == "dflash"
     scenes = vd.scenes("test", 2)
     kw = dict(images=[s.image() for s in scenes], prompts=[vd.with_image("Caption:")] * 2, max_new_tokens=24)
     out = pipe.generate(**kw)
     assert out.texts == mmspec.pipeline("zoo:vlm-target", method="plain").generate(**kw).texts
     assert out.stats.mean_accepted_tokens > 1.0
     assert mmspec.pipeline("zoo:vlm-target", method="chain").method == "chain"
+    tree = mmspec.pipeline("zoo:vlm-target", tree_nodes=8)  # the block drafter's DDTree, exact too
+    assert tree.generate(**kw).texts == out.texts
 
 
 def test_image_route_greedy_spec_equals_ar_and_overrides():

@@ -375,13 +375,17 @@ DFLASH_CASES = {  # block diffusion on the target's features: per-slot proposals
     "dflash-chain-warped-confident": (dict(num_tokens=3, confidence=0.2), WARPED),
     "dflash-ddtree": (dict(num_tokens=3, tree_nodes=5, top_k=3), PLAIN),
     "dflash-ddtree-warped": (dict(num_tokens=3, tree_nodes=5, top_k=3), WARPED),
+    # the greedy block under sampling: deterministic drafts verified as point masses
+    "dflash-greedy-chain-warped": (dict(num_tokens=3, sampled_drafts=False), WARPED),
+    "dflash-greedy-ddtree": (dict(num_tokens=3, tree_nodes=5, top_k=3, sampled_drafts=False), PLAIN),
 }
 
 
 @pytest.mark.parametrize("case", list(DFLASH_CASES))
 def test_dflash_matches_exact_target_joint(case):
     """DFlash drafting samples each slot from its own q (chain: p/q rejection; DDTree: children drawn without
-    replacement, multi-draft rule) and keeps the target's joint distribution."""
+    replacement, multi-draft rule), or drafts the greedy block (point masses), and keeps the target's joint
+    distribution."""
     from mmspec.drafters.dflash import DFlashDrafter
     from mmspec.drafters.dflash_model import DFlashDraftModel, make_config
 
