@@ -14,6 +14,7 @@ RUNS = {
     "generate_images.py": (["--classes", "0", "--out", "{tmp}/images"], "LANTERN++"),
     "vlm_inference.py": (["--scenes", "1", "--max-new-tokens", "6"], "τ ="),
     "flash_compression_cost.py": (["--quick"], "FLASH, 8 per image"),
+    "dflash_sampling_drafts.py": (["vlm", "--quick"], "round 1: DDTree, greedy block"),
 }
 
 

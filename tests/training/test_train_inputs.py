@@ -103,7 +103,8 @@ def test_a_run_that_never_saved_a_checkpoint_does_not_block_the_next(fp16, data,
 @pytest.mark.parametrize("command,target,kind", [
     ("msd", "zoo:code-target", "not a VLM target"),
     ("deer", "zoo:vlm-target", "not a causal LM (text) target"),
-    ("dflash", "zoo:vlm-target", "not a causal LM (text) target"),
+    ("dflash", "zoo:vlm-target", "a VLM target trains on --data rows of image / prompt"),  # not --generate
+    ("dflash", "zoo:image-target", "not a causal LM (text) or VLM target"),
     ("image-drafter", "zoo:code-target", "not a visual AR (image generation) target"),
 ])
 def test_a_target_of_the_wrong_kind_is_one_error_line(command, target, kind, tmp_path, capsys):
