@@ -16,7 +16,6 @@ from pathlib import Path
 import torch
 
 from . import zoo
-from tqdm.auto import tqdm
 
 from .drafters.dflash_io import load_dflash, save_dflash
 from .drafters.dflash_model import DFlashDraftModel, make_config

@@ -151,6 +151,20 @@ def completion_data(home: Path, target, tok, micro: bool, progress: bool = True)
     return out[0], out[1]
 
 
+def ship(net: DFlashDraftModel, tok, home: Path, name: str, family: str, micro: bool, seed: int,
+         target) -> tuple[Path, dict, DFlashDraftModel]:
+    """Write a zoo DFlash drafter (float16 weights, as the zoo ships its models; tokenizer; ``zoo.json`` without its
+    checksum yet) and load it back on the target's device: (directory, zoo.json fields, the drafter as shipped),
+    which is what the build then measures."""
+    out = home / name
+    save_dflash(net, out, dtype=torch.float16)
+    tok.save_pretrained(out)
+    info = {"family": family, "name": name, "micro": micro, "seed": seed, "distilled_from": f"{family}-target",
+            "method": "dflash", **versions()}
+    write_json(out / "zoo.json", info)
+    return out, info, load_dflash(out).to(model_device(target))
+
+
 def _as_shipped(net: DFlashDraftModel) -> None:
     """Round the weights to float16 and back, as the zoo ships them: the next stage starts from what a user of an
     earlier zoo has (and a build resumed from a shipped drafter is the build that trains it)."""
@@ -208,13 +222,7 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
               "heldout_before": stages[len(plan)]["heldout_before"], "heldout_after": stages[len(plan)]["heldout_after"],
               "heldout_set": "stage 3's validation rows: the target's answers to the validation split's completion "
                              "prompts", "feature_seconds": feature_seconds}
-    out = home / "code-dflash"
-    save_dflash(net, out, dtype=torch.float16)  # as the zoo ships its models; measured below as shipped
-    tok.save_pretrained(out)
-    info = {"family": "code", "name": "code-dflash", "micro": micro, "seed": SEED, "distilled_from": "code-target",
-            "method": "dflash", **versions()}
-    write_json(out / "zoo.json", info)
-    shipped = load_dflash(out).to(model_device(target))
+    out, info, shipped = ship(net, tok, home, "code-dflash", "code", micro, SEED, target)
     metrics = {"layers": LAYERS, "hidden": cfg.hidden_size, "block_size": BLOCK,
                "target_layer_ids": shipped.target_layer_ids,
                "params": sum(p.numel() for p in shipped.parameters()),
@@ -237,4 +245,4 @@ def _decode_tau(target, net, tok, micro: bool) -> dict:
             for k in (TAU_BLOCK, 8)}
 
 
-__all__ = ["NAMES", "build", "checksum", "target_data", "load_target_model"]
+__all__ = ["NAMES", "build", "checksum", "ship", "target_data", "load_target_model"]

@@ -23,17 +23,16 @@ from pathlib import Path
 import torch
 
 from ..drafters.dflash import DFlashDrafter
-from ..drafters.dflash_io import load_dflash, save_dflash
 from ..drafters.dflash_model import DFlashDraftModel, make_config
 from ..generator import SpeculativeGenerator
 from ..training.dflash import DFlashTrainConfig, Responses, block_acceptance, greedy_responses, \
     precompute_features, train_dflash, validation_batches
-from ..training.loop import load_checkpoint, model_device, on_model, save_checkpoint
+from ..training.loop import load_checkpoint, on_model, save_checkpoint
 from ..verifiers.tree_forward import text_config
 from . import vlm_data as vd
 from .code_data import ensure_tokenizer
-from .code_dflash import checksum
-from .common import build_device, build_dir, seed_everything, versions
+from .code_dflash import checksum, ship
+from .common import build_device, build_dir, seed_everything
 from .entry import ZooEntry
 from .home import write_json
 from .vlm_drafters import CAPTION_FRACTION, target_fingerprint
@@ -146,13 +145,7 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
     run_cfg = MICRO_TRAIN if micro else TRAIN
     report = train_dflash(net, target, train, val, run_cfg, progress=progress, checkpoint=work / "train.pt",
                           features=features, val_features=val_features)
-    out = home / "vlm-dflash"
-    save_dflash(net, out, dtype=torch.float16)  # as the zoo ships its models; measured below as shipped
-    tok.save_pretrained(out)
-    info = {"family": "vlm", "name": "vlm-dflash", "micro": micro, "seed": SEED, "distilled_from": "vlm-target",
-            "method": "dflash", **versions()}
-    write_json(out / "zoo.json", info)
-    shipped = load_dflash(out).to(model_device(target))
+    out, info, shipped = ship(net, tok, home, "vlm-dflash", "vlm", micro, SEED, target)
     n_tau = MICRO_N_TAU if micro else N_TAU
     metrics = {"layers": LAYERS, "hidden": cfg.hidden_size, "block_size": BLOCK,
                "target_layer_ids": shipped.target_layer_ids, "params": sum(p.numel() for p in shipped.parameters()),
