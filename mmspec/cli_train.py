@@ -328,10 +328,6 @@ def cli_train_dflash(args) -> int:
         rows = _respond(target, rows, args.max_new_tokens, eos, pad, ckpt / "responses.partial.pt", pictures=pictures)
         n_val = max(2, len(rows) // 20)
         train, val = Responses.from_rows(rows[n_val:], pad), Responses.from_rows(rows[:n_val], pad)
-        if pictures is not None:  # the features over the placeholders need the pictures: computed here, once
-            features, val_features = (precompute_features(target, None, data, inputs=stacked_inputs(part, target),
-                                                          select=DFlashDraftModel(dcfg).select_features)
-                                      for data, part in ((train, pictures[n_val:]), (val, pictures[:n_val])))
     else:
         cut = stream.numel() // 20
         n_val = max(8, args.generate // 32)
@@ -348,6 +344,9 @@ def cli_train_dflash(args) -> int:
         if init is not None:  # fine-tuning: another recipe's drafter as the starting point
             net.load_state_dict(init)
         net = net.to(target.device)
+        if pictures is not None:  # the features over the placeholders need the pictures: computed here, once
+            features, val_features = (precompute_features(target, net, data, inputs=stacked_inputs(part, target))
+                                      for data, part in ((train, pictures[n_val:]), (val, pictures[:n_val])))
         report = train_dflash(net, target, train, val, cfg, checkpoint=ckpt / "train.pt",
                               checkpoint_every_s=args.checkpoint_every, features=features,
                               val_features=val_features)

@@ -184,10 +184,6 @@ class DFlashDrafter(Drafter):
             cache.discard_pending()
         return h[:, 1: 1 + self.num_tokens]
 
-    def slot_logits(self, context: DraftContext, run: DFlashRun) -> torch.Tensor:
-        """[B, num_tokens, V] float logits of the block's first ``num_tokens`` slots (one drafter forward)."""
-        return self.lm_head(self.slot_hidden(context, run)).float()
-
     @torch.no_grad()
     def propose(self, context: DraftContext, run: DFlashRun) -> DraftTree:
         state = context.state
@@ -207,7 +203,7 @@ class DFlashDrafter(Drafter):
         is where the chain is cut anyway (:func:`~mmspec.drafters.base.confident_length`): the same chain, fewer
         slots through the head."""
         active = state.active.to(h.device)
-        sampling = sampling or state.sampling
+        sampling = sampling or state.sampling  # (propose passes the greedy one for sampled_drafts=False)
         sample = sampling.do_sample
         k = h.shape[1]
         step = LAZY_SLOTS if self.confidence is not None else k
@@ -240,15 +236,16 @@ class DFlashDrafter(Drafter):
             return DraftTree.chain(roots, drafts)
         return DraftTree.chain(roots, drafts, q=torch.cat(qs, 1))
 
-    def _ddtree(self, roots: torch.LongTensor, slots: torch.Tensor, sampling, generator,
+    def _ddtree(self, roots: torch.LongTensor, per_slot: torch.Tensor, sampling, generator,
                 hidden: bool = False) -> DraftTree:
-        """DDTree's best-first tree under the node budget, per row (see the module docstring). ``slots``: the slots'
-        logits [B, k, V], or (``hidden``) the block's slot states [B, k, H], which go through the LM head
+        """DDTree's best-first tree under the node budget, per row (see the module docstring). ``per_slot``: the
+        slots' logits [B, k, V], or (``hidden``) the block's slot states [B, k, H], which go through the LM head
         ``LAZY_SLOTS`` at a time as the best-first search reaches them (a tree of a few levels never pays for the
         block's last slots)."""
         sample = sampling.do_sample
-        B, k = slots.shape[:2]
-        head = (lambda a, b: self.lm_head(slots[:, a:b]).float()) if hidden else (lambda a, b: slots[:, a:b].float())
+        B, k = per_slot.shape[:2]
+        head = (lambda a, b: self.lm_head(per_slot[:, a:b]).float()) if hidden else \
+            (lambda a, b: per_slot[:, a:b].float())
         K = min(self.top_k, self.vocab_size)
         scores = [[] for _ in range(B)]  # per row, per slot reached: the top-K log-probabilities
         top_i, qs = [], []
@@ -286,11 +283,10 @@ class DFlashDrafter(Drafter):
             sizes.append(n)
             pad = N - n
             parents_l.append(par + [0] * pad), slots_l.append(slo + [0] * pad), ranks_l.append(ran + [0] * pad)
-        parents, slots_of, ranks = (torch.tensor(x, dtype=torch.long) for x in (parents_l, slots_l, ranks_l))
+        parents, slots, ranks = (torch.tensor(x, dtype=torch.long) for x in (parents_l, slots_l, ranks_l))
         valid = torch.arange(N)[None, :] < torch.tensor(sizes)[:, None]
         top_i = torch.cat(top_i, 1)
         q = torch.cat(qs, 1) if sample else None
-        slots = slots_of
         dev = roots.device
         parents, slots, ranks, valid = (t.to(dev) for t in (parents, slots, ranks, valid))
         if not sample:

@@ -23,9 +23,10 @@ import torch
 from ..drafters.dflash import DFlashDrafter
 from ..drafters.dflash_io import load_dflash, save_dflash
 from ..drafters.dflash_model import DFlashDraftModel, make_config
-from ..training.deer import Generations, target_generations
+from ..training.deer import target_generations
 from ..training.dflash import DFlashTrainConfig, Responses, block_acceptance, greedy_responses, \
     precompute_features, train_dflash, validation_batches
+from ..training.artifact import cached
 from ..training.loop import load_checkpoint, model_device, on_model, save_checkpoint
 from . import code_distill
 from .code_data import completion_prompts, completion_training_prompts, ensure_tokenizer, load_corpus
@@ -112,13 +113,15 @@ def target_data(home: Path, target, micro: bool, progress: bool = True, n_train:
     return tok, out[0], out[1]
 
 
-def _features(work: Path, name: str, target, net, data, progress: bool) -> tuple[torch.Tensor, float]:
-    """The target's features of the drafter's layers over every row of ``data``, cached as ``name``."""
+def cached_features(work: Path, name: str, target, net, data, progress: bool,
+                    inputs=None) -> tuple[torch.Tensor, float]:
+    """The target's features of the drafter's layers over every row of ``data`` (``inputs``: the rows' other
+    forward inputs, :func:`~mmspec.training.dflash.precompute_features`), cached as ``name``, and their seconds."""
     saved = load_checkpoint(work / name)
     if saved is not None:
         return saved["value"], saved["seconds"]
     t0 = time.perf_counter()
-    features = precompute_features(target, net, data, progress=progress)
+    features = precompute_features(target, net, data, progress=progress, inputs=inputs)
     save_checkpoint(work / name, {"value": features, "seconds": time.perf_counter() - t0})
     return features, time.perf_counter() - t0
 
@@ -138,16 +141,15 @@ def completion_data(home: Path, target, tok, micro: bool, progress: bool = True)
     out = []
     for split in ("train", "val"):
         prompts = [ids for ids in tok(texts[split], add_special_tokens=False).input_ids if 0 < len(ids) <= MAX_PROMPT]
-        path = work / f"completions-{split}{tag}.pt"
-        saved = load_checkpoint(path)
-        if saved is None:
-            answers = greedy_responses(target, prompts, code_distill.MICRO_TAU_TOKENS if micro else COMPLETION_TOKENS, None,
-                                       tok.pad_token_id or 0, partial=work / f"{path.stem}.partial.pt",
-                                       progress=progress)
-            saved = {"value": Responses.from_rows(list(zip(prompts, answers)), tok.pad_token_id or 0)}
-            save_checkpoint(path, saved)
-            (work / f"{path.stem}.partial.pt").unlink(missing_ok=True)
-        out.append(saved["value"])
+        partial = work / f"completions-{split}{tag}.partial.pt"
+
+        def answer(prompts=prompts, partial=partial):
+            answers = greedy_responses(target, prompts, code_distill.MICRO_TAU_TOKENS if micro else COMPLETION_TOKENS,
+                                       None, tok.pad_token_id or 0, partial=partial, progress=progress)
+            return Responses.from_rows(list(zip(prompts, answers)), tok.pad_token_id or 0)
+
+        out.append(cached(work / f"completions-{split}{tag}.pt", answer))
+        partial.unlink(missing_ok=True)
     return out[0], out[1]
 
 
@@ -204,7 +206,7 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
             tok = ensure_tokenizer(home, micro)
             train, val = completion_data(home, target, tok, micro, progress)
             name = f"features-completions{micro_tag}.pt"
-        features, secs = _features(work, name, target, net, train, progress)
+        features, secs = cached_features(work, name, target, net, train, progress)
         feature_seconds += secs
         stages[stage] = train_dflash(net, target, train, val, cfg_s, progress=progress, checkpoint=work / ckpt,
                                      features=features)
@@ -245,4 +247,4 @@ def _decode_tau(target, net, tok, micro: bool) -> dict:
             for k in (TAU_BLOCK, 8)}
 
 
-__all__ = ["NAMES", "build", "checksum", "ship", "target_data", "load_target_model"]
+__all__ = ["NAMES", "build", "checksum", "ship", "cached_features", "target_data", "load_target_model"]

@@ -26,12 +26,13 @@ from ..drafters.dflash import DFlashDrafter
 from ..drafters.dflash_model import DFlashDraftModel, make_config
 from ..generator import SpeculativeGenerator
 from ..training.dflash import DFlashTrainConfig, Responses, block_acceptance, greedy_responses, \
-    precompute_features, train_dflash, validation_batches
-from ..training.loop import load_checkpoint, on_model, save_checkpoint
+    train_dflash, validation_batches
+from ..training.artifact import cached
+from ..training.loop import on_model
 from ..verifiers.tree_forward import text_config
 from . import vlm_data as vd
 from .code_data import ensure_tokenizer
-from .code_dflash import checksum, ship
+from .code_dflash import cached_features, checksum, ship
 from .common import build_device, build_dir, seed_everything
 from .entry import ZooEntry
 from .home import write_json
@@ -75,34 +76,26 @@ def answered(target, enc: Encoder, pool: ScenePool, rows, work: Path, name: str,
     """(rows with the target's greedy answers, each row's scene index in ``pool``), cached as ``name`` (each
     finished batch saved on the way). A micro target, barely trained, may answer ``<eos>`` at once: its answers
     run to the budget instead, so that the rows exist."""
-    path = work / f"{name}.pt"
-    saved = load_checkpoint(path)
-    if saved is not None:
-        return saved["value"], saved["scenes"]
-    prompts = [p for p, _ in rows]
-    answers = greedy_responses(target, prompts, MICRO_ANSWER_TOKENS if micro else ANSWER_TOKENS,
-                               None if micro else enc.eos_id, enc.pad_id,
-                               partial=work / f"{name}.partial.pt", progress=progress,
-                               inputs=lambda idx, ids: {"pixel_values": to_pixels(pool.images[[rows[i][1] for i in idx]])})
-    keep = [(p, a) for p, a in zip(prompts, answers) if len(a) >= 2]  # a one-token answer has no label to draft
-    data = Responses.from_rows(keep, enc.pad_id)
-    scenes = torch.tensor([rows[i][1] for i, a in enumerate(answers) if len(a) >= 2])
-    save_checkpoint(path, {"value": data, "scenes": scenes})
+    def answer():
+        prompts = [p for p, _ in rows]
+        answers = greedy_responses(target, prompts, MICRO_ANSWER_TOKENS if micro else ANSWER_TOKENS,
+                                   None if micro else enc.eos_id, enc.pad_id, partial=work / f"{name}.partial.pt",
+                                   progress=progress, inputs=lambda idx, ids: {
+                                       "pixel_values": to_pixels(pool.images[[rows[i][1] for i in idx]])})
+        kept = [i for i, a in enumerate(answers) if len(a) >= 2]  # a one-token answer has no label to draft
+        return (Responses.from_rows([(prompts[i], answers[i]) for i in kept], enc.pad_id),
+                torch.tensor([rows[i][1] for i in kept]))
+
+    data, scenes = cached(work / f"{name}.pt", answer)
     (work / f"{name}.partial.pt").unlink(missing_ok=True)
     return data, scenes
 
 
 def features_of(target, net, data: Responses, scenes: torch.LongTensor, pool: ScenePool, work: Path, name: str,
                 progress: bool):
-    """The drafter's layers of the target over every row, its picture in (cached as ``name``)."""
-    saved = load_checkpoint(work / name)
-    if saved is not None:
-        return saved["value"], saved["seconds"]
-    t0 = time.perf_counter()
-    feats = precompute_features(target, net, data, progress=progress,
-                                inputs=lambda idx, ids: {"pixel_values": to_pixels(pool.images[scenes[idx]])})
-    save_checkpoint(work / name, {"value": feats, "seconds": time.perf_counter() - t0})
-    return feats, time.perf_counter() - t0
+    """The drafter's layers of the target over every row, its picture in (cached as ``name``), and their seconds."""
+    return cached_features(work, name, target, net, data, progress,
+                           inputs=lambda idx, ids: {"pixel_values": to_pixels(pool.images[scenes[idx]])})
 
 
 @torch.no_grad()
