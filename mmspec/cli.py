@@ -37,7 +37,7 @@ from .eval.vlm_suite import run_vlm_suite, run_vlm_sweep
 from .guidance import DEFAULT_CFG_SCALE
 from .options import BENCH, check_args
 from .pipeline import pipeline
-from .registry import draft_length
+from .registry import IMAGE_DRAFTERS, draft_length
 from .zoo.image_data import image_grid
 from .zoo.integrity import changed_since_commit, record_file_hashes, status
 
@@ -197,7 +197,7 @@ def _zoo_image(args, out: Path, started: float) -> int:
     grid = final / "grid.png"
     image_grid(images, nrow=min(len(classes), gen.layout.num_classes), scale=3).save(out / grid.name)
     applied = {k: v for k, v in res.config.items() if k not in ("class_ids", "seed")}
-    if args.drafter not in (None, "ar", "feature", "sar") and args.method != "ar":
+    if args.drafter not in (None, *IMAGE_DRAFTERS) and args.method != "ar":
         applied["drafter_path"] = args.drafter
     summary = {**applied, "classes": classes, "seed": args.seed, "batch": args.batch, "images": len(classes),
                "seconds": stats["seconds"], "tau": image_tau(stats), "grid": str(grid)}
@@ -363,12 +363,14 @@ def build_parser() -> argparse.ArgumentParser:
     img.add_argument("--tree", default=None, help="chain, static (the default tree: README, Image generation; for "
                      "Janus the default is static for lantern++, else a chain of --num-tokens), "
                      "dynamic, or a shape's label as the image suite reports it: branching per depth (2x1x1x1x1x1) or "
-                     "spine<depth>+<alternatives at the root> (spine7+1)")
+                     "spine<depth>+<alternatives at the root> (spine7+1); with --drafter dflash: chain (its block) or "
+                     "ddtree (a best-first tree of the block's slot marginals; static is the same)")
     img.add_argument("--num-tokens", type=int, default=None, help="chain length of --tree chain (spec, lantern, "
-                     "lantern++; default 4)")
+                     "lantern++; default 4, with --drafter dflash its whole block)")
     img.add_argument("--drafter", default=None, help="ar: the zoo's small AR drafter (run with CFG); feature: "
                      "image-eagle, a feature drafter on the guided target's features; sar: image-sar, the same "
-                     "drafting 4 tokens per forward; or a directory written by `mmspec train image-drafter`. "
+                     "drafting 4 tokens per forward; dflash: image-dflash, a block of 15 codes per forward (DFlash); "
+                     "or a directory written by `mmspec train image-drafter`. "
                      "Default: feature when image-eagle is built, else ar. For a Janus --model: a smaller Janus "
                      "checkpoint directory sharing its codebook (needed by spec, lantern, lantern++)")
     img.add_argument("--measure-tv", action="store_true", help="lantern / lantern++: also measure the exact "

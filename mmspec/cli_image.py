@@ -18,11 +18,11 @@ from tqdm.auto import tqdm
 from .loading import model_dir, zoo_name
 from .model_dirs import require_config
 from .pipeline import pipeline
-from .registry import check_image_method, resolve_bound
+from .registry import IMAGE_DRAFTERS, check_image_method, resolve_bound
 from .zoo.image_data import image_grid, tensor_to_pil
 
 ZOO_IMAGE = "zoo:image-target"
-ZOO_DRAFTERS = ("ar", "feature", "sar")  # the zoo image model's own drafters, by name
+ZOO_DRAFTERS = IMAGE_DRAFTERS  # the zoo image model's own drafters, by name
 KINDS = {"zoo": "the zoo's class-conditional model",
          "janus": "a Janus text-to-image checkpoint (JanusForConditionalGeneration)"}
 ONLY = {"zoo": (("classes", "--classes"),),  # options that apply to one kind only: (attribute, flag)

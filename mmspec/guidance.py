@@ -29,8 +29,12 @@ DEFAULT_CFG_SCALE = 3.0  # the guidance scale of every image front-end (LANTERN'
 
 
 class CFGModel(nn.Module):
-    def __init__(self, model, scale: float, null_token_id: int | None, allowed_ids=None, uncond=None):
+    def __init__(self, model, scale: float, null_token_id: int | None, allowed_ids=None, uncond=None,
+                 feature_entries=None):
         super().__init__()
+        # the ``hidden_states`` entries a drafter reads besides the last (a DFlash drafter's layers, entry i + 1 for
+        # layer i): each returned guided; None: the last one only, as a feature drafter needs
+        self.feature_entries = None if feature_entries is None else tuple(sorted({int(i) for i in feature_entries}))
         if scale != 1.0 and null_token_id is None and uncond is None:
             raise ValueError("classifier-free guidance (scale != 1) needs a null condition token (null_token_id) "
                              "or an unconditional-prompt rule (uncond)")
@@ -123,9 +127,12 @@ class CFGModel(nn.Module):
         ours = isinstance(cache, SpecKVCache) and pos is not None
         # stock Llama-family models: their modules called in order (the last hidden state is all a feature
         # drafter reads, so hidden_states is then that one entry)
-        direct = direct_logits(self.model, both, mask, pos, cache, return_hidden=True) if ours else None
+        entries = self.feature_entries if output_hidden_states else None
+        direct = direct_logits(self.model, both, mask, pos, cache, return_hidden="all" if entries else True) \
+            if ours else None
         if direct is not None:
-            out = CausalLMOutputWithPast(logits=direct[0], hidden_states=(direct[1],) if output_hidden_states else None,
+            hidden = direct[1] if entries else (direct[1],)
+            out = CausalLMOutputWithPast(logits=direct[0], hidden_states=hidden if output_hidden_states else None,
                                          **output_kwargs(cache))
         else:
             out = self.model(input_ids=both, attention_mask=mask, position_ids=pos, use_cache=use_cache,
@@ -139,9 +146,18 @@ class CFGModel(nn.Module):
             # the last layer's *guided* feature h_u + s (h_c - h_u): the LM head is linear, so it maps this
             # feature to the guided logits, and a feature drafter trained on it drafts under guidance with
             # one row per image instead of two
+            # (with feature_entries, the same for each entry named: every other inner entry is left out, None)
             *inner, last = out.hidden_states
-            hidden = tuple(h[:B] for h in inner) + (last[B:] + self.scale * (last[:B] - last[B:]),)
+            if entries:
+                hidden = tuple(self._guide(h, B) if i in entries else None for i, h in enumerate(inner))
+            else:
+                hidden = tuple(h[:B] for h in inner)
+            hidden = hidden + (self._guide(last, B),)
         return CausalLMOutputWithPast(logits=guided, hidden_states=hidden, **output_kwargs(cache))
+
+    def _guide(self, h: torch.Tensor, rows: int) -> torch.Tensor:
+        """h_u + s (h_c − h_u) of a stacked [2B, ...] feature (conditional rows first)."""
+        return h[rows:] + self.scale * (h[:rows] - h[rows:])
 
 
 __all__ = ["CFGModel", "DEFAULT_CFG_SCALE"]

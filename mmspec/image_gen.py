@@ -25,6 +25,8 @@ import torch
 
 from .arguments import reject_unknown
 from .drafters import NoDrafter
+from .drafters.dflash import check_target
+from .drafters.dflash_model import DFlashDraftModel
 from .drafters.feature_model import signature_mismatch
 from .frontend import ImageOutput, call_generator
 from .generator import SpeculativeGenerator, check_streamer
@@ -37,6 +39,8 @@ from .tree import tree_label
 from .verifiers.relaxed import Relaxation
 from .zoo import load as zoo_load, zoo_home
 
+
+FEATURE_KINDS = ("feature", "sar", "dflash")  # drafters reading the guided target's features
 
 # ``drafter=NO_DRAFTER`` with method "spec": mmspec's decoding loop with no drafts, sampling one code per target
 # forward exactly as plain AR does: the image suite's own-engine baseline (the cost model's c_t(1))
@@ -92,15 +96,14 @@ class ImageGenerator:
     drafter=...)`` picks the method and which of the drafters drafts, per call."""
 
     def __init__(self, target, drafter, vq, layout, classes: list[str] | None = None, feature_drafter=None,
-                 sar_drafter=None, method: str = "lantern++"):
+                 sar_drafter=None, method: str = "lantern++", dflash_drafter=None):
         check_image_method(method)
         self.target, self.drafter_model, self.vq, self.layout = target.eval(), drafter, vq, layout
         self.classes, self.method = classes, method
-        for net in (feature_drafter, sar_drafter):
-            problem = signature_mismatch(net.config.target, target) if net is not None else None
-            if problem:
-                raise ValueError(f"the feature drafter was trained against another target: {problem}")
-        self.feature_drafters = {"feature": feature_drafter, "sar": sar_drafter}
+        self.feature_drafters = {"feature": None, "sar": None, "dflash": None}
+        for kind, net in (("feature", feature_drafter), ("sar", sar_drafter), ("dflash", dflash_drafter)):
+            if net is not None:
+                self.set_feature_drafter(net, kind)
         book = codebook(vq)
         if book.shape[0] != layout.codebook_size:
             raise ValueError(f"the VQ codebook has {book.shape[0]} codes but the target's image vocabulary has "
@@ -119,7 +122,7 @@ class ImageGenerator:
             return zoo_load(name, home).model if (Path(home or zoo_home()) / name / "zoo.json").exists() else None
 
         return cls(t.model, d.model, t.extras["vq"], t.extras["layout"], t.extras.get("classes"),
-                   optional("image-eagle"), optional("image-sar"), method)
+                   optional("image-eagle"), optional("image-sar"), method, optional("image-dflash"))
 
     def to(self, device) -> "ImageGenerator":
         """Every model (target, drafters, VQ decoder) and the codebook on ``device``."""
@@ -136,21 +139,28 @@ class ImageGenerator:
         return "feature" if self.feature_drafters["feature"] is not None else "ar"
 
     def set_feature_drafter(self, net, kind: str) -> None:
-        """Use ``net`` as the ``"feature"`` (one token per forward) or ``"sar"`` drafter, checked against the target."""
-        if kind not in ("feature", "sar"):
-            raise ValueError(f"feature drafter kind must be 'feature' or 'sar', got {kind!r}")
-        problem = signature_mismatch(net.config.target, self.target)
-        if problem:
-            raise ValueError(f"the feature drafter was trained against another target: {problem}")
+        """Use ``net`` as the ``"feature"`` (one token per forward), ``"sar"`` or ``"dflash"`` (a
+        :class:`~mmspec.drafters.dflash_model.DFlashDraftModel`: a block per forward) drafter, checked against the
+        target."""
+        if kind not in FEATURE_KINDS:
+            raise ValueError(f"feature drafter kind must be one of {FEATURE_KINDS}, got {kind!r}")
+        if kind == "dflash":
+            if not isinstance(net, DFlashDraftModel):
+                raise ValueError(f"the 'dflash' drafter must be a DFlashDraftModel, got a {type(net).__name__}")
+            check_target(net, self.target)  # width, depth and vocabulary: a ValueError naming the mismatch
+        else:
+            problem = signature_mismatch(net.config.target, self.target)
+            if problem:
+                raise ValueError(f"the feature drafter was trained against another target: {problem}")
         self.feature_drafters[kind] = net
 
     def relaxation(self, lantern_k: int, delta: float | None = None, lam: float | None = None) -> Relaxation:
         return Relaxation.from_codebook(self.codebook, self.layout.vocab_size, lantern_k, self.layout.code_offset,
                                         delta=delta, lam=lam)
 
-    def _guided(self, model, cfg_scale: float) -> CFGModel:
+    def _guided(self, model, cfg_scale: float, feature_entries=None) -> CFGModel:
         codes = torch.arange(self.layout.code_offset, self.layout.code_offset + self.layout.codebook_size)
-        return CFGModel(model, cfg_scale, self.layout.null_id, codes)
+        return CFGModel(model, cfg_scale, self.layout.null_id, codes, feature_entries=feature_entries)
 
     def _drafter(self, kind: str, cfg_scale: float, tree, num_tokens: int):
         """The named drafter (``ar`` / ``feature`` / ``sar``, or ``none``: the loop's own plain sampling) built for
@@ -163,11 +173,19 @@ class ImageGenerator:
             return image_drafter(self._guided(self.drafter_model, cfg_scale), tree=tree, num_tokens=num_tokens)
         net = self.feature_drafters[kind]
         if net is None:
-            zoo_name, arg = ("image-eagle", "feature_drafter") if kind == "feature" else ("image-sar", "sar_drafter")
+            zoo_name, arg, how = {"feature": ("image-eagle", "feature_drafter", "`mmspec train image-drafter`"),
+                                  "sar": ("image-sar", "sar_drafter", "`mmspec train image-drafter`"),
+                                  "dflash": ("image-dflash", "dflash_drafter", "`mmspec train dflash`")}[kind]
             raise ValueError(f"no {kind} drafter loaded: build it (`mmspec zoo build --only {zoo_name}`) or train "
-                             f"one (`mmspec train image-drafter`) and pass it as {arg}=")
-        return image_drafter(net=net, guided_target=self._guided(self.target, cfg_scale), tree=tree,
-                             num_tokens=num_tokens)
+                             f"one ({how}) and pass it as {arg}=")
+        return image_drafter(net=net, guided_target=self._guided(self.target, cfg_scale, self._entries(kind)),
+                             tree=tree, num_tokens=num_tokens)
+
+    def _entries(self, kind: str):
+        """The guided target's ``feature_entries`` drafter ``kind`` reads: a DFlash drafter reads several layers'
+        features, each guided as the last one is; None for the others (the last one only)."""
+        net = self.feature_drafters.get(kind)
+        return [i + 1 for i in net.target_layer_ids] if kind == "dflash" and net is not None else None
 
     @torch.no_grad()
     def generate(self, class_ids, method: str | None = None, cfg_scale: float = DEFAULT_CFG_SCALE,
@@ -194,10 +212,11 @@ class ImageGenerator:
         check_image_call(settings, method, where="ImageGenerator.generate")
         tree = IMAGE_TREE if tree is None else tree
         if num_tokens is not None and method != "ar" and (tree != "chain" or drafter == "sar"):
-            raise ValueError(f"num_tokens sets the length of a chain drafted one code per forward: it applies to "
-                             f"tree='chain' with the 'ar' or 'feature' drafter, not tree={tree_label(tree)!r} with "
-                             f"the {drafter!r} drafter")
-        num_tokens = IMAGE_CHAIN_TOKENS if num_tokens is None else num_tokens
+            raise ValueError(f"num_tokens sets the length of a chain: it applies to tree='chain' with the 'ar', "
+                             f"'feature' or 'dflash' drafter, not tree={tree_label(tree)!r} with the {drafter!r} "
+                             "drafter")
+        if num_tokens is None and drafter != "dflash":  # (the DFlash chain: its whole block by default)
+            num_tokens = IMAGE_CHAIN_TOKENS
         class_ids = as_class_ids(class_ids)
         check_streamer(streamer, torch.empty(len(class_ids), 1))
         n_classes = self.layout.num_classes
@@ -214,7 +233,7 @@ class ImageGenerator:
             codes = generate_codes(self.target, class_ids, cfg_scale, temperature, 0, rng, self.layout, streamer)
         else:
             relax = self.relaxation(**bound) if bound else None
-            engine = SpeculativeGenerator(self._guided(self.target, cfg_scale),
+            engine = SpeculativeGenerator(self._guided(self.target, cfg_scale, self._entries(drafter)),
                                           self._drafter(drafter, cfg_scale, tree, num_tokens), relaxation=relax,
                                           measure_output_tv=measure_output_tv)
             ids = self.layout.class_tokens(class_ids)[:, None].to(self.target.device)

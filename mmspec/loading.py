@@ -24,7 +24,7 @@ from .verifiers.tree_forward import text_config
 from .zoo import ZooEntry, load as zoo_load
 
 RECORD = "mmspec.json"  # what `mmspec train ...` writes next to the weights
-NAMED_DRAFTERS = ("prompt-lookup", "ar", "feature", "sar")  # drafters named, not loaded
+NAMED_DRAFTERS = ("prompt-lookup", "ar", "feature", "sar", "dflash")  # drafters named, not loaded
 
 
 def read_record(path: str | Path) -> dict | None:

@@ -25,7 +25,7 @@ from .drafters.ngram import NGramLM
 from .generator import SpeculativeGenerator
 from .guidance import DEFAULT_CFG_SCALE
 from .options import IMAGE as IMAGE_OPTIONS, ROUTE_OPTIONS, check_options
-from .tree import DEFAULT_TREE, TreeTemplate
+from .tree import DEFAULT_TREE, TreeTemplate, tree_label
 from .verifiers.tree_forward import text_config
 
 # ------------------------------------------------------------------------------------------------ method names
@@ -67,7 +67,8 @@ DIFFUSION_METHODS = ("deer", "diffuspec")  # a diffusion LM drafts
 FEATURE_METHODS = ("msd", "flash", "eagle")  # a feature drafter reads the target's hidden states
 BLOCK_METHODS = ("dflash",)  # a block-diffusion drafter reads several of the target's layers
 NO_MODEL_METHODS = ("plain", "mmspec-plain", "prompt-lookup")
-IMAGE_DRAFTERS = ("ar", "feature", "sar")  # the zoo image target's: small AR model, image-eagle, image-sar
+# the zoo image target's drafters: small AR model, image-eagle, image-sar, image-dflash (the DFlash block drafter)
+IMAGE_DRAFTERS = ("ar", "feature", "sar", "dflash")
 
 # ------------------------------------------------------------------------------------------------ settings
 
@@ -98,6 +99,7 @@ def draft_length(method: str, num_tokens: int | None = None) -> int | None:
 
 DYNAMIC_TREE = dict(top_k=4, num_nodes=16)  # EAGLE-2 expansion width and kept nodes
 DFLASH_TREE = dict(tree_nodes=16, top_k=4)  # DDTree's node budget and per-slot candidates
+IMAGE_DFLASH_TREE = dict(tree_nodes=16, top_k=4)  # the same on the image target (tree="ddtree")
 # DiffuSpec's CPS mix of dLM and causal-proxy scores for the zoo. The paper's λ = 0.5 suits a 7B dLM with a strong
 # n-gram; here the 4-gram (3.48 nats/token) is weaker than the dLM, and held-out *validation* prompts
 # (8 × 64 tokens, greedy, k = 8) gave τ 1.82 / 2.04 / 2.18 / 1.97 for λ = 0.5 / 0.7 / 0.85 / 1.0.
@@ -364,10 +366,19 @@ def tree_options(tree, num_tokens: int, top_k: int, num_nodes: int, sar: int = 1
     raise ValueError(f"tree must be 'chain', 'static', 'dynamic', a TreeTemplate or a shape's label, got {tree!r}")
 
 
-def image_drafter(guided_drafter=None, *, net: FeatureDraftModel | None = None, guided_target=None, tree="static",
-                  num_tokens: int = 4, top_k: int = 4, num_nodes: int = 24) -> Drafter:
+def image_drafter(guided_drafter=None, *, net: FeatureDraftModel | DFlashDraftModel | None = None, guided_target=None,
+                  tree="static", num_tokens: int | None = 4, top_k: int = 4, num_nodes: int = 24) -> Drafter:
     """The drafter of the image methods (spec / lantern / lantern++): a small AR model already wrapped for CFG
-    (``guided_drafter``), or a feature drafter ``net`` reading the guided target's features."""
+    (``guided_drafter``), or a feature drafter ``net`` reading the guided target's features (a DFlash block
+    drafter: ``tree="chain"``, its first ``num_tokens`` slots, None: the whole block; ``"static"`` or ``"ddtree"``,
+    the DDTree of its slot marginals, ``IMAGE_DFLASH_TREE``)."""
+    if isinstance(net, DFlashDraftModel):
+        if tree == "chain":
+            return DFlashDrafter(net, guided_target, num_tokens=num_tokens)
+        if tree in ("static", "ddtree"):
+            return DFlashDrafter(net, guided_target, **IMAGE_DFLASH_TREE)
+        raise ValueError(f"the DFlash drafter drafts tree='chain' (its block) or 'ddtree' (a best-first tree of the "
+                         f"block's slot marginals; 'static' is the same), not {tree_label(tree)!r}")
     if net is not None:
         return FeatureDrafter(net, guided_target, **tree_options(tree, num_tokens, top_k, num_nodes,
                                                                  net.config.sar_tokens))
@@ -380,7 +391,7 @@ def check_image_method(method: str) -> None:
 
 
 __all__ = ["METHODS", "TEXT_METHODS", "VLM_METHODS", "IMAGE_METHODS", "CAUSAL_METHODS", "DIFFUSION_METHODS",
-           "FEATURE_METHODS", "BLOCK_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "DRAFT_TOKENS", "CHAIN_CONFIDENCE", "CONFIDENT_CHAIN_TOKENS", "draft_length", "DYNAMIC_TREE", "DFLASH_TREE", "CPS_LAMBDA", "ZOO_ADL",
+           "FEATURE_METHODS", "BLOCK_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "DRAFT_TOKENS", "CHAIN_CONFIDENCE", "CONFIDENT_CHAIN_TOKENS", "draft_length", "DYNAMIC_TREE", "DFLASH_TREE", "IMAGE_DFLASH_TREE", "CPS_LAMBDA", "ZOO_ADL",
            "BOUND_DEFAULTS", "LANTERN_TREE", "OPTIONS", "IMAGE_TREE", "IMAGE_CHAIN_TOKENS", "take_options", "check_applies", "wrong_method",
            "drafter_kind", "check_vocab", "check_feature", "causal_method", "NEEDS", "build_drafter", "zoo_diffuspec",
            "engine", "lattice_tree", "resolve_bound", "tree_options", "image_drafter", "check_image_method"]

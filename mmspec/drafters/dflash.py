@@ -35,7 +35,7 @@ from ..verifiers.acceptance import AcceptResult
 from ..verifiers.logits import SamplingConfig
 from ..verifiers.tree_forward import chain_parents, prefill_parents, text_config
 from .base import Drafter, check_confidence, trusted_slots
-from .dflash_model import DFlashDraftModel
+from .dflash_model import DFlashDraftModel, emitted
 
 
 LAZY_SLOTS = 4  # slots the confident chain sends through the LM head at a time
@@ -94,6 +94,7 @@ class DFlashDrafter(Drafter):
         self.net = net.eval()
         self.embed = target.get_input_embeddings()
         self.lm_head = target.get_output_embeddings()
+        self.never = getattr(target, "disallowed", None)  # ids the target never emits: no draft mass
         self.num_tokens = num_tokens
         self.confidence = confidence
         self.tree_nodes = None if tree_nodes is None else int(tree_nodes)
@@ -160,6 +161,10 @@ class DFlashDrafter(Drafter):
         cache.commit_first(new)
 
     # ------------------------------------------------------------------ drafting
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """Float logits of slot states through the target's LM head (ids the target never emits at −inf)."""
+        return emitted(self.lm_head(h).float(), self.never)
+
     @torch.no_grad()
     def slot_hidden(self, context: DraftContext, run: DFlashRun) -> torch.Tensor:
         """[B, num_tokens, H] the block's final-normed states at its first ``num_tokens`` slots (one drafter forward;
@@ -209,7 +214,7 @@ class DFlashDrafter(Drafter):
         step = LAZY_SLOTS if self.confidence is not None else k
         drafts, qs = [], []
         for s in range(0, k, step):
-            logits = self.lm_head(h[:, s: s + step]).float()
+            logits = self.head(h[:, s: s + step])
             if sample:
                 q = sampling.probs(logits)  # the target's warpers applied to each slot
                 B, n, V = q.shape
@@ -244,7 +249,7 @@ class DFlashDrafter(Drafter):
         block's last slots)."""
         sample = sampling.do_sample
         B, k = per_slot.shape[:2]
-        head = (lambda a, b: self.lm_head(per_slot[:, a:b]).float()) if hidden else \
+        head = (lambda a, b: self.head(per_slot[:, a:b])) if hidden else \
             (lambda a, b: per_slot[:, a:b].float())
         K = min(self.top_k, self.vocab_size)
         scores = [[] for _ in range(B)]  # per row, per slot reached: the top-K log-probabilities

@@ -49,6 +49,12 @@ def default_layer_ids(num_target_layers: int, k: int = DEFAULT_NUM_FEATURE_LAYER
     return sorted(set(ids))
 
 
+def emitted(logits: torch.Tensor, never) -> torch.Tensor:
+    """``logits`` with the ids a target never emits at −inf (``never``: its ``disallowed`` mask, a guided image
+    target's class tokens, :attr:`~mmspec.guidance.CFGModel.disallowed`; None: unchanged), as the drafter drafts."""
+    return logits if never is None else logits.masked_fill(never, float("-inf"))
+
+
 def make_config(target_config, num_layers: int = 2, block_size: int = DEFAULT_BLOCK_SIZE,
                 mask_token_id: int | None = None, target_layer_ids: list[int] | None = None,
                 intermediate_size: int | None = None, num_attention_heads: int | None = None,
@@ -204,5 +210,5 @@ def teacher_forced_logits(net: DFlashDraftModel, embed: nn.Module, lm_head: nn.M
     return lm_head(h[:, :, 1:])
 
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "DEFAULT_NUM_FEATURE_LAYERS", "default_layer_ids", "make_config", "DFlashDraftModel",
+__all__ = ["DEFAULT_BLOCK_SIZE", "DEFAULT_NUM_FEATURE_LAYERS", "default_layer_ids", "make_config", "DFlashDraftModel", "emitted",
            "teacher_forced_logits"]

@@ -64,6 +64,20 @@ FEATURE_METHODS = [
     # the default bound on a narrower tree (10 nodes instead of 18): where a verify forward costs per node
     ("eagle: LANTERN++ λ=10 k=16 tree 2x1x1x1x1", "lantern++",
      dict(lam=10.0, lantern_k=16, tree=TreeTemplate.full((2, 1, 1, 1, 1)), drafter="feature")),
+    # image-dflash: a block of 15 codes per drafter forward, as a chain or a DDTree of its slot marginals, lossless
+    # and relaxed (LANTERN / LANTERN++ judge each node as they judge any drafter's)
+    ("dflash: spec chain", "spec", dict(tree="chain", drafter="dflash")),
+    ("dflash: spec chain of 8", "spec", dict(tree="chain", num_tokens=8, drafter="dflash")),
+    ("dflash: LANTERN++ λ=50 k=16 chain of 8", "lantern++", dict(lam=50.0, lantern_k=16, tree="chain", num_tokens=8,
+                                                                 drafter="dflash")),
+    ("dflash: spec ddtree", "spec", dict(tree="ddtree", drafter="dflash")),
+    ("dflash: LANTERN δ=0.2 k=64 chain", "lantern", dict(delta=0.2, lantern_k=64, tree="chain", drafter="dflash")),
+    ("dflash: LANTERN++ λ=10 k=16 chain", "lantern++", dict(lam=10.0, lantern_k=16, tree="chain", drafter="dflash")),
+    ("dflash: LANTERN++ λ=10 k=16 ddtree", "lantern++", dict(lam=10.0, lantern_k=16, tree="ddtree",
+                                                              drafter="dflash")),
+    ("dflash: LANTERN++ λ=50 k=16 chain", "lantern++", dict(lam=50.0, lantern_k=16, tree="chain", drafter="dflash")),
+    ("dflash: LANTERN++ λ=50 k=16 ddtree", "lantern++", dict(lam=50.0, lantern_k=16, tree="ddtree",
+                                                              drafter="dflash")),
 ]
 
 
@@ -290,7 +304,7 @@ def plot_speed_quality(report: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    colours = {"ar": "tab:blue", "feature": "tab:orange", "sar": "tab:green"}
+    colours = {"ar": "tab:blue", "feature": "tab:orange", "sar": "tab:green", "dflash": "tab:red"}
     fig, ax = plt.subplots(figsize=(7.5, 5))
     lossless = report.get("lossless_fd_all") or report["ar_run_to_run_fd_all"]
     ax.axvspan(min(lossless), max(lossless), color="grey", alpha=0.12, lw=0)
@@ -304,7 +318,8 @@ def plot_speed_quality(report: dict, path: Path) -> None:
                Line2D([], [], ls=":", c="grey", label="+10%"),
                matplotlib.patches.Patch(color="grey", alpha=0.12, label="FD spread of lossless runs"),
                *[Line2D([], [], ls="", marker="o", c=c, label=f"drafter: {n}") for n, c in
-                 (("small AR", colours["ar"]), ("image-eagle", colours["feature"]), ("image-sar", colours["sar"]))],
+                 (("small AR", colours["ar"]), ("image-eagle", colours["feature"]), ("image-sar", colours["sar"]),
+                  ("image-dflash", colours["dflash"]))],
                *[Line2D([], [], ls="", marker=m, c="k", label=n) for n, m in
                  (("plain AR", "s"), ("lossless spec", "o"), ("LANTERN", "^"), ("LANTERN++", "D"))]]
     ax.legend(handles=handles, fontsize=6, loc="upper right")

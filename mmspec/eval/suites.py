@@ -322,6 +322,8 @@ def image_slug(method: str, kw: dict) -> str:
         parts.append(f"lam{kw['lam']}")
     if kw.get("lantern_k") not in (None, 8):
         parts.append(f"k{kw['lantern_k']}")
+    if kw.get("num_tokens") is not None:
+        parts.append(f"n{kw['num_tokens']}")
     if kw.get("drafter") not in (None, "ar"):
         parts.append(kw["drafter"])
     return "-".join(parts)
@@ -400,7 +402,7 @@ def image_suite(cfg: EvalConfig) -> Suite:
 
     notes = (f"{len(classes)} classes, one picture each at batch 1 (CFG {cfg.image_cfg_scale}, "
              f"{'greedy' if greedy else f'T = {cfg.image_temperature}'}, {pipe.layout.num_codes} codes per picture)")
-    drafters = ", ".join(["image-drafter"] + [{"feature": "image-eagle", "sar": "image-sar"}[k] for k in have])
+    drafters = ", ".join(["image-drafter"] + [{"feature": "image-eagle", "sar": "image-sar", "dflash": "image-dflash"}[k] for k in have])
     return Suite("image", f"zoo:image-target (CFG); drafters {drafters}", base, available, methods, items, notes, run,
                  table)
 

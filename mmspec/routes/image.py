@@ -38,8 +38,9 @@ class ImagePipeline:
         if self.method == "ar":
             return None
         d = self.defaults
+        chain = None if self.drafter_kind == "dflash" else IMAGE_CHAIN_TOKENS  # (DFlash's chain: its whole block)
         return self.generator._drafter(self.drafter_kind, d.get("cfg_scale", DEFAULT_CFG_SCALE),
-                                       d.get("tree") or IMAGE_TREE, d.get("num_tokens") or IMAGE_CHAIN_TOKENS)
+                                       d.get("tree") or IMAGE_TREE, d.get("num_tokens") or chain)
 
     @property
     def layout(self):
@@ -75,11 +76,12 @@ def _refuse_drafter_for_ar(method: str, drafter) -> None:
                          "drafting method (spec, lantern, lantern++) to use it")
 
 
-def _feature_net(spec, target: Target, home, device, what: str):
+def _feature_net(spec, target: Target, home, device, what: str, kinds=("feature",)):
     net = load_drafter(spec, target, home, device)
-    if drafter_kind(net) != "feature":
-        raise ValueError(f"{what}={spec!r}: the zoo image target drafts with one of {IMAGE_DRAFTERS} or a feature "
-                         "drafter trained by `mmspec train image-drafter` (its directory or the FeatureDraftModel)")
+    if drafter_kind(net) not in kinds:
+        raise ValueError(f"{what}={spec!r}: the zoo image target drafts with one of {IMAGE_DRAFTERS}, a feature "
+                         "drafter trained by `mmspec train image-drafter` (its directory or the FeatureDraftModel) or "
+                         "a DFlash block drafter of the guided target (zoo:image-dflash, or its DFlashDraftModel)")
     return net
 
 
@@ -110,9 +112,9 @@ def image_pipeline(target: Target, drafter, method: str | None, home=None, devic
             kind = gen.default_drafter
         elif isinstance(drafter, str) and drafter in IMAGE_DRAFTERS:
             kind = drafter
-        else:  # a trained feature drafter (`mmspec train image-drafter`): its head decides feature or sar
-            net = _feature_net(drafter, target, home, device, "drafter")
-            kind = "sar" if net.config.sar_tokens > 1 else "feature"
+        else:  # a trained feature drafter (`mmspec train image-drafter`; its head decides feature or sar) or DFlash's
+            net = _feature_net(drafter, target, home, device, "drafter", kinds=("feature", "dflash"))
+            kind = "dflash" if drafter_kind(net) == "dflash" else "sar" if net.config.sar_tokens > 1 else "feature"
             gen.set_feature_drafter(net, kind)
     else:  # a checkpoint over [class token] + VQ codes: an AR drafter over the same layout and the VQ decoder
         if opts["vq"] is None:
@@ -128,7 +130,7 @@ def image_pipeline(target: Target, drafter, method: str | None, home=None, devic
     if device is not None:
         gen.to(device)  # every model of the route (target, drafters, VQ decoder) where it was asked for
     if method != "ar" and kind != "ar" and gen.feature_drafters.get(kind) is None:
-        name = "image-eagle" if kind == "feature" else "image-sar"
+        name = {"feature": "image-eagle", "sar": "image-sar", "dflash": "image-dflash"}[kind]
         raise ValueError(f"no {kind} drafter loaded for this target: build it (`mmspec zoo build --only {name}`)")
     defaults = {k: v for k, v in opts.items() if k not in ("vq", "feature_drafter", "sar_drafter")}
     return ImagePipeline(gen, method, kind, **defaults)

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from ..drafters.dflash_model import DFlashDraftModel, teacher_forced_logits
+from ..drafters.dflash_model import DFlashDraftModel, emitted, teacher_forced_logits
 from .deer import Generations
 from .loop import load_checkpoint, model_device, on_model, save_checkpoint, train_loop
 
@@ -196,7 +196,8 @@ def dflash_loss(net: DFlashDraftModel, target, batch: dict, cfg: DFlashTrainConf
         features, target_logits = batch["features"], None
     else:
         features, target_logits = target_outputs(target, net, batch["tokens"])
-    logits = teacher_forced_logits(net, embed, lm_head, batch["tokens"], features, batch["anchors"]).float()
+    logits = emitted(teacher_forced_logits(net, embed, lm_head, batch["tokens"], features, batch["anchors"]).float(),
+                     getattr(target, "disallowed", None))
     labels, valid, pos = slot_labels(batch, net.block_size)
     w = slot_weights(net.block_size, cfg.gamma, logits.device)[None, None, :] * valid
     logq = torch.log_softmax(logits, -1)
@@ -224,7 +225,8 @@ def block_acceptance(net: DFlashDraftModel, target, batches: list[dict]) -> dict
     for batch in batches:
         batch = on_model(batch, net)
         features = batch["features"] if "features" in batch else target_outputs(target, net, batch["tokens"])[0]
-        logits = teacher_forced_logits(net, embed, lm_head, batch["tokens"], features, batch["anchors"])
+        logits = emitted(teacher_forced_logits(net, embed, lm_head, batch["tokens"], features, batch["anchors"]),
+                         getattr(target, "disallowed", None))
         labels, valid, _ = slot_labels(batch, net.block_size)
         agree = (logits.argmax(-1) == labels) & valid
         hits += agree.sum((0, 1)).float().cpu()

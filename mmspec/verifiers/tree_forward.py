@@ -120,19 +120,26 @@ def direct_logits(model, input_ids: torch.LongTensor, mask: torch.Tensor | None,
     head) with our mask, positions and cache; None for any other model. The model-level wrappers (output
     capture, mask construction) cost a quarter of a small model's forward on CPU: drafters run several times
     a step, and the verifier once. ``return_hidden``: also the last hidden state after the final norm (what
-    ``hidden_states[-1]`` holds), as ``(logits, hidden)``; ``first``: the norm and LM head run on positions
-    ``first`` onward only. ``mask`` None: every query sees every cached key (one query per row)."""
+    ``hidden_states[-1]`` holds), as ``(logits, hidden)``, or with ``"all"`` the whole ``hidden_states`` tuple a
+    stock forward returns (embedding output, each layer's, the last one normed); ``first``: the norm and LM head
+    run on positions ``first`` onward only. ``mask`` None: every query sees every cached key (one query per row)."""
     parts = direct_parts(model)
     if parts is None:
         return None
     inner, head = parts
     config = inner.config
     h = inner.embed_tokens(input_ids)
+    every = [h] if return_hidden == "all" else None
     rope = inner.rotary_emb(h, position_ids=positions)
     for i, layer in enumerate(inner.layers[: config.num_hidden_layers]):
         h = layer(h, attention_mask=layer_mask(mask, config, i), position_ids=positions,
                   position_embeddings=rope, **cache_kwargs(layer, cache))
+        if every is not None:
+            every.append(h)
     h = inner.norm(h[:, first:])
+    if every is not None:
+        every[-1] = h
+        return head(h), tuple(every)
     return (head(h), h) if return_hidden else head(h)
 
 

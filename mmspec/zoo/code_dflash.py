@@ -69,8 +69,12 @@ TAU_BLOCK = 15  # drafts per step for the recorded decoding tau (the whole block
 
 @torch.no_grad()
 def checksum(entry: ZooEntry) -> dict:
+    return logits_checksum(checksum_output(entry.model))
+
+
+@torch.no_grad()
+def checksum_output(net: DFlashDraftModel) -> torch.Tensor:
     """The drafter's final-normed block output on fixed synthetic context features (no target needed)."""
-    net = entry.model
     g = torch.Generator().manual_seed(0)
     feats = torch.randn(1, 6, net.fc.in_features, generator=g).to(net.device)
     x = torch.randn(1, 4, net.config.hidden_size, generator=g).to(net.device)
@@ -78,8 +82,7 @@ def checksum(entry: ZooEntry) -> dict:
     ccos, csin = net.rope(ctx, torch.arange(6, device=net.device)[None])
     bcos, bsin = net.rope(x, torch.arange(6, 10, device=net.device)[None])
     kv = [net.context_kv(i, ctx, ccos, csin) for i in range(len(net.layers))]
-    h = net.block(x, bcos, bsin, lambda i, k, v: (torch.cat([kv[i][0], k], 2), torch.cat([kv[i][1], v], 2)), None)
-    return logits_checksum(h)
+    return net.block(x, bcos, bsin, lambda i, k, v: (torch.cat([kv[i][0], k], 2), torch.cat([kv[i][1], v], 2)), None)
 
 
 def load_target_model(home: Path):

@@ -34,7 +34,7 @@ from transformers.utils import logging as tlog
 from ..image_codes import LAYOUT_KEY, TokenLayout, decode_codes, generate_codes, layout_of
 from ..training.loop import TrainResult, model_device, on_model, train_loop
 from . import image_data as data
-from . import image_drafters
+from . import image_dflash, image_drafters
 from .common import build_device, build_dir, feature_checksum_output, logits_checksum, seed_everything
 from .entry import ZooEntry
 from .growth import grow_depth, layer_ablation, unused_layers
@@ -212,6 +212,8 @@ def checksum_output(name: str, model, layout: TokenLayout | None = None) -> torc
     """The output a zoo.json checksum fingerprints, for model ``name``."""
     if name in image_drafters.NAMES:
         return feature_checksum_output(model)
+    if name in image_dflash.NAMES:
+        return image_dflash.checksum_output(model)
     if name == "image-vq":
         return model(on_model(checksum_images(size=image_size_of(model)), model)).sample
     if name == "image-classifier":
@@ -495,6 +497,8 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
     extra = [n for n in image_drafters.NAMES if n in names]
     if extra:
         out.update(image_drafters.build(home, micro, progress, extra))
+    if any(n in names for n in image_dflash.NAMES):
+        out.update(image_dflash.build(home, micro, progress))
     return out
 
 

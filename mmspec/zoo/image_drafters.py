@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -56,24 +56,51 @@ TRAIN_STEPS = {"image-eagle": 6000, "image-sar": 3000}
 SAMPLE_BATCH = 512  # pictures sampled per batch (CFG: twice the rows)
 
 
-def build(home: Path, micro: bool = False, progress: bool = True, names: list[str] | None = None) -> dict:
-    names = names or NAMES
-    require_built(Path(home), "image-target", names[0])
+@dataclass
+class GuidedSamples:
+    """The frozen guided target's training pictures, shared by every drafter of the family: ``seqs`` holds
+    ``train`` rows, then ``val`` held-out ones (``[class token] + codes``); ``work`` is the build folder bound to
+    this target (a rebuilt target starts it over)."""
+
+    entry: ZooEntry
+    target: torch.nn.Module  # on the build's device
+    seqs: torch.LongTensor
+    train: int
+    val: int
+    work: Path
+
+    @property
+    def layout(self):
+        return self.entry.extras["layout"]
+
+
+def guided_samples(home: Path, micro: bool, progress: bool, who: str) -> GuidedSamples:
+    """The target's guided samples (CFG ``CFG_SCALE``, seed ``SEED``), drawn once per target and cached with each
+    finished batch saved (a killed build resumes)."""
+    require_built(Path(home), "image-target", who)
     target_entry = load("image-target", home / "image-target")
     # the frozen target runs on the build's device: it samples the training sequences and gives the features
     target, layout = target_entry.model.to(build_device()), target_entry.extras["layout"]
     samples, val_samples = SAMPLES[micro]
+    # the samples and the checkpoints belong to this target: a rebuilt target starts them over
+    work = bound_dir(build_dir(home, "image-feature-drafters"), target_entry.config["checksum"])
+    n = samples + val_samples  # the cache is named by its count: a recipe that draws more starts over
+    seqs = cached(work / f"samples-{n}.pt", lambda: target_samples(target, layout, n, CFG_SCALE, SEED,
+                                                                   batch_size=SAMPLE_BATCH, progress=progress,
+                                                                   partial=work / f"samples-{n}.partial.pt"))
+    return GuidedSamples(target_entry, target, seqs, samples, val_samples, work)
+
+
+def build(home: Path, micro: bool = False, progress: bool = True, names: list[str] | None = None) -> dict:
+    names = names or NAMES
     threads = torch.get_num_threads()
     if micro:
         torch.set_num_threads(1)  # micro builds (the tests') give the same weights whatever the machine's cores
     out = {}
     try:
-        # the samples and the checkpoints belong to this target: a rebuilt target starts them over
-        work = _bound_dir(build_dir(home, "image-feature-drafters"), target_entry.config["checksum"])
-        n = samples + val_samples  # the cache is named by its count: a recipe that draws more starts over
-        seqs = cached(work / f"samples-{n}.pt", lambda: target_samples(target, layout, n, CFG_SCALE, SEED,
-                                                                       batch_size=SAMPLE_BATCH, progress=progress,
-                                                                       partial=work / f"samples-{n}.partial.pt"))
+        data = guided_samples(home, micro, progress, names[0])
+        target, layout, seqs, work = data.target, data.layout, data.seqs, data.work
+        samples, val_samples = data.train, data.val
         for name in names:
             seed_everything(SEED)
             rows = samples if micro else min(samples, TRAIN_ROWS[name] or samples)
@@ -97,7 +124,7 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
     return out
 
 
-def _bound_dir(folder: Path, target_checksum: dict) -> Path:
+def bound_dir(folder: Path, target_checksum: dict) -> Path:
     """``folder``, emptied first if it was started against another target (its samples would be stale)."""
     stamp = folder / "target.json"
     want = json.loads(json.dumps({"image-target": target_checksum}))
@@ -113,4 +140,4 @@ def checksum(entry: ZooEntry) -> dict:
     return logits_checksum(feature_checksum_output(entry.model))
 
 
-__all__ = ["NAMES", "SAR_TOKENS", "build", "checksum", "train_config", "CFG_SCALE"]
+__all__ = ["NAMES", "SAR_TOKENS", "GuidedSamples", "bound_dir", "guided_samples", "build", "checksum", "train_config", "CFG_SCALE"]

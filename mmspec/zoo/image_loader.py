@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from transformers import LlamaForCausalLM
 
+from ..drafters.dflash_io import load_dflash
 from ..image_codes import TokenLayout
 from .entry import ZooEntry, feature_drafter_entry
 from .home import read_json
@@ -17,7 +18,8 @@ from .integrity import check_model_dir
 
 BASE_NAMES = ["image-vq", "image-target", "image-drafter", "image-classifier"]
 FEATURE_NAMES = ["image-eagle", "image-sar"]  # feature drafters of the guided target
-NAMES = BASE_NAMES + FEATURE_NAMES
+DFLASH_NAMES = ["image-dflash"]  # the DFlash block drafter of the guided target
+NAMES = BASE_NAMES + FEATURE_NAMES + DFLASH_NAMES
 
 
 def load(name: str, path: Path) -> ZooEntry:
@@ -28,6 +30,8 @@ def load(name: str, path: Path) -> ZooEntry:
 
     if name in FEATURE_NAMES:
         return feature_drafter_entry(name, path)
+    if name in DFLASH_NAMES:
+        return ZooEntry(name, load_dflash(path), config=read_json(Path(path) / "zoo.json"), path=Path(path))
     if name not in NAMES:
         raise ValueError(f"unknown image zoo model {name!r}; choose from {NAMES}")
     path = Path(path)
@@ -49,4 +53,4 @@ def load(name: str, path: Path) -> ZooEntry:
                     extras={"vq": vq, "layout": layout, "classes": list(cfg["layout"]["classes"])})
 
 
-__all__ = ["BASE_NAMES", "FEATURE_NAMES", "NAMES", "load"]
+__all__ = ["BASE_NAMES", "FEATURE_NAMES", "DFLASH_NAMES", "NAMES", "load"]

@@ -13,7 +13,7 @@ from mmspec.image_gen import ImageGenerator
 def test_image_generator_moves_every_model_and_the_codebook():
     gen = ImageGenerator.from_zoo().to("meta")  # meta: a device other than the CPU that a CPU machine has
     models = [gen.target, gen.drafter_model, gen.vq, *[n for n in gen.feature_drafters.values() if n is not None]]
-    assert len(models) == 5  # image-eagle and image-sar are committed
+    assert len(models) == 6  # image-eagle, image-sar and image-dflash are committed
     for model in models:
         assert {p.device.type for p in model.parameters()} == {"meta"}, type(model).__name__
     assert gen.codebook.device.type == "meta"
@@ -33,7 +33,7 @@ def test_eval_image_device_is_checked():
 def test_image_route_on_cuda_matches_plain_ar_under_greedy():
     pipe = mmspec.pipeline("zoo:image-target", method="spec", drafter_device="cuda")
     plain = pipe.generate([0, 3], method="ar", temperature=0.0, seed=0)
-    for drafter in ("ar", "feature", "sar"):
+    for drafter in ("ar", "feature", "sar", "dflash"):
         out = pipe.generate([0, 3], temperature=0.0, seed=0, drafter=drafter)
         assert out.codes.device.type == "cuda" and torch.equal(out.codes, plain.codes), drafter
     relaxed = pipe.generate([0, 3], method="lantern++", seed=0, measure_output_tv=True)

@@ -241,6 +241,70 @@ def test_image_feature_drafter_is_exact_under_cfg(tree, sar):
     assert seen and all((d < CODES).all() for d in seen)  # drafts are codes only, like the target's output
 
 
+def _dflash_net(guided: CFGModel, seed: int = 7, block: int = 5):
+    """A random DFlash block drafter for the guided tiny target (weights at std 0.2: sharp slot distributions)."""
+    from mmspec.drafters.dflash_model import DFlashDraftModel, make_config
+
+    torch.manual_seed(seed)
+    net = DFlashDraftModel(make_config(guided.config, num_layers=1, block_size=block, mask_token_id=guided.null_token_id,
+                                       target_layer_ids=[0, 1]))
+    with torch.no_grad():
+        for p in net.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.2)
+    return net.eval()
+
+
+def test_guided_feature_entries_are_guided_on_both_paths():
+    """With ``feature_entries`` CFGModel returns h_u + s (h_c − h_u) of each named layer, the same through the
+    stock forward (training features) and its direct module calls on our cache (decoding)."""
+    from mmspec.cache import SpecKVCache
+    from mmspec.verifiers.tree_forward import chain_parents, tree_forward
+
+    target, _ = _models()
+    t = CFGModel(target, 3.0, NULL, torch.arange(CODES), feature_entries=[1, 2])
+    ids = torch.tensor([[CODES, 1, 2, 3], [CODES + 1, 4, 5, 6]])
+    unc = ids.clone()
+    unc[:, 0] = NULL
+    with torch.no_grad():
+        stock = t(input_ids=ids, output_hidden_states=True).hidden_states
+        c = target(ids, output_hidden_states=True).hidden_states
+        u = target(unc, output_hidden_states=True).hidden_states
+        cache = SpecKVCache.for_model(t, 2, 16)
+        valid = torch.ones_like(ids, dtype=torch.bool)
+        direct = tree_forward(t, cache, ids, chain_parents(valid), valid, output_hidden_states=True).hidden_states
+    for i in (1, 2, len(c) - 1):
+        want = u[i] + 3.0 * (c[i] - u[i])
+        torch.testing.assert_close(stock[i], want, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(direct[i], want, rtol=1e-4, atol=1e-4)
+    assert stock[0] is None and direct[0] is None  # entries not named are left out
+
+
+@pytest.mark.parametrize("kw", [dict(num_tokens=4), dict(tree_nodes=6, top_k=3)])
+def test_image_dflash_drafter_is_exact_under_cfg(kw):
+    """The DFlash block drafter on the guided target's layers drafts codes only, and greedy output equals guided
+    greedy decoding (chain and DDTree)."""
+    from mmspec.drafters.dflash import DFlashDrafter
+
+    target, _ = _models()
+    net = _dflash_net(CFGModel(target, 3.0, NULL, torch.arange(CODES)))
+    t = CFGModel(target, 3.0, NULL, torch.arange(CODES), feature_entries=[i + 1 for i in net.target_layer_ids])
+    drafter = DFlashDrafter(net, t, **kw)
+    seen = []
+    inner = drafter.propose
+
+    def spy(*a, **k):
+        tree_ = inner(*a, **k)
+        seen.append(tree_.tokens[:, 1:][tree_.valid[:, 1:]])
+        return tree_
+
+    drafter.propose = spy
+    cls = torch.tensor([CODES, CODES + 2])
+    out = SpeculativeGenerator(t, drafter).generate(cls[:, None], max_new_tokens=12, eos_token_id=[])
+    assert torch.equal(out.sequences, guided_greedy(t, cls, 12))
+    assert seen and all((d < CODES).all() for d in seen)  # no class or null id is ever drafted
+
+
 def test_cfg_needs_a_null_condition():
     target, _ = _models()
     with pytest.raises(ValueError, match="null"):
@@ -274,7 +338,10 @@ def test_zoo_image_cli_and_suite(tmp_path):
         assert (tmp_path / "bench" / name).exists()
 
 
-@pytest.mark.parametrize("case", ["chain", "tree", "tree-delta0", "feature-tree", "sar-lattice"])
+CFG_SAMPLING_CASES = ["chain", "tree", "tree-delta0", "feature-tree", "sar-lattice", "dflash-chain", "dflash-ddtree"]
+
+
+@pytest.mark.parametrize("case", CFG_SAMPLING_CASES)
 def test_cfg_sampling_is_lossless(case):
     """Under sampling, speculative decoding through CFGModel (and LANTERN with δ = 0) draws two codes from
     exactly the guided target's joint (chi-square, α = 1e-4; cells with expected count < 5 left out)."""
@@ -311,13 +378,19 @@ def test_cfg_sampling_is_lossless(case):
         from mmspec.drafters.feature import FeatureDrafter
 
         drafter = FeatureDrafter(_feature_net(T, sar=2, seed=11), T, tree=TreeTemplate.full((2, 1)))
+    if case.startswith("dflash"):  # each slot drawn from its own q; DDTree's children without replacement
+        from mmspec.drafters.dflash import DFlashDrafter
+
+        net = _dflash_net(T, seed=11, block=3)
+        T = CFGModel(t, 2.0, null, allowed, feature_entries=[i + 1 for i in net.target_layer_ids])
+        drafter = DFlashDrafter(net, T, **(dict(tree_nodes=4, top_k=2) if case == "dflash-ddtree" else {}))
     relax = None
     if case == "tree-delta0":
         relax = Relaxation.from_codebook(torch.randn(C, 3, generator=torch.Generator().manual_seed(0)), V, 3, delta=0.0)
     n = 6000
     out = SpeculativeGenerator(T, drafter, relaxation=relax).generate(
         torch.full((n, 1), cls), max_new_tokens=2, do_sample=True, eos_token_id=[],
-        generator=torch.Generator().manual_seed(1 + ["chain", "tree", "tree-delta0", "feature-tree", "sar-lattice"].index(case)))
+        generator=torch.Generator().manual_seed(1 + CFG_SAMPLING_CASES.index(case)))
     new = out.sequences[:, 1:]
     counts = torch.bincount(new[:, 0] * V + new[:, 1], minlength=V * V).double()
     exp = joint.flatten() * n

@@ -111,6 +111,9 @@ def test_micro_build_writes_everything(micro_zoo):
     for name, slots in (("image-eagle", 1), ("image-sar", 4)):  # feature drafters of the guided target
         acc = metrics[name]["slot_accuracy"]["None"]
         assert metrics[name]["cfg_scale"] == 3.0 and len(acc) == slots and all(0.0 <= a <= 1.0 for a in acc)
+    block = metrics["image-dflash"]  # the block drafter: held-out slots and τ of real decoding recorded
+    assert block["cfg_scale"] == 3.0 and len(block["heldout_shipped"]["slot_agreement"]) == block["block_size"] - 1
+    assert all(block["tau_decode"][k] >= 1.0 for k in ("spec_chain", "spec_ddtree", "lantern++_chain"))
 
 
 def test_micro_feature_drafter_is_exact_in_the_image_generator(micro_zoo):
@@ -125,7 +128,8 @@ def test_micro_feature_drafter_is_exact_in_the_image_generator(micro_zoo):
     ref = gen.generate([0, 3], method="ar", temperature=0, seed=0).codes
     for drafter, method, tree, kw in (("feature", "spec", "chain", {}), ("feature", "lantern", "static", dict(delta=0.0)),
                                       ("feature", "spec", "dynamic", {}), ("sar", "spec", "chain", {}),
-                                      ("sar", "lantern++", "static", dict(lam=1.0))):
+                                      ("sar", "lantern++", "static", dict(lam=1.0)), ("dflash", "spec", "chain", {}),
+                                      ("dflash", "spec", "ddtree", {}), ("dflash", "lantern++", "chain", dict(lam=1.0))):
         out = gen.generate([0, 3], method=method, tree=tree, drafter=drafter, temperature=0, seed=0, **kw)
         assert torch.equal(out.codes, ref)
 
