@@ -239,6 +239,15 @@ def block_acceptance(net: DFlashDraftModel, target, batches: list[dict]) -> dict
             "blocks": blocks}
 
 
+def tau_of(stats) -> float:
+    """τ of real decoding over several calls' stats: new tokens per target forward after each call's prefill."""
+    new = steps = 0
+    for st in stats:
+        new += st.new_tokens
+        steps += st.row_forwards - 1
+    return new / max(steps, 1)
+
+
 def validation_batches(val, cfg: DFlashTrainConfig, block_size: int, features: torch.Tensor | None = None) -> list[dict]:
     """Fixed held-out blocks: every ``block_size // 2``-th response position of the first ``val_rows`` rows (with
     ``features``, the rows' precomputed ones: a VLM's rows need their pictures to be computed)."""

@@ -28,7 +28,7 @@ from ..drafters.dflash_model import DFlashDraftModel, make_config
 from ..guidance import CFGModel
 from ..image_gen import ImageGenerator
 from ..training.deer import Generations
-from ..training.dflash import DFlashTrainConfig, block_acceptance, train_dflash, validation_batches
+from ..training.dflash import DFlashTrainConfig, block_acceptance, tau_of, train_dflash, validation_batches
 from ..training.loop import model_device, on_model
 from .code_dflash import cached_features, checksum, checksum_output
 from .common import build_device, build_dir, seed_everything
@@ -66,12 +66,7 @@ def rows_of(seqs: torch.LongTensor) -> Generations:
 @torch.no_grad()
 def decode_tau(gen: ImageGenerator, class_ids: list[int], **kw) -> float:
     """Mean codes per target forward after the prefill (τ) sampling ``class_ids`` at T = 1, one picture at a time."""
-    new = steps = 0
-    for i, c in enumerate(class_ids):
-        out = gen.generate([c], drafter="dflash", seed=SEED + i, **kw)
-        new += out.stats.new_tokens
-        steps += out.stats.row_forwards - 1
-    return new / max(steps, 1)
+    return tau_of(gen.generate([c], drafter="dflash", seed=SEED + i, **kw).stats for i, c in enumerate(class_ids))
 
 
 def build(home: Path, micro: bool = False, progress: bool = True, names: list[str] | None = None) -> dict:

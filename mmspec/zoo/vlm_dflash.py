@@ -26,7 +26,7 @@ from ..drafters.dflash import DFlashDrafter
 from ..drafters.dflash_model import DFlashDraftModel, make_config
 from ..generator import SpeculativeGenerator
 from ..training.dflash import DFlashTrainConfig, Responses, block_acceptance, greedy_responses, \
-    train_dflash, validation_batches
+    tau_of, train_dflash, validation_batches
 from ..training.artifact import cached
 from ..training.loop import on_model
 from ..verifiers.tree_forward import text_config
@@ -103,15 +103,14 @@ def decode_tau(target, net, enc: Encoder, pool: ScenePool, n: int, **drafter_kw)
     """τ of real decoding (new tokens / target forwards after the prefill), stopping at ``<eos>`` as the suite
     does, on the first ``n`` scenes of ``pool`` (captions and questions alternating)."""
     gen = SpeculativeGenerator(target, DFlashDrafter(net, target, **drafter_kw))
-    new = steps = 0
-    for i, scene in enumerate(pool.scenes[:n]):
+
+    def answer(i: int, scene):
         item = vd.Question("caption", "", scene.caption) if i % 2 == 0 else scene.questions[i % len(scene.questions)]
         ids = on_model(torch.tensor([enc.prompt_ids(item)]), target)
-        out = gen.generate(ids, pixel_values=on_model(to_pixels(pool.images[i: i + 1]), target),
-                           max_new_tokens=ANSWER_TOKENS, eos_token_id=enc.eos_id)
-        new += out.stats.new_tokens
-        steps += out.stats.row_forwards - 1
-    return new / max(steps, 1)
+        return gen.generate(ids, pixel_values=on_model(to_pixels(pool.images[i: i + 1]), target),
+                            max_new_tokens=ANSWER_TOKENS, eos_token_id=enc.eos_id).stats
+
+    return tau_of(answer(i, scene) for i, scene in enumerate(pool.scenes[:n]))
 
 
 def build(home: Path, micro: bool = False, progress: bool = True, names: list[str] | None = None) -> dict:
