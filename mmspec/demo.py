@@ -21,6 +21,7 @@ from .eval.load import load_average, load_check
 from .eval.run_dir import run_folder
 from .eval.vlm_suite import feature_factories, vlm_prompts
 from .pipeline import pipeline
+from .training.dflash import tau_of
 from .zoo import family_names, load, zoo_home
 from .zoo import image_data
 from .zoo import metrics as zoo_metrics
@@ -154,14 +155,13 @@ def image_latency(console: Console) -> dict:
     pipe.generate([classes[0]], method="ar", seed=0)
     pipe.generate([classes[0]], seed=0)
     ar = spec = 0.0
-    steps = codes = 0
+    stats = []
     for c in classes:
         ar += pipe.generate([c], method="ar", seed=c).seconds
         res = pipe.generate([c], seed=c)
         spec += res.seconds
-        codes += res.stats.new_tokens
-        steps += res.stats.row_forwards - 1
-    tau = codes / max(steps, 1)
+        stats.append(res.stats)
+    tau = tau_of(stats)
     out = {"method": pipe.method, "drafter": pipe.drafter_kind, "config": pipe.defaults,
            "pictures": len(classes), "ar_seconds": ar, "seconds": spec, "speedup": ar / spec, "tau": tau}
     kind = "lossless" if pipe.method == "spec" else "relaxed acceptance: the image suite reports its distortion"

@@ -162,7 +162,7 @@ class ImageGenerator:
         codes = torch.arange(self.layout.code_offset, self.layout.code_offset + self.layout.codebook_size)
         return CFGModel(model, cfg_scale, self.layout.null_id, codes, feature_entries=feature_entries)
 
-    def _drafter(self, kind: str, cfg_scale: float, tree, num_tokens: int):
+    def _drafter(self, kind: str, cfg_scale: float, tree, num_tokens: int, guided_target: CFGModel | None = None):
         """The named drafter (``ar`` / ``feature`` / ``sar``, or ``none``: the loop's own plain sampling) built for
         one call."""
         if kind == NO_DRAFTER:
@@ -178,14 +178,14 @@ class ImageGenerator:
                                   "dflash": ("image-dflash", "dflash_drafter", "`mmspec train dflash`")}[kind]
             raise ValueError(f"no {kind} drafter loaded: build it (`mmspec zoo build --only {zoo_name}`) or train "
                              f"one ({how}) and pass it as {arg}=")
-        return image_drafter(net=net, guided_target=self._guided(self.target, cfg_scale, self._entries(kind)),
-                             tree=tree, num_tokens=num_tokens)
+        guided_target = guided_target or self._guided(self.target, cfg_scale, self._entries(kind))
+        return image_drafter(net=net, guided_target=guided_target, tree=tree, num_tokens=num_tokens)
 
     def _entries(self, kind: str):
         """The guided target's ``feature_entries`` drafter ``kind`` reads: a DFlash drafter reads several layers'
         features, each guided as the last one is; None for the others (the last one only)."""
         net = self.feature_drafters.get(kind)
-        return [i + 1 for i in net.target_layer_ids] if kind == "dflash" and net is not None else None
+        return net.hidden_entries if kind == "dflash" and net is not None else None
 
     @torch.no_grad()
     def generate(self, class_ids, method: str | None = None, cfg_scale: float = DEFAULT_CFG_SCALE,
@@ -233,9 +233,9 @@ class ImageGenerator:
             codes = generate_codes(self.target, class_ids, cfg_scale, temperature, 0, rng, self.layout, streamer)
         else:
             relax = self.relaxation(**bound) if bound else None
-            engine = SpeculativeGenerator(self._guided(self.target, cfg_scale, self._entries(drafter)),
-                                          self._drafter(drafter, cfg_scale, tree, num_tokens), relaxation=relax,
-                                          measure_output_tv=measure_output_tv)
+            guided = self._guided(self.target, cfg_scale, self._entries(drafter))  # the engine's and the drafter's
+            engine = SpeculativeGenerator(guided, self._drafter(drafter, cfg_scale, tree, num_tokens, guided),
+                                          relaxation=relax, measure_output_tv=measure_output_tv)
             ids = self.layout.class_tokens(class_ids)[:, None].to(self.target.device)
             out = engine.generate(ids, max_new_tokens=self.layout.num_codes, do_sample=temperature > 0,
                                   temperature=max(temperature, 1e-5), eos_token_id=[], generator=rng,

@@ -137,7 +137,7 @@ def save_dflash(net: DFlashDraftModel, path: str | Path, layout: str = "zlab", v
         base["model_type"] = "qwen3"
         data = {
             "architectures": ["DFlashDraftModel"], "speculators_model_type": "dflash",
-            "aux_hidden_state_layer_ids": [i + 1 for i in net.target_layer_ids],
+            "aux_hidden_state_layer_ids": net.hidden_entries,
             "block_size": net.block_size, "mask_token_id": net.mask_token_id,
             "draft_vocab_size": cfg.vocab_size, "num_target_layers": cfg.num_target_layers,
             "sliding_window_non_causal": True, "tie_word_embeddings": False,

@@ -133,10 +133,15 @@ class DFlashDraftModel(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.fc.weight.dtype
 
+    @property
+    def hidden_entries(self) -> list[int]:
+        """The ``hidden_states`` entries of the layers it reads: entry 0 is the embedding output, so layer i's output
+        is entry i + 1, as the reference reads it (and speculators' ``aux_hidden_state_layer_ids`` number them)."""
+        return [i + 1 for i in self.target_layer_ids]
+
     def select_features(self, hidden_states) -> torch.Tensor:
-        """``[..., K·H]``: the named layers' outputs from a stock model's ``hidden_states`` tuple (entry 0 is the
-        embedding output, so layer i's output is entry i + 1, as the reference reads it)."""
-        return torch.cat([hidden_states[i + 1] for i in self.target_layer_ids], dim=-1)
+        """``[..., K·H]``: the named layers' outputs from a stock model's ``hidden_states`` tuple."""
+        return torch.cat([hidden_states[i] for i in self.hidden_entries], dim=-1)
 
     # ------------------------------------------------------------------ the forward, in pieces
     def rope(self, x: torch.Tensor, positions: torch.LongTensor) -> tuple[torch.Tensor, torch.Tensor]:

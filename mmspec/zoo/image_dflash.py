@@ -55,7 +55,7 @@ TAU_BOUND = dict(lam=10.0, lantern_k=16)  # LANTERN++'s bound the recorded relax
 def guided_target(target, layout, net: DFlashDraftModel) -> CFGModel:
     """The target under CFG, returning the guided features of ``net``'s layers."""
     codes = torch.arange(layout.code_offset, layout.code_offset + layout.codebook_size)
-    return CFGModel(target, CFG_SCALE, layout.null_id, codes, feature_entries=[i + 1 for i in net.target_layer_ids])
+    return CFGModel(target, CFG_SCALE, layout.null_id, codes, feature_entries=net.hidden_entries)
 
 
 def rows_of(seqs: torch.LongTensor) -> Generations:
