@@ -270,6 +270,30 @@ class SpecKVCache(Cache):
         self._write_offset = base + old
         return positions, map_masks(mask, lambda m: m[:, None, :, :])
 
+    def prepare_chain(self, valid: torch.BoolTensor) -> torch.LongTensor:
+        """:meth:`prepare_append` of ``T`` new nodes that form one chain per row through its ``valid`` ones (a
+        prompt, left padded, or the tokens a row accepted, right padded: what ``prefill_parents`` /
+        ``chain_parents`` describe), for entries that attend to nothing (a drafter's context keys / values):
+        the positions ``[B, T]`` only, without the attention mask's [B, T, S] work."""
+        if self.num_pending:
+            raise ValueError("prepare_chain appends onto the committed prefix: commit or discard pending nodes first")
+        B, T = valid.shape
+        base = self._base = int(self.lengths.max())
+        if base + T > self.max_len:
+            raise ValueError(f"sequence longer than the cache: {base + T} slots needed, cache holds {self.max_len} "
+                             "(raise max_cache_len or lower max_new_tokens)")
+        order = torch.arange(T, device=self.device)
+        depth = valid.long().cumsum(1) - 1
+        positions = torch.where(valid, self.seen_tokens[:, None] + depth, 0)
+        last = torch.cummax(torch.where(valid, order, -1), dim=1).values  # the latest valid node at or before t
+        parents = torch.where(valid, torch.cat([last.new_full((B, 1), -1), last[:, :-1]], 1), -1)
+        anc = torch.tril(torch.ones(T, T, dtype=torch.bool, device=self.device)) & valid[:, None, :] & valid[:, :, None]
+        self._pending_parents, self._pending_valid = parents, valid
+        self._pending_anc = anc | torch.eye(T, dtype=torch.bool, device=self.device)
+        self._pending_pos = positions
+        self._write_offset = base
+        return positions
+
     def _append_one(self, parents: torch.LongTensor, valid: torch.BoolTensor, base: int):
         """:meth:`prepare_append` of one node per row onto the committed prefix (a plain step, a root): the same
         result in a few tensor ops. The node sees the row's prefix and itself (a padding node too: no attention

@@ -359,19 +359,21 @@ def build_parser() -> argparse.ArgumentParser:
     img.add_argument("--delta", type=float, default=None, help="--method lantern only: the most mass moved onto "
                      "one candidate, S_m <= δ (default 0.1; the output's own distance is reported as output TV)")
     img.add_argument("--lam", type=float, default=None, help="--method lantern++ only: multiplicative bound λ "
-                     "on each candidate, p̃(x) <= λ·p(x) (default 10, chosen on the zoo: README, Image generation)")
+                     "on each candidate, p̃(x) <= λ·p(x) (default 10; 50 with the dflash drafter and no --tree: chosen on the "
+                     "zoo, README, Image generation)")
     img.add_argument("--tree", default=None, help="chain, static (the default tree: README, Image generation; for "
                      "Janus the default is static for lantern++, else a chain of --num-tokens), "
                      "dynamic, or a shape's label as the image suite reports it: branching per depth (2x1x1x1x1x1) or "
                      "spine<depth>+<alternatives at the root> (spine7+1); with --drafter dflash: chain (its block) or "
-                     "ddtree (a best-first tree of the block's slot marginals; static is the same)")
+                     "ddtree (a best-first tree of the block's slot marginals; static is the same), and unset its "
+                     "first 8 slots as a chain")
     img.add_argument("--num-tokens", type=int, default=None, help="chain length of --tree chain (spec, lantern, "
-                     "lantern++; default 4, with --drafter dflash its whole block)")
+                     "lantern++; default 4, with --drafter dflash 8 without --tree, its whole block with --tree chain)")
     img.add_argument("--drafter", default=None, help="ar: the zoo's small AR drafter (run with CFG); feature: "
                      "image-eagle, a feature drafter on the guided target's features; sar: image-sar, the same "
                      "drafting 4 tokens per forward; dflash: image-dflash, a block of 15 codes per forward (DFlash); "
                      "or a directory written by `mmspec train image-drafter`. "
-                     "Default: feature when image-eagle is built, else ar. For a Janus --model: a smaller Janus "
+                     "Default: dflash when image-dflash is built, else feature when image-eagle is, else ar. For a Janus --model: a smaller Janus "
                      "checkpoint directory sharing its codebook (needed by spec, lantern, lantern++)")
     img.add_argument("--measure-tv", action="store_true", help="lantern / lantern++: also measure the exact "
                      "output TV per step (first token; costs more than the decoding, excluded from 'seconds', "
@@ -417,6 +419,11 @@ def build_parser() -> argparse.ArgumentParser:
     tdf.add_argument("--target-layers", default=None, help="comma list of target layer indices to read (default: "
                      "the paper's spread of 5 from layer 1 to N-3)")
     tdf.add_argument("--mask-token-id", type=int, default=None, help="default: the tokenizer's mask token")
+    tdf.add_argument("--visual-queries", type=int, default=0, help="VLM targets: learned queries that can compress "
+                     "each picture in the drafter's context to that many entries (FLASH's latent compression; "
+                     "decode with compress_to=k)")
+    tdf.add_argument("--compress-choices", default=None, help="comma list of settings a step draws from (0 = the "
+                     "full picture; default with --visual-queries: 0 and powers of two up to it)")
     tdf.add_argument("--steps", type=int, default=3000)
     tdf.add_argument("--batch-size", type=int, default=16)
     tdf.add_argument("--anchors", type=int, default=8, help="blocks per row per step (one forward, block mask)")

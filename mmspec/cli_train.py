@@ -237,6 +237,12 @@ def stacked_inputs(pictures: list[dict], target):
     return inputs
 
 
+def _nested(n: int) -> list[int]:
+    """Powers of two up to ``n``, and ``n``: the compression settings a drafter with ``n`` queries trains on by
+    default (as ``train flash`` does)."""
+    return sorted({2 ** i for i in range(n.bit_length()) if 2 ** i <= n} | {n})
+
+
 def dflash_init(spec: str, dcfg) -> dict:
     """The weights of the DFlash drafter ``spec`` (``zoo:<name>`` or a directory, either layout) to start training
     from, checked against the shape ``dcfg`` this run trains (layers, width, block size, target layers, mask)."""
@@ -250,7 +256,10 @@ def dflash_init(spec: str, dcfg) -> dict:
         raise ValueError(f"--init {spec}: not a DFlash drafter ({type(exc).__name__}: {exc})") from None
     fresh = DFlashDraftModel(dcfg)
     mine = {k: tuple(v.shape) for k, v in fresh.state_dict().items()}
-    theirs = {k: tuple(v.shape) for k, v in src.state_dict().items()}
+    state = src.state_dict()
+    if "queries" in mine and "queries" not in state:  # adding picture compression to a drafter without it
+        state["queries"] = fresh.queries.detach().clone()
+    theirs = {k: tuple(v.shape) for k, v in state.items()}
     problems = [f"{k}: {theirs.get(k)} vs {mine.get(k)}" for k in sorted(set(mine) | set(theirs))
                 if theirs.get(k) != mine.get(k)]
     if src.block_size != fresh.block_size:
@@ -261,8 +270,8 @@ def dflash_init(spec: str, dcfg) -> dict:
         problems.append(f"mask token {src.mask_token_id} vs {fresh.mask_token_id}")
     if problems:
         raise ValueError(f"--init {spec} has another shape than this run's drafter (--layers / --block-size / "
-                         f"--target-layers / --mask-token-id): " + "; ".join(problems[:4]))
-    return src.state_dict()
+                         f"--target-layers / --mask-token-id / --visual-queries): " + "; ".join(problems[:4]))
+    return state
 
 
 def cli_train_dflash(args) -> int:
@@ -287,6 +296,12 @@ def cli_train_dflash(args) -> int:
     vlm = loaded.route == "vlm"
     if tok is None:
         raise ValueError("mmspec train dflash needs the target's tokenizer (a VLM's processor) next to its weights")
+    choices = [int(x) for x in args.compress_choices.split(",")] if args.compress_choices else []
+    if args.visual_queries < 0 or any(c < 0 or c > args.visual_queries for c in choices):
+        raise ValueError(f"--compress-choices {args.compress_choices} must lie in 0..--visual-queries "
+                         f"({args.visual_queries}; 0 = the full picture)")
+    if args.visual_queries and not vlm:
+        raise ValueError("--visual-queries compresses pictures: it needs a VLM target")
     if vlm and (args.data is None or args.kl_weight > 0 or args.online_features):
         raise ValueError("a VLM target trains on --data rows of image / prompt (/ response), with its features "
                          "computed once per row (no --kl-weight or --online-features)")
@@ -307,7 +322,7 @@ def cli_train_dflash(args) -> int:
     ckpt = prepare_run(args.out, args.resume, settings)
     # the drafter's shape (layer ids, block size) checked before minutes of target responses
     dcfg = make_config(text_config(target), num_layers=args.layers, block_size=args.block_size, mask_token_id=mask_id,
-                       target_layer_ids=layer_ids)
+                       target_layer_ids=layer_ids, visual_queries=args.visual_queries)
     init = dflash_init(args.init, dcfg) if args.init else None
     eos = tok.eos_token_id
     pad = tok.pad_token_id if tok.pad_token_id is not None else (eos or 0)
@@ -337,7 +352,9 @@ def cli_train_dflash(args) -> int:
             target, stream[:cut], n_val, gcfg, 2025, pad_id=pad, partial=ckpt / "generations-val.partial.pt"))
     cfg = DFlashTrainConfig(steps=args.steps, budget_s=args.budget_s, batch_size=args.batch_size,
                             anchors=args.anchors, lr=args.lr, kl_weight=args.kl_weight,
-                            cache_features=args.kl_weight == 0 and not args.online_features)
+                            cache_features=args.kl_weight == 0 and not args.online_features,
+                            compress_choices=tuple(choices or ([0, *_nested(args.visual_queries)]
+                                                               if args.visual_queries else [])))
     with torch.random.fork_rng():  # the same command trains the same drafter (and a resumed run matches it)
         torch.manual_seed(cfg.seed)
         net = DFlashDraftModel(dcfg)
@@ -349,7 +366,7 @@ def cli_train_dflash(args) -> int:
                                       for data, part in ((train, pictures[n_val:]), (val, pictures[:n_val])))
         report = train_dflash(net, target, train, val, cfg, checkpoint=ckpt / "train.pt",
                               checkpoint_every_s=args.checkpoint_every, features=features,
-                              val_features=val_features)
+                              val_features=val_features, image_token_id=image_token_id(target) if vlm else None)
 
     def save(d):
         save_dflash(net, d, layout=args.layout, verifier=args.target,

@@ -33,7 +33,8 @@ from .generator import SpeculativeGenerator, check_streamer
 from .guidance import DEFAULT_CFG_SCALE, CFGModel
 from .image_codes import codebook, decode_codes, generate_codes
 from .options import check_image_call
-from .registry import IMAGE_CHAIN_TOKENS, IMAGE_DRAFTERS, IMAGE_TREE, check_image_method, image_drafter, resolve_bound
+from .registry import IMAGE_CHAIN_TOKENS, IMAGE_DRAFTERS, check_image_method, image_defaults, image_drafter, \
+    resolve_bound
 from .timing import synchronize
 from .tree import tree_label
 from .verifiers.relaxed import Relaxation
@@ -134,9 +135,14 @@ class ImageGenerator:
 
     @property
     def default_drafter(self) -> str:
-        """``"feature"`` (image-eagle) when a feature drafter is loaded, else ``"ar"``: on the zoo the feature
-        drafter reaches the higher τ at the lower drafting cost (one row per picture instead of two)."""
-        return "feature" if self.feature_drafters["feature"] is not None else "ar"
+        """``"dflash"`` (image-dflash) when a DFlash drafter is loaded, else ``"feature"`` (image-eagle) when a feature
+        drafter is, else ``"ar"``: on the zoo the block drafter is the fastest measured (a block per forward: see
+        :data:`~mmspec.registry.IMAGE_DRAFTER_DEFAULTS`), and the feature drafter reaches a higher τ than the small AR
+        model at a lower drafting cost (one row per picture instead of two)."""
+        for kind in ("dflash", "feature"):
+            if self.feature_drafters[kind] is not None:
+                return kind
+        return "ar"
 
     def set_feature_drafter(self, net, kind: str) -> None:
         """Use ``net`` as the ``"feature"`` (one token per forward), ``"sar"`` or ``"dflash"`` (a
@@ -197,8 +203,9 @@ class ImageGenerator:
         """``drafter``: ``"ar"``, ``"feature"``, ``"sar"`` or ``"none"``; None: :attr:`default_drafter`.
         ``measure_output_tv`` (LANTERN / LANTERN++): compute the exact TV of each step's first emitted token
         from the target's (``stats.output_tv``), for every picture (True) or the first n of the batch (an int);
-        its cost is kept out of ``seconds``. ``tree`` (default ``"static"``) and ``num_tokens`` (default 4) draft:
-        given to plain AR (``method="ar"``) they are refused, as are bounds the method does not use.
+        its cost is kept out of ``seconds``. ``tree`` (default ``"static"``) and ``num_tokens`` (default 4) draft
+        (the drafter's own defaults where it has them: :data:`~mmspec.registry.IMAGE_DRAFTER_DEFAULTS`, image-dflash's
+        chain of 8 at λ = 50 when ``tree``, ``num_tokens`` and ``lam`` are unset): given to plain AR (``method="ar"``) they are refused, as are bounds the method does not use.
         ``streamer``: HF's streamer protocol, one picture per call: the class token, then each step's committed
         code tokens (``layout.tokens_to_codes`` maps them to codebook indices), then ``end()``."""
         reject_unknown(unknown, ImageGenerator.generate, "ImageGenerator.generate")
@@ -210,12 +217,15 @@ class ImageGenerator:
         settings = dict(cfg_scale=cfg_scale, temperature=temperature, tree=tree, num_tokens=num_tokens, seed=seed,
                         measure_output_tv=measure_output_tv or None)
         check_image_call(settings, method, where="ImageGenerator.generate")
-        tree = IMAGE_TREE if tree is None else tree
+        tree, num_tokens, lam = image_defaults(drafter, method, tree, num_tokens, lam)
         if num_tokens is not None and method != "ar" and (tree != "chain" or drafter == "sar"):
             raise ValueError(f"num_tokens sets the length of a chain: it applies to tree='chain' with the 'ar', "
                              f"'feature' or 'dflash' drafter, not tree={tree_label(tree)!r} with the {drafter!r} "
                              "drafter")
-        if num_tokens is None and drafter != "dflash":  # (the DFlash chain: its whole block by default)
+        block = self.feature_drafters["dflash"]
+        if num_tokens is None and drafter == "dflash" and block is not None and tree == "chain":
+            num_tokens = block.block_size - 1  # the DFlash chain: its whole block
+        elif num_tokens is None and drafter != "dflash":
             num_tokens = IMAGE_CHAIN_TOKENS
         class_ids = as_class_ids(class_ids)
         check_streamer(streamer, torch.empty(len(class_ids), 1))

@@ -139,6 +139,26 @@ OPTIONS = {  # what each route takes (mmspec.pipeline's **options), with its def
                   lam=None, tree=None, num_tokens=None, decode=True),
 }  # types, ranges and the methods each applies to: mmspec.options.ROUTE_OPTIONS (None: the method's default)
 IMAGE_TREE, IMAGE_CHAIN_TOKENS = "static", 4  # the image methods' default tree and chain length
+# a drafter's own defaults where they differ, for a call that leaves tree / num_tokens / lam unset (an explicit tree
+# keeps its meaning: tree="chain" with image-dflash is still its whole block). Chosen from the measured image suites
+# (README, "Image generation"; docs/runs/2026-11-26-cpu): image-dflash's first 8 slots as a chain under LANTERN++
+# λ = 50 ran 2.04x, 2.04x and 2.26x plain AR at batch 1, FD 0.50 inside plain AR's run-to-run range (0.28-0.90),
+# where image-eagle's default (the static tree, λ = 10) ran 1.30x
+IMAGE_DRAFTER_DEFAULTS = {"dflash": dict(tree="chain", num_tokens=8, lam=50.0)}
+
+
+def image_defaults(drafter: str, method: str, tree, num_tokens: int | None, lam: float | None) -> tuple:
+    """``(tree, num_tokens, lam)`` of an image call with drafter ``drafter``: the given ones, the unset ones from
+    :data:`IMAGE_DRAFTER_DEFAULTS` (``num_tokens`` only with the drafter's default tree, ``lam`` only for
+    LANTERN++), else the registry's (``IMAGE_TREE``; ``num_tokens`` None; ``lam`` None: ``BOUND_DEFAULTS``)."""
+    own = IMAGE_DRAFTER_DEFAULTS.get(drafter, {}) if method != "ar" else {}
+    if tree is None:
+        tree = own.get("tree", IMAGE_TREE)
+        if num_tokens is None:
+            num_tokens = own.get("num_tokens")
+    if lam is None and method == "lantern++":
+        lam = own.get("lam")
+    return tree, num_tokens, lam
 
 # ------------------------------------------------------------------------------------------------ checks
 
@@ -245,7 +265,8 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
     to its length, as the VLM route's text-only chain does. ``deer`` cuts its block and ``diffuspec`` each row's draft
     (and so ADL's L_gen) at the same ``confidence``. ``dflash`` takes a DFlashDraftModel and ``target``: a chain of
     ``num_tokens`` slots (default: its whole block) cut at ``confidence``, or with ``tree_nodes`` a DDTree over the
-    slots' ``top_k`` tokens. ``adaptive``: the drafter under :class:`~mmspec.drafters.adaptive.AdaptiveDrafter`
+    slots' ``top_k`` tokens (``compress_to``: each picture's context in that many entries, a drafter with visual
+    queries). ``adaptive``: the drafter under :class:`~mmspec.drafters.adaptive.AdaptiveDrafter`
     (each step drafts or verifies the root alone, whichever the call's measurements say is faster): True in every
     call, None in greedy calls only (a sampling call then drafts every step, so a seed fixes its output), False
     never."""
@@ -282,7 +303,7 @@ def _build_drafter(method: str, model, *, target, num_tokens, tree, top_k, num_n
                                 lattice=lattice, cps_config=cps_config, adl_config=adl_config, confidence=confidence)
     if method == "dflash":
         return DFlashDrafter(model, target, num_tokens=num_tokens, confidence=None if tree_nodes else confidence,
-                             tree_nodes=tree_nodes, top_k=top_k)
+                             tree_nodes=tree_nodes, top_k=top_k, compress_to=compress_to)
     if method in FEATURE_METHODS:
         return FeatureDrafter(model, target, num_tokens=k, tree=tree, top_k=top_k, num_nodes=num_nodes,
                               compress_to=compress_to)
@@ -392,6 +413,6 @@ def check_image_method(method: str) -> None:
 
 __all__ = ["METHODS", "TEXT_METHODS", "VLM_METHODS", "IMAGE_METHODS", "CAUSAL_METHODS", "DIFFUSION_METHODS",
            "FEATURE_METHODS", "BLOCK_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "DRAFT_TOKENS", "CHAIN_CONFIDENCE", "CONFIDENT_CHAIN_TOKENS", "draft_length", "DYNAMIC_TREE", "DFLASH_TREE", "IMAGE_DFLASH_TREE", "CPS_LAMBDA", "ZOO_ADL",
-           "BOUND_DEFAULTS", "LANTERN_TREE", "OPTIONS", "IMAGE_TREE", "IMAGE_CHAIN_TOKENS", "take_options", "check_applies", "wrong_method",
+           "BOUND_DEFAULTS", "LANTERN_TREE", "OPTIONS", "IMAGE_TREE", "IMAGE_CHAIN_TOKENS", "IMAGE_DRAFTER_DEFAULTS", "image_defaults", "take_options", "check_applies", "wrong_method",
            "drafter_kind", "check_vocab", "check_feature", "causal_method", "NEEDS", "build_drafter", "zoo_diffuspec",
            "engine", "lattice_tree", "resolve_bound", "tree_options", "image_drafter", "check_image_method"]

@@ -71,12 +71,18 @@ def test_image_run_records_what_it_applied(tmp_path):
     assert main(["image", "--method", "lantern", "--classes", "0", "--tree", "chain", "--out", str(out)]) == 0
     stats = json.loads((out / "stats.json").read_text())
     assert stats["delta"] == 0.1 and stats["lantern_k"] == 8 and "lam" not in stats  # the default bound, resolved
-    assert stats["method"] == "lantern" and stats["num_tokens"] == 4 and stats["drafter"] == "feature"  # image-eagle is built: the default drafter
+    # image-dflash is built: the default drafter; an explicit chain is its whole block
+    assert stats["method"] == "lantern" and stats["num_tokens"] == 15 and stats["drafter"] == "dflash"
     out = tmp_path / "lpp"
     assert main(["image", "--classes", "0", "--out", str(out)]) == 0  # the default method, LANTERN++
     stats = json.loads((out / "stats.json").read_text())
-    assert (stats["method"], stats["lam"], stats["lantern_k"], stats["drafter"]) == ("lantern++", 10.0, 16, "feature")
-    assert "delta" not in stats and stats["tree"] == "static"
+    # the default method and the block drafter's own defaults: the first 8 slots as a chain, λ = 50
+    assert (stats["method"], stats["lam"], stats["lantern_k"], stats["drafter"]) == ("lantern++", 50.0, 16, "dflash")
+    assert "delta" not in stats and stats["tree"] == "chain" and stats["num_tokens"] == 8
+    out = tmp_path / "eagle"
+    assert main(["image", "--classes", "0", "--drafter", "feature", "--out", str(out)]) == 0  # image-eagle's own
+    stats = json.loads((out / "stats.json").read_text())
+    assert (stats["lam"], stats["tree"], stats["drafter"]) == (10.0, "static", "feature")
     out = tmp_path / "ar"
     assert main(["image", "--method", "ar", "--classes", "0", "--out", str(out)]) == 0
     stats = json.loads((out / "stats.json").read_text())

@@ -19,6 +19,11 @@ What the block becomes (all three verified by the shared tree verifier):
   and its first child (next slot, rank 0), so the ``tree_nodes`` best-scoring prefixes are verified in one target
   pass. Under sampling the same shape (a function of q alone) is filled by drawing each node's children from
   their slot's q without replacement, which the verifier's multi-draft rule keeps lossless.
+
+With ``compress_to`` (a drafter with visual queries, on a VLM target) each picture in the prompt enters the context
+as ``compress_to`` entries instead of one per placeholder (FLASH's latent compression; see
+:meth:`~mmspec.drafters.dflash_model.DFlashDraftModel.compress_context`): the context cache then runs ``shift``
+entries behind the token buffer, the same for every row.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from ..state import DraftContext
 from ..tree import DraftTree
 from ..verifiers.acceptance import AcceptResult
 from ..verifiers.logits import SamplingConfig
-from ..verifiers.tree_forward import chain_parents, prefill_parents, text_config
+from ..verifiers.tree_forward import chain_parents, text_config
 from .base import Drafter, check_confidence, trusted_slots
 from .dflash_model import DFlashDraftModel, emitted
 
@@ -48,6 +53,7 @@ class DFlashRun:
     """One call's drafting state: the drafter's context cache (entries = verified positions, prompt padding kept)."""
 
     cache: SpecKVCache
+    shift: int = 0  # token-buffer positions the context does not hold one entry each for (compressed pictures)
 
 
 def check_target(net: DFlashDraftModel, target) -> None:
@@ -79,8 +85,14 @@ class DFlashDrafter(Drafter):
     needs_target_hidden = True
 
     def __init__(self, net: DFlashDraftModel, target, num_tokens: int | None = None, confidence: float | None = None,
-                 tree_nodes: int | None = None, top_k: int = 4, sampled_drafts: bool = True):
+                 tree_nodes: int | None = None, top_k: int = 4, sampled_drafts: bool = True,
+                 compress_to: int | None = None):
         check_target(net, target)
+        if compress_to is not None and not 1 <= int(compress_to) <= net.visual_queries:
+            raise ValueError(f"compress_to={compress_to}: this DFlash drafter has {net.visual_queries} visual "
+                             f"queries (compress_to must be in 1..{net.visual_queries})" if net.visual_queries else
+                             f"compress_to={compress_to}: this DFlash drafter was built without visual queries, "
+                             "so it cannot compress a picture's context")
         check_confidence(confidence)
         slots = net.block_size - 1
         num_tokens = slots if num_tokens is None else int(num_tokens)
@@ -101,6 +113,7 @@ class DFlashDrafter(Drafter):
         self.top_k = int(top_k)
         self.vocab_size = int(net.config.vocab_size)
         self.sampled_drafts = bool(sampled_drafts)
+        self.compress_to = None if compress_to is None else int(compress_to)
 
     @property
     def max_nodes(self) -> int:
@@ -114,12 +127,11 @@ class DFlashDrafter(Drafter):
             raise ValueError("the DFlash drafter reads text targets' features: videos are not supported with it")
 
     # ------------------------------------------------------------------ the context cache
-    def _append(self, cache: SpecKVCache, features: torch.Tensor, parents: torch.LongTensor,
-                valid: torch.BoolTensor) -> None:
-        """Append the fused context of ``features`` [B, n, K·H] as pending entries (committed by the caller)."""
-        positions, _ = cache.prepare_append(parents, valid)
+    def _append(self, cache: SpecKVCache, ctx: torch.Tensor, valid: torch.BoolTensor) -> None:
+        """Append fused context ``ctx`` [B, n, H] as pending entries, a chain per row through its ``valid`` ones
+        (committed by the caller): keys and values only, so no attention mask is built."""
+        positions = cache.prepare_chain(valid)
         net = self.net
-        ctx = net.fuse(features.to(net.device))
         cos, sin = net.rope(ctx, positions)
         for i in range(len(net.layers)):
             k, v = net.context_kv(i, ctx, cos, sin)
@@ -131,14 +143,20 @@ class DFlashDrafter(Drafter):
             raise ValueError("a DFlash drafter needs the target's prefill features (run it through "
                              "SpeculativeGenerator)")
         state = context.state
-        dev = self.net.device
+        net = self.net
+        dev = net.device
         B, P = state.batch_size, state.prompt_length
-        cache = SpecKVCache.for_model(self.net, B, context.max_length + self.net.block_size + 2)
         valid = torch.arange(P, device=dev)[None, :] >= state.starts.to(dev)[:, None]
-        self._append(cache, context.hidden, prefill_parents(valid.long()), valid)
-        cache.commit_first(torch.full((B,), P, device=dev))
-        cache.starts = state.starts.to(dev).clone()
-        return DFlashRun(cache)
+        ctx = net.fuse(context.hidden.to(dev))
+        image = context.image_mask
+        if self.compress_to is not None and image is not None and bool(image.any()):
+            ctx, valid, _ = net.compress_context(ctx, image.to(dev), valid, self.compress_to, align="left")
+        S = ctx.shape[1]
+        cache = SpecKVCache.for_model(net, B, context.max_length - (P - S) + net.block_size + 2)
+        self._append(cache, ctx, valid)
+        cache.commit_first(torch.full((B,), S, device=dev))
+        cache.starts = (S - valid.sum(1)).to(dev)
+        return DFlashRun(cache, shift=P - S)
 
     def observe(self, context: DraftContext, run: DFlashRun, tree: DraftTree, result: AcceptResult,
                 hidden: torch.Tensor | None = None) -> None:
@@ -150,14 +168,14 @@ class DFlashDrafter(Drafter):
         dev = self.net.device
         paths = result.paths.to(dev)
         B, L = paths.shape
-        new = ((context.state.lengths.to(dev) - 1) - cache.lengths).clamp(min=0, max=L)
+        new = ((context.state.lengths.to(dev) - 1 - run.shift) - cache.lengths).clamp(min=0, max=L)
         if int(new.max()) == 0:
             return
         width = int(new.max())
         feats = hidden.to(dev).gather(1, paths[:, :width, None].expand(B, width, hidden.shape[-1]))
         valid = torch.arange(width, device=dev)[None, :] < new[:, None]
         with torch.no_grad():
-            self._append(cache, feats, chain_parents(valid), valid)
+            self._append(cache, self.net.fuse(feats), valid)
         cache.commit_first(new)
 
     # ------------------------------------------------------------------ drafting

@@ -54,6 +54,11 @@ def _zlab_config(data: dict) -> Qwen3Config:
     return cfg
 
 
+VISUAL_QUERIES_KEY = "mmspec_visual_queries"  # the speculators layout's field for mmspec's picture compression
+# (engines that do not know it ignore the field, and refuse the extra ``queries`` weight: a drafter without visual
+# queries is what they serve)
+
+
 def _speculators_config(data: dict) -> Qwen3Config:
     layer = dict(data.get("transformer_layer_config") or {})
     if not layer:
@@ -73,6 +78,8 @@ def _speculators_config(data: dict) -> Qwen3Config:
     cfg.block_size = int(data.get("block_size") or 8)
     cfg.dflash_config = {"mask_token_id": int(data["mask_token_id"]),
                          "target_layer_ids": [int(i) - 1 for i in aux]}  # hidden_states numbering -> layer index
+    if data.get(VISUAL_QUERIES_KEY):
+        cfg.dflash_config["visual_queries"] = int(data[VISUAL_QUERIES_KEY])
     verifier = (data.get("speculators_config") or {}).get("verifier") or {}
     cfg.num_target_layers = data.get("num_target_layers")
     cfg.verifier = verifier
@@ -132,7 +139,8 @@ def save_dflash(net: DFlashDraftModel, path: str | Path, layout: str = "zlab", v
     if layout == "zlab":
         data = {**base, "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": net.block_size,
                 "num_target_layers": cfg.num_target_layers,
-                "dflash_config": {"mask_token_id": net.mask_token_id, "target_layer_ids": net.target_layer_ids}}
+                "dflash_config": {"mask_token_id": net.mask_token_id, "target_layer_ids": net.target_layer_ids,
+                                  **({"visual_queries": net.visual_queries} if net.visual_queries else {})}}
     elif layout == "speculators":
         base["model_type"] = "qwen3"
         data = {
@@ -142,6 +150,7 @@ def save_dflash(net: DFlashDraftModel, path: str | Path, layout: str = "zlab", v
             "draft_vocab_size": cfg.vocab_size, "num_target_layers": cfg.num_target_layers,
             "sliding_window_non_causal": True, "tie_word_embeddings": False,
             "transformer_layer_config": base,
+            **({VISUAL_QUERIES_KEY: net.visual_queries} if net.visual_queries else {}),
             "speculators_config": {
                 "algorithm": "dflash", "default_proposal_method": "greedy",
                 "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": net.block_size - 1,

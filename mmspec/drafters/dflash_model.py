@@ -17,11 +17,20 @@ The layers are stock ``Qwen3DecoderLayer`` modules (their parameters, named as t
 ``hidden_norm``, ``norm``); their forward is computed here as a few tensor ops (the stock layer has no door for
 extra context keys), exactly the function of the reference. No embedding or LM head lives in the drafter: the
 target's are used, shared and frozen.
+
+Beyond the paper, for VLM targets (FLASH's latent-aware compression, Sec. 3.2, applied to the block drafter's
+context): with ``dflash_config["visual_queries"] = n`` the drafter has n learned queries, and
+:meth:`DFlashDraftModel.compress_context` may replace each image's run of fused context features by its first
+``k ≤ n`` of them attended over that run, ``softmax(C Fᵀ / √H) F``, so the context holds k entries per picture
+instead of one per placeholder. Context entries are then numbered by their index in the compressed context (the
+rotary positions of the drafter's own sequence, in training and decoding alike).
 """
 
 from __future__ import annotations
 
 from typing import Callable
+
+import math
 
 import torch
 import torch.nn as nn
@@ -29,6 +38,7 @@ import torch.nn.functional as F
 from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
+from .feature_model import attend_queries
 from .lean_layer import _rotate, decoder_layer, rms_norm
 
 DEFAULT_BLOCK_SIZE = 16  # the paper's B
@@ -58,9 +68,11 @@ def emitted(logits: torch.Tensor, never) -> torch.Tensor:
 def make_config(target_config, num_layers: int = 2, block_size: int = DEFAULT_BLOCK_SIZE,
                 mask_token_id: int | None = None, target_layer_ids: list[int] | None = None,
                 intermediate_size: int | None = None, num_attention_heads: int | None = None,
-                num_key_value_heads: int | None = None, head_dim: int | None = None) -> Qwen3Config:
+                num_key_value_heads: int | None = None, head_dim: int | None = None,
+                visual_queries: int = 0) -> Qwen3Config:
     """A drafter config for ``target_config`` (a text config): as wide as the target, its heads by default, and the
-    fields the reference layout carries (``block_size``, ``dflash_config``, ``num_target_layers``)."""
+    fields the reference layout carries (``block_size``, ``dflash_config``, ``num_target_layers``); with
+    ``visual_queries`` > 0, that many learned queries for compressing each picture's context (mmspec's own key)."""
     if mask_token_id is None:
         raise ValueError("a DFlash drafter needs a mask token id (the tokenizer's mask token, or a spare id)")
     if block_size < 2:
@@ -90,7 +102,11 @@ def make_config(target_config, num_layers: int = 2, block_size: int = DEFAULT_BL
     cfg.architectures = ["DFlashDraftModel"]
     cfg.block_size = int(block_size)
     cfg.num_target_layers = n
+    if visual_queries < 0:
+        raise ValueError(f"visual_queries must be >= 0, got {visual_queries}")
     cfg.dflash_config = {"mask_token_id": int(mask_token_id), "target_layer_ids": [int(i) for i in ids]}
+    if visual_queries:
+        cfg.dflash_config["visual_queries"] = int(visual_queries)
     return cfg
 
 
@@ -111,6 +127,9 @@ class DFlashDraftModel(nn.Module):
         self.hidden_norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = Qwen3RotaryEmbedding(config)
         self._rope_table: tuple[torch.Tensor, torch.Tensor] | None = None
+        if self.visual_queries:  # created last: a drafter without them initialises its other weights identically
+            H = config.hidden_size
+            self.queries = nn.Parameter(torch.randn(self.visual_queries, H) / math.sqrt(H))
 
     # ------------------------------------------------------------------ what the config says
     @property
@@ -124,6 +143,11 @@ class DFlashDraftModel(nn.Module):
     @property
     def target_layer_ids(self) -> list[int]:
         return [int(i) for i in self.config.dflash_config["target_layer_ids"]]
+
+    @property
+    def visual_queries(self) -> int:
+        """Learned queries for compressing a picture's context (0: none; the paper's drafter)."""
+        return int(self.config.dflash_config.get("visual_queries", 0))
 
     @property
     def device(self) -> torch.device:
@@ -159,6 +183,50 @@ class DFlashDraftModel(nn.Module):
         """Context features ``[..., K·H]`` -> ``hidden_norm(fc(·))`` ``[..., H]``."""
         return rms_norm(self.hidden_norm, self.fc(features.to(self.dtype)))
 
+    def compress_context(self, ctx: torch.Tensor, image: torch.BoolTensor, valid: torch.BoolTensor, n: int,
+                         align: str) -> tuple[torch.Tensor, torch.BoolTensor, torch.LongTensor]:
+        """Fused context ``ctx`` [B, T, H] with each run of valid image positions (``image`` / ``valid`` [B, T])
+        replaced by ``n`` entries attended by the first ``n`` queries. Returns ``(entries [B, S, H], valid [B, S],
+        index [B, T])``: ``index[b, t]`` is the entry a valid non-image position t became (−1 elsewhere). Rows are
+        left-aligned (``align="left"``, padding first, as prompts are) or right-padded (``"right"``, training rows)."""
+        if not 1 <= n <= self.visual_queries:
+            raise ValueError(f"compressing a picture to {n} entries: this DFlash drafter has {self.visual_queries} "
+                             "visual queries")
+        if align not in ("left", "right"):
+            raise ValueError(f"align must be 'left' or 'right', got {align!r}")
+        B, T, _ = ctx.shape
+        img_l, ok_l = (image & valid).tolist(), valid.tolist()  # read to the host once, not element by element
+        rows = []
+        for b in range(B):
+            pieces, where, p, count = [], [-1] * T, 0, 0
+            while p < T:
+                if not ok_l[b][p]:
+                    p += 1
+                    continue
+                e, in_image = p, img_l[b][p]
+                while e < T and ok_l[b][e] and img_l[b][e] == in_image:
+                    e += 1
+                if in_image:
+                    pieces.append(attend_queries(self.queries[:n], ctx[b, p:e]))
+                    count += n
+                else:
+                    pieces.append(ctx[b, p:e])
+                    where[p:e] = range(count, count + e - p)
+                    count += e - p
+                p = e
+            rows.append((pieces, where, count))
+        S = max(1, max(c for _, _, c in rows))
+        out = ctx.new_zeros(B, S, ctx.shape[-1])
+        ok = torch.zeros(B, S, dtype=torch.bool, device=ctx.device)
+        index = torch.full((B, T), -1, dtype=torch.long)
+        for b, (pieces, where, count) in enumerate(rows):
+            off = S - count if align == "left" else 0
+            if count:
+                out[b, off: off + count] = torch.cat(pieces)
+                ok[b, off: off + count] = True
+            index[b] = torch.tensor([w + off if w >= 0 else -1 for w in where], dtype=torch.long)
+        return out, ok, index.to(ctx.device)
+
     def context_kv(self, i: int, context: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """Layer ``i``'s keys and values ``[B, H_kv, n, D]`` of fused context ``[B, n, H]`` at the rotary ``cos`` /
         ``sin`` ``[B, n, D]`` of the context tokens' positions."""
@@ -183,25 +251,36 @@ class DFlashDraftModel(nn.Module):
 
 
 def teacher_forced_logits(net: DFlashDraftModel, embed: nn.Module, lm_head: nn.Module, tokens: torch.LongTensor,
-                          features: torch.Tensor, anchors: torch.LongTensor) -> torch.Tensor:
+                          features: torch.Tensor, anchors: torch.LongTensor, image: torch.BoolTensor | None = None,
+                          compress_to: int | None = None) -> torch.Tensor:
     """Slot logits [N, m, B−1, V] of m blocks per row in one forward, the way training sees them (DFlash's many
     anchors per sequence under one block mask): block ``a`` = ``[tokens[a], MASK × (B−1)]`` at positions a..a+B−1
     sees the context at positions < a and its own block, nothing else. ``tokens`` [N, T]; ``features`` [N, T, K·H]
     (the target's, at every position); ``anchors`` [N, m] (any value in 0..T−1; a caller ignores what it does not
-    want). The context keys / values are computed once per layer for all T positions and shared by the blocks."""
+    want). The context keys / values are computed once per layer for all T positions and shared by the blocks.
+    With ``compress_to``, each picture's run of positions (``image`` [N, T]) is compressed
+    (:meth:`DFlashDraftModel.compress_context`) and positions are the compressed context's: anchors must then lie
+    outside pictures (a block's root is a token of the answer)."""
     N, T = tokens.shape
     m = anchors.shape[1]
     B = net.block_size
     dev = tokens.device
     ctx = net.fuse(features)
-    ctx_pos = torch.arange(T, device=dev).expand(N, T)
+    at = anchors  # the anchors' positions in the drafter's own numbering (the context's entry indices)
+    if compress_to:
+        ctx, _, index = net.compress_context(ctx, image, torch.ones_like(image), compress_to, align="right")
+        at = index.gather(1, anchors)
+        if bool((at < 0).any()):
+            raise ValueError("an anchor lies on a picture's placeholder: blocks start at answer tokens")
+    S = ctx.shape[1]
+    ctx_pos = torch.arange(S, device=dev).expand(N, S)
     ccos, csin = net.rope(ctx, ctx_pos)
     block_tokens = torch.full((N, m, B), net.mask_token_id, dtype=torch.long, device=dev)
     block_tokens[..., 0] = tokens.gather(1, anchors)
-    block_pos = (anchors[..., None] + torch.arange(B, device=dev)).view(N, m * B)
+    block_pos = (at[..., None] + torch.arange(B, device=dev)).view(N, m * B)
     x = embed(block_tokens.view(N, m * B)).to(net.dtype)
     bcos, bsin = net.rope(x, block_pos)
-    sees_context = ctx_pos[:, None, :] < anchors.repeat_interleave(B, dim=1)[..., None]  # [N, mB, T]
+    sees_context = ctx_pos[:, None, :] < at.repeat_interleave(B, dim=1)[..., None]  # [N, mB, S]
     blk = torch.arange(m, device=dev).repeat_interleave(B)
     same_block = (blk[:, None] == blk[None, :]).expand(N, m * B, m * B)
     mask = torch.cat([sees_context, same_block], dim=2)[:, None]

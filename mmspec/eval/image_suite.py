@@ -131,7 +131,7 @@ def suite_methods(sweep: bool, have: list[str]) -> list[tuple[str, str, dict]]:
     if sweep:
         methods += sweep_methods() + (sweep_methods("sar") if "sar" in have else [])
         methods += tree_sweep_methods("feature" if "feature" in have else "ar")
-    # entries that name no drafter draft with the small AR model (the generator's own default is image-eagle)
+    # entries that name no drafter draft with the small AR model (the generator's own default is image-dflash)
     return [(name, m, kw if m == "ar" or "drafter" in kw else {**kw, "drafter": "ar"}) for name, m, kw in methods]
 
 

@@ -4,7 +4,9 @@ Methods: plain decoding; the baselines — the text-only zoo drafter (``vlm-draf
 chain and a static tree (``chain``, ``tree``), prompt lookup (mmspec's and HF's), and the plain feature drafter
 (``vlm-eagle``: no decoupling, no compression); MSD (``vlm-msd``) as a chain and an EAGLE-2 dynamic
 tree; FLASH (``vlm-flash``) at 8, 4 and 1 compressed tokens per image, and as a lattice tree; the DFlash
-block drafter (``vlm-dflash``, where the zoo has it) as a confident chain and a DDTree. Every method
+block drafter (``vlm-dflash``, where the zoo has it) as a confident chain and a DDTree, and ``vlm-dflash-c`` (the
+same taught compressed pictures) as the chain with each picture in 1, 4 or 8 context entries (``dflash-c<k>``).
+Every method
 stops at EOS, as a user's VLM answers do, and greedy outputs are compared with plain decoding's."""
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from transformers import DynamicCache
 
 from .. import SpeculativeGenerator, TreeTemplate
 from ..cache import SpecKVCache
+from ..drafters.dflash_io import read_config
 from ..hf_args import cache_kwargs
 from ..registry import CHAIN_CONFIDENCE, DFLASH_TREE, DYNAMIC_TREE, build_drafter, draft_length
 from ..verifiers.tree_forward import chain_parents
@@ -28,8 +31,10 @@ from .bench import compare
 
 VLM_METHODS = ["plain", "mmspec-plain", "hf-prompt-lookup", "prompt-lookup", "chain", "tree", "eagle-chain",
                "eagle-dynamic", "msd-chain", "msd-dynamic", "flash-8", "flash-4", "flash-1", "flash-4-lattice",
-               "dflash", "dflash-tree"]
-BLOCK_METHODS = ["dflash", "dflash-tree"]  # vlm-dflash (a zoo built before it has none): confident chain, DDTree
+               "dflash", "dflash-tree", "dflash-c1", "dflash-c4", "dflash-c8"]
+# vlm-dflash (a zoo built before it has none): confident chain, DDTree; vlm-dflash-c: compressed chains
+BLOCK_METHODS = ["dflash", "dflash-tree", "dflash-c1", "dflash-c4", "dflash-c8"]
+COMPRESSED_BLOCKS = (1, 4, 8)
 # FLASH's slots are independent given the context: a static lattice tree over their ranked tokens
 FLASH_LATTICE = TreeTemplate.full((3, 2, 1, 1))
 
@@ -51,9 +56,15 @@ def feature_factories(home: str | Path | None = None, num_tokens: int = 4, featu
 
     k = {m: draft_length(m, feature_tokens) for m in ("eagle", "msd")}
     block = {}
-    if (zoo_root(home) / "vlm-dflash" / "zoo.json").exists():
+    block_dir = zoo_root(home) / "vlm-dflash"
+    if (block_dir / "zoo.json").exists():
         block = {"dflash": make("dflash", "vlm-dflash", confidence=CHAIN_CONFIDENCE),
                  "dflash-tree": make("dflash", "vlm-dflash", **DFLASH_TREE)}
+    compressing = zoo_root(home) / "vlm-dflash-c"
+    if (compressing / "zoo.json").exists():  # vlm-dflash-c: the block drafter taught compressed pictures
+        queries = read_config(compressing)[0].dflash_config.get("visual_queries", 0)
+        block.update({f"dflash-c{n}": make("dflash", "vlm-dflash-c", confidence=CHAIN_CONFIDENCE, compress_to=n)
+                      for n in COMPRESSED_BLOCKS if n <= queries})
     return {
         **block,
         "chain": make("chain", "vlm-drafter", num_tokens=num_tokens),

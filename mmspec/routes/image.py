@@ -15,8 +15,8 @@ from ..janus import JanusImageGenerator, fill_boi_token_id, janus_prompt_ids
 from ..loading import load_drafter, load_target
 from ..options import IMAGE as IMAGE_OPTIONS
 from ..guidance import DEFAULT_CFG_SCALE
-from ..registry import IMAGE_CHAIN_TOKENS, IMAGE_DRAFTERS, IMAGE_METHODS, IMAGE_TREE, check_vocab, drafter_kind, resolve_bound, take_options, \
-    wrong_method
+from ..registry import IMAGE_CHAIN_TOKENS, IMAGE_DRAFTERS, IMAGE_METHODS, check_vocab, drafter_kind, image_defaults, \
+    resolve_bound, take_options, wrong_method
 from ..targets import Target
 
 DEFAULT_METHOD = "lantern++"
@@ -38,9 +38,10 @@ class ImagePipeline:
         if self.method == "ar":
             return None
         d = self.defaults
-        chain = None if self.drafter_kind == "dflash" else IMAGE_CHAIN_TOKENS  # (DFlash's chain: its whole block)
-        return self.generator._drafter(self.drafter_kind, d.get("cfg_scale", DEFAULT_CFG_SCALE),
-                                       d.get("tree") or IMAGE_TREE, d.get("num_tokens") or chain)
+        tree, num_tokens, _ = image_defaults(self.drafter_kind, self.method, d.get("tree"), d.get("num_tokens"), None)
+        if num_tokens is None and self.drafter_kind != "dflash":  # (DFlash's chain: its whole block)
+            num_tokens = IMAGE_CHAIN_TOKENS
+        return self.generator._drafter(self.drafter_kind, d.get("cfg_scale", DEFAULT_CFG_SCALE), tree, num_tokens)
 
     @property
     def layout(self):

@@ -11,6 +11,10 @@ Loss per slot k = 1..B−1 (the token k after the anchor), weighted ``exp(−(k�
 B = 16): cross-entropy on the target's token plus, optionally (``kl_weight``), the KL divergence to the target's
 full distribution at that position (beyond the paper: what sampling at T > 0 accepts is 1 − TV(p, q)).
 
+Compression (VLM targets, a drafter with visual queries): ``compress_choices`` lists the settings a step draws from
+(0 = every picture position in the context, k = each picture as k entries, FLASH's nested queries), so one drafter
+serves all of them; held-out selection averages the accepted length over the settings.
+
 Selection: the paper warns that teacher-forced accuracy misleads; the figure that picks the kept weights is the
 **greedy accepted length** of a block on held-out rows: from each validation anchor, the number of leading slots
 whose argmax equals the target's token (exactly what a chain of the whole block would get accepted at that point of
@@ -49,6 +53,8 @@ class DFlashTrainConfig:
     patience: int = 4
     val_rows: int = 128
     seed: int = 2602
+    compress_choices: tuple[int, ...] = ()  # per step, one of these (0: the full context); () = never compress
+    trainable: tuple[str, ...] = ()  # names (prefixes) of the only parameters trained, the rest frozen; () = all
 
 
 @dataclass
@@ -138,6 +144,24 @@ def make_batch(data, idx: torch.LongTensor, anchors: torch.LongTensor,
     return batch
 
 
+def compressed(batch: dict, n: int, image_token_id: int | None) -> dict:
+    """``batch`` with its pictures compressed to ``n`` entries each (0: as it is)."""
+    if not n:
+        return batch
+    if image_token_id is None:
+        raise ValueError("compressing pictures needs the target's image token id")
+    return {**batch, "compress_to": int(n), "image": batch["tokens"] == image_token_id}
+
+
+def slot_logits(net: DFlashDraftModel, target, batch: dict, features: torch.Tensor) -> torch.Tensor:
+    """The batch's teacher-forced slot logits, ids the target never emits at −inf (its pictures compressed where the
+    batch says so)."""
+    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    return emitted(teacher_forced_logits(net, embed, lm_head, batch["tokens"], features, batch["anchors"],
+                                         batch.get("image"), batch.get("compress_to")).float(),
+                   getattr(target, "disallowed", None))
+
+
 @torch.no_grad()
 def precompute_features(target, net: DFlashDraftModel | None, data, batch_size: int = 32, progress: bool = True,
                         select=None, inputs=None) -> torch.Tensor:
@@ -189,15 +213,13 @@ def slot_weights(block_size: int, gamma: float, device) -> torch.Tensor:
 
 
 def dflash_loss(net: DFlashDraftModel, target, batch: dict, cfg: DFlashTrainConfig) -> torch.Tensor:
-    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
     if "features" in batch:
         if cfg.kl_weight > 0:
             raise ValueError("kl_weight > 0 needs the target's distributions: train with cache_features=False")
         features, target_logits = batch["features"], None
     else:
         features, target_logits = target_outputs(target, net, batch["tokens"])
-    logits = emitted(teacher_forced_logits(net, embed, lm_head, batch["tokens"], features, batch["anchors"]).float(),
-                     getattr(target, "disallowed", None))
+    logits = slot_logits(net, target, batch, features)
     labels, valid, pos = slot_labels(batch, net.block_size)
     w = slot_weights(net.block_size, cfg.gamma, logits.device)[None, None, :] * valid
     logq = torch.log_softmax(logits, -1)
@@ -218,15 +240,13 @@ def block_acceptance(net: DFlashDraftModel, target, batches: list[dict]) -> dict
     every slot given the true context) and the mean greedy accepted length of the whole block (leading slots
     that all agree: what a chain of the block gets accepted, the bonus token aside) and its distribution."""
     net.eval()
-    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
     hits = torch.zeros(net.block_size - 1)
     counts = torch.zeros(net.block_size - 1)
     accepted, blocks = 0.0, 0
     for batch in batches:
         batch = on_model(batch, net)
         features = batch["features"] if "features" in batch else target_outputs(target, net, batch["tokens"])[0]
-        logits = emitted(teacher_forced_logits(net, embed, lm_head, batch["tokens"], features, batch["anchors"]),
-                         getattr(target, "disallowed", None))
+        logits = slot_logits(net, target, batch, features)
         labels, valid, _ = slot_labels(batch, net.block_size)
         agree = (logits.argmax(-1) == labels) & valid
         hits += agree.sum((0, 1)).float().cpu()
@@ -267,12 +287,16 @@ def validation_batches(val, cfg: DFlashTrainConfig, block_size: int, features: t
 def train_dflash(net: DFlashDraftModel, target, train, val,
                  cfg: DFlashTrainConfig | None = None, progress: bool = True, checkpoint=None,
                  checkpoint_every_s: float = 120.0, features: torch.Tensor | None = None,
-                 val_features: torch.Tensor | None = None) -> dict:
+                 val_features: torch.Tensor | None = None, image_token_id: int | None = None) -> dict:
     """Train ``net`` against the frozen ``target`` (both on one device); returns the report (config, steps, tokens,
     seconds, held-out block figures before and after). ``checkpoint``: a file a killed run resumes from.
     ``features``: the training rows' precomputed features (:func:`precompute_features`); with
-    ``cfg.cache_features`` and none given they are computed here."""
+    ``cfg.cache_features`` and none given they are computed here. ``image_token_id``: the target's picture
+    placeholder, which ``cfg.compress_choices`` needs."""
     cfg = cfg or DFlashTrainConfig()
+    if any(cfg.compress_choices) and not 1 <= max(cfg.compress_choices) <= net.visual_queries:
+        raise ValueError(f"compress_choices {cfg.compress_choices} need a drafter with at least "
+                         f"{max(cfg.compress_choices)} visual queries, this one has {net.visual_queries}")
     if model_device(net) != model_device(target):
         raise ValueError(f"the drafter is on {model_device(net)} but the target on {model_device(target)}")
     for name, data in (("training", train), ("validation", val)):
@@ -284,22 +308,36 @@ def train_dflash(net: DFlashDraftModel, target, train, val,
     gen = torch.Generator().manual_seed(cfg.seed)
     if features is None and cfg.cache_features:
         features = precompute_features(target, net, train, progress=progress)
-    val_batches = [on_model(b, net) for b in validation_batches(val, cfg, net.block_size, val_features)]
-    before = block_acceptance(net, target, val_batches)
+    if cfg.trainable:
+        names = [n for n, _ in net.named_parameters() if n.startswith(tuple(cfg.trainable))]
+        if not names:
+            raise ValueError(f"trainable={cfg.trainable} names none of the drafter's parameters")
+        for n, p in net.named_parameters():
+            p.requires_grad_(n in names)
+    settings = sorted(set(cfg.compress_choices)) or [0]
+    plain_batches = validation_batches(val, cfg, net.block_size, val_features)
+    val_batches = {n: [on_model(compressed(b, n, image_token_id), net) for b in plain_batches] for n in settings}
+    before = block_acceptance(net, target, val_batches[settings[0]])
 
     def next_batch(step: int) -> dict:
         idx = torch.randint(0, len(train), (cfg.batch_size,), generator=gen)
-        return make_batch(train, idx, sample_anchors(train, idx, cfg.anchors, gen), features)
+        batch = make_batch(train, idx, sample_anchors(train, idx, cfg.anchors, gen), features)
+        if not cfg.compress_choices:
+            return batch
+        n = cfg.compress_choices[int(torch.randint(0, len(cfg.compress_choices), (1,), generator=gen))]
+        return compressed(batch, n, image_token_id)
 
-    def val_loss() -> float:  # minimised: the negative held-out accepted length
-        return -block_acceptance(net, target, val_batches)["accepted_length"]
+    def val_loss() -> float:  # minimised: the negative held-out accepted length (mean over the settings)
+        return -sum(block_acceptance(net, target, b)["accepted_length"] for b in val_batches.values()) / len(settings)
 
     t0 = time.perf_counter()
     res = train_loop(net, next_batch, val_loss, lambda model, b: dflash_loss(model, target, b, cfg),
                      max_steps=cfg.steps, budget_s=cfg.budget_s, lr=cfg.lr, warmup=cfg.warmup,
                      eval_every=cfg.eval_every, patience=cfg.patience, desc="train dflash", progress=progress,
                      checkpoint=checkpoint, checkpoint_every_s=checkpoint_every_s, generators=(gen,))
-    after = block_acceptance(net, target, val_batches)
+    for p in net.parameters():
+        p.requires_grad_(True)
+    after = block_acceptance(net, target, val_batches[settings[0]])
     width = float(row_lengths(train).float().mean())
     return {"config": asdict(cfg), "steps": res.steps, "seconds": res.seconds, "wall_seconds": time.perf_counter() - t0,
             "stopped": res.stopped, "rows_seen": res.steps * cfg.batch_size,
@@ -307,8 +345,10 @@ def train_dflash(net: DFlashDraftModel, target, train, val,
             "blocks_seen": res.steps * cfg.batch_size * cfg.anchors,
             "val_history": [(s, -v) for s, v in res.val_history], "best_accepted_length": -res.best_val_loss
             if math.isfinite(res.best_val_loss) else None,
-            "heldout_before": before, "heldout_after": after}
+            "heldout_before": before, "heldout_after": after,
+            **({"heldout_after_by_setting": {str(n): block_acceptance(net, target, b) for n, b in val_batches.items()}}
+               if cfg.compress_choices else {})}
 
 
-__all__ = ["Responses", "greedy_responses", "row_lengths", "DFlashTrainConfig", "dflash_loss", "precompute_features", "target_outputs", "block_acceptance", "train_dflash", "sample_anchors", "make_batch",
+__all__ = ["Responses", "greedy_responses", "row_lengths", "DFlashTrainConfig", "dflash_loss", "precompute_features", "target_outputs", "block_acceptance", "train_dflash", "sample_anchors", "make_batch", "compressed", "slot_logits",
            "validation_batches"]

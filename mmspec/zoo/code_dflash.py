@@ -170,7 +170,7 @@ def ship(net: DFlashDraftModel, tok, home: Path, name: str, family: str, micro: 
     return out, info, load_dflash(out).to(model_device(target))
 
 
-def _as_shipped(net: DFlashDraftModel) -> None:
+def as_shipped(net: DFlashDraftModel) -> None:
     """Round the weights to float16 and back, as the zoo ships them: the next stage starts from what a user of an
     earlier zoo has (and a build resumed from a shipped drafter is the build that trains it)."""
     with torch.no_grad():
@@ -216,7 +216,7 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
         stages[stage]["train_rows"] = len(train)
         stages[stage]["feature_seconds"] = secs
         del features
-        _as_shipped(net)
+        as_shipped(net)
         save_checkpoint(work / f"stage{stage}{micro_tag}.pt", {"state": net.state_dict(), "report": stages[stage]})
     tok = ensure_tokenizer(home, micro)
     train, val = completion_data(home, target, tok, micro, progress)

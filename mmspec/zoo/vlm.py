@@ -544,7 +544,7 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
     if extra:
         results.update(vlm_drafters.build(Path(home), micro, progress, extra))
     if any(n in names for n in vlm_dflash.NAMES):
-        results.update(vlm_dflash.build(Path(home), micro, progress))
+        results.update(vlm_dflash.build(Path(home), micro, progress, [n for n in names if n in vlm_dflash.NAMES]))
     return results
 
 

@@ -14,7 +14,7 @@ from .home import read_json
 
 BASE_NAMES = ["vlm-target", "vlm-drafter"]
 FEATURE_NAMES = ["vlm-eagle", "vlm-msd", "vlm-flash"]  # EAGLE-style, MSD, FLASH
-DFLASH_NAMES = ["vlm-dflash"]  # the DFlash block drafter
+DFLASH_NAMES = ["vlm-dflash", "vlm-dflash-c"]  # the DFlash block drafter; the same with compressed pictures
 NAMES = BASE_NAMES + FEATURE_NAMES + DFLASH_NAMES
 
 

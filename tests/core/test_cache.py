@@ -211,3 +211,37 @@ def _check_prefix_mask_follows_in_place_changes():
     cache.lengths -= torch.tensor([0, 1])  # in place: row 1 forgets its last token
     _, mask = cache.prepare_append(one, valid)
     assert mask[1, 0, 0, :5].tolist() == [False, False, True, True, False]
+
+
+@pytest.mark.parametrize("layout", ["left", "right"])
+def test_prepare_chain_is_prepare_append_of_a_chain_without_the_mask(layout):
+    """A drafter's context entries (a left-padded prompt, or each row's accepted tokens, right padded) get the
+    positions and pending state prepare_append gives the same chain, and commit the same way."""
+    from mmspec.verifiers.tree_forward import chain_parents
+
+    valid = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 0, 0, 0, 1]], dtype=torch.bool)
+    if layout == "right":
+        valid = valid.flip(1)
+    parents = prefill_parents(valid.long()) if layout == "left" else chain_parents(valid)
+    caches = []
+    for chain in (False, True):
+        cache = SpecKVCache(1, 3, 16)
+        cache.lengths = torch.tensor([3, 5, 4])
+        cache.starts = torch.tensor([1, 0, 2])
+        pos = cache.prepare_chain(valid) if chain else cache.prepare_append(parents, valid)[0]
+        caches.append((cache, pos))
+    (a, pa), (b, pb) = caches
+    assert torch.equal(pa, pb)
+    assert torch.equal(a._pending_pos, b._pending_pos) and a._write_offset == b._write_offset
+    # the valid nodes' parents and ancestors (padding nodes are never kept, whatever they hang off)
+    assert torch.equal(a._pending_parents[valid], b._pending_parents[valid])
+    assert torch.equal(a._pending_anc[valid] & valid[:, None, :].expand_as(a._pending_anc)[valid],
+                       b._pending_anc[valid] & valid[:, None, :].expand_as(b._pending_anc)[valid])
+    for cache in (a, b):
+        cache.layers[0].update(torch.randn(3, 1, 5, 2, generator=torch.Generator().manual_seed(0)),
+                               torch.randn(3, 1, 5, 2, generator=torch.Generator().manual_seed(1)))
+        cache.commit_first(valid.sum(1))
+    assert torch.equal(a.lengths, b.lengths)
+    assert all(torch.equal(a.committed_kv(0, r)[0], b.committed_kv(0, r)[0]) for r in range(3))
+    with pytest.raises(ValueError, match="sequence longer than the cache"):
+        SpecKVCache(1, 3, 4).prepare_chain(valid)

@@ -20,12 +20,15 @@ def pipe():
 
 
 def test_dflash_pipeline_drafts_blocks_and_is_exact_under_greedy(pipe):
-    assert isinstance(pipe.drafter, DFlashDrafter) and pipe.drafter.num_tokens == 15  # the whole block by default
+    assert isinstance(pipe.drafter, DFlashDrafter) and pipe.drafter.num_tokens == 8  # its default: 8 slots
+    chain = mmspec.pipeline("zoo:image-target", drafter="dflash", method="spec", tree="chain")
+    assert chain.drafter.num_tokens == 15  # an explicit chain: the whole block
     ref = pipe.generate([2], method="ar", temperature=0, seed=0).codes
     for tree in ("chain", "ddtree"):
         out = pipe.generate([2], tree=tree, temperature=0, seed=0)
         assert torch.equal(out.codes, ref)
         assert out.config["drafter"] == "dflash" and out.stats.mean_accepted_tokens > 1.0
+        assert out.config.get("num_tokens") == (15 if tree == "chain" else None)
     out = pipe.generate([2], method="lantern++", lam=1.0, tree="chain", num_tokens=6, temperature=0, seed=0)
     assert torch.equal(out.codes, ref) and out.config["num_tokens"] == 6  # λ = 1 moves nothing: exact
 

@@ -46,12 +46,16 @@ def test_prompts_of_the_wrong_kind_and_misplaced_arguments_are_named():
 
 def test_image_pipeline_names_its_drafter_and_refuses_a_chain_length_for_a_tree():
     pipe = mmspec.pipeline("zoo:image-target")
-    assert type(pipe.drafter).__name__ == "FeatureDrafter"
+    assert type(pipe.drafter).__name__ == "DFlashDrafter"  # image-dflash: the measured default
     assert mmspec.pipeline("zoo:image-target", method="ar").drafter is None
-    for kw in (dict(method="lantern++", tree="static", num_tokens=6), dict(method="spec", num_tokens=6)):
+    eagle = mmspec.pipeline("zoo:image-target", drafter="feature")
+    assert type(eagle.drafter).__name__ == "FeatureDrafter"
+    for p, kw in ((eagle, dict(method="lantern++", tree="static", num_tokens=6)), (eagle, dict(method="spec", num_tokens=6)),
+                  (pipe, dict(method="spec", tree="ddtree", num_tokens=6))):
         with pytest.raises(ValueError, match="num_tokens sets the length of a chain"):
-            pipe.generate([0], **kw)
-    assert pipe.generate([0], method="spec", tree="chain", num_tokens=6).config["num_tokens"] == 6
+            p.generate([0], **kw)
+    assert eagle.generate([0], method="spec", tree="chain", num_tokens=6).config["num_tokens"] == 6
+    assert pipe.generate([0], method="spec", num_tokens=6).config["num_tokens"] == 6  # its default tree: a chain
 
 
 @pytest.mark.parametrize("argv,message", [

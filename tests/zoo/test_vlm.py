@@ -99,7 +99,16 @@ def test_micro_build_loads_checksums_and_runs_exactly(tmp_path, greedy_reference
     entry = load("vlm-dflash", home=tmp_path)
     assert vlm.checksum(entry)["sum"] == pytest.approx(entry.config["checksum"]["sum"], rel=1e-4, abs=1e-3)
     factories = feature_factories(tmp_path)
-    for method in ("eagle-dynamic", "msd-chain", "msd-dynamic", "flash-1", "dflash", "dflash-tree"):
+    # vlm-dflash-c: stage 1's drafter, trained on with compressed pictures; the paper's drafter has no queries
+    comp = read_json(tmp_path / "vlm-dflash-c" / "metrics.json")
+    assert comp["visual_queries"] == 8 and block["visual_queries"] == 0
+    assert set(comp["heldout_after_by_setting"]) == {"1", "2", "4", "8"}
+    assert {"chain15-c1", "chain15-c4", "chain15-c8"} <= set(comp["tau_decode"])
+    assert comp["steps"] == block["steps"] + comp["stages"]["2"]["steps"]
+    centry = load("vlm-dflash-c", home=tmp_path)
+    assert vlm.checksum(centry)["sum"] == pytest.approx(centry.config["checksum"]["sum"], rel=1e-4, abs=1e-3)
+    for method in ("eagle-dynamic", "msd-chain", "msd-dynamic", "flash-1", "dflash", "dflash-tree", "dflash-c1",
+                   "dflash-c8"):
         out = SpeculativeGenerator(target.model, factories[method]()).generate(
             inputs["input_ids"], max_new_tokens=10, eos_token_id=[], pixel_values=inputs["pixel_values"])
         assert torch.equal(out.sequences, ref), method
