@@ -144,6 +144,14 @@ class ImageGenerator:
                 return kind
         return "ar"
 
+    def default_drafter_for(self, tree=None) -> str:
+        """:attr:`default_drafter` for a call asking for ``tree``: a shape the block drafter does not draft (a
+        template or its label, ``"dynamic"``) goes to the next drafter that does (image-eagle, else the AR model)."""
+        kind = self.default_drafter
+        if kind == "dflash" and tree not in (None, "chain", "ddtree", "static"):
+            return "feature" if self.feature_drafters["feature"] is not None else "ar"
+        return kind
+
     def set_feature_drafter(self, net, kind: str) -> None:
         """Use ``net`` as the ``"feature"`` (one token per forward), ``"sar"`` or ``"dflash"`` (a
         :class:`~mmspec.drafters.dflash_model.DFlashDraftModel`: a block per forward) drafter, checked against the
@@ -200,7 +208,8 @@ class ImageGenerator:
                  generator: torch.Generator | None = None,
                  seed: int | None = None, drafter: str | None = None, measure_output_tv: bool | int = False,
                  streamer=None, **unknown) -> ImageOutput:
-        """``drafter``: ``"ar"``, ``"feature"``, ``"sar"`` or ``"none"``; None: :attr:`default_drafter`.
+        """``drafter``: ``"ar"``, ``"feature"``, ``"sar"``, ``"dflash"`` or ``"none"``; None: the default for ``tree``
+        (:meth:`default_drafter_for`).
         ``measure_output_tv`` (LANTERN / LANTERN++): compute the exact TV of each step's first emitted token
         from the target's (``stats.output_tv``), for every picture (True) or the first n of the batch (an int);
         its cost is kept out of ``seconds``. ``tree`` (default ``"static"``) and ``num_tokens`` (default 4) draft
@@ -209,7 +218,7 @@ class ImageGenerator:
         ``streamer``: HF's streamer protocol, one picture per call: the class token, then each step's committed
         code tokens (``layout.tokens_to_codes`` maps them to codebook indices), then ``end()``."""
         reject_unknown(unknown, ImageGenerator.generate, "ImageGenerator.generate")
-        drafter = self.default_drafter if drafter is None else drafter
+        drafter = self.default_drafter_for(tree) if drafter is None else drafter
         method = method or self.method
         check_image_method(method)
         # types, ranges, finite values (mmspec.options.IMAGE); a drafting setting given to plain AR is refused (the

@@ -78,6 +78,19 @@ FEATURE_METHODS = [
     ("dflash: LANTERN++ λ=50 k=16 chain", "lantern++", dict(lam=50.0, lantern_k=16, tree="chain", drafter="dflash")),
     ("dflash: LANTERN++ λ=50 k=16 ddtree", "lantern++", dict(lam=50.0, lantern_k=16, tree="ddtree",
                                                               drafter="dflash")),
+    # looser still, on a chain of 10: a batch-1 sweep (6 pictures) gave τ 4.77 (k 16) and 4.88 (k 64) at λ 100,
+    # against 3.67 for the default's chain of 8 at λ 50: whether the pictures stay inside plain AR's spread is what
+    # the quality phase answers
+    ("dflash: LANTERN++ λ=100 k=16 chain of 10", "lantern++", dict(lam=100.0, lantern_k=16, tree="chain",
+                                                                   num_tokens=10, drafter="dflash")),
+    ("dflash: LANTERN++ λ=100 k=64 chain of 10", "lantern++", dict(lam=100.0, lantern_k=64, tree="chain",
+                                                                   num_tokens=10, drafter="dflash")),
+    # λ = 100 kept FD inside plain AR's spread (0.23, 0.29; the default λ = 50: 0.50) at τ 4.0 on the suite's
+    # pictures; a 16-picture sweep gave λ = 200 on a chain of 12 τ 4.62 (k 16) and 4.94 (k 32)
+    ("dflash: LANTERN++ λ=200 k=16 chain of 12", "lantern++", dict(lam=200.0, lantern_k=16, tree="chain",
+                                                                   num_tokens=12, drafter="dflash")),
+    ("dflash: LANTERN++ λ=200 k=32 chain of 12", "lantern++", dict(lam=200.0, lantern_k=32, tree="chain",
+                                                                   num_tokens=12, drafter="dflash")),
 ]
 
 

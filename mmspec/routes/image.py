@@ -110,7 +110,7 @@ def image_pipeline(target: Target, drafter, method: str | None, home=None, devic
             if opts[name] is not None:
                 gen.set_feature_drafter(_feature_net(opts[name], target, home, device, name), kind)
         if drafter is None:
-            kind = gen.default_drafter
+            kind = gen.default_drafter_for(opts["tree"])
         elif isinstance(drafter, str) and drafter in IMAGE_DRAFTERS:
             kind = drafter
         else:  # a trained feature drafter (`mmspec train image-drafter`; its head decides feature or sar) or DFlash's

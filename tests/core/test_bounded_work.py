@@ -22,9 +22,13 @@ def test_tree_labels_are_capped_before_any_work(label):
 
 
 def test_image_route_refuses_a_huge_tree():
-    pipe = mmspec.pipeline("zoo:image-target", method="lantern++")
+    pipe = mmspec.pipeline("zoo:image-target", method="lantern++", drafter="feature")
     with pytest.raises(ValueError, match=f"at most {MAX_TREE_NODES}"):
         pipe.generate([0], tree="30x30")
+    with pytest.raises(ValueError, match="drafts tree='chain'"):  # image-dflash drafts no templates
+        mmspec.pipeline("zoo:image-target", method="lantern++", drafter="dflash").generate([0], tree="30x30")
+    with pytest.raises(ValueError, match=f"at most {MAX_TREE_NODES}"):  # a template asked of the default: eagle's
+        mmspec.pipeline("zoo:image-target", method="lantern++", tree="30x30").generate([0])
 
 
 def test_any_drafter_step_is_capped():

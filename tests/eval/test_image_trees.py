@@ -43,6 +43,7 @@ def test_the_image_cli_takes_a_tree_label(tmp_path, capsys):
                  "--out", str(out)]) == 0
     stats = json.loads((out / "stats.json").read_text())
     assert stats["tree"] == "spine3+1" and stats["tau"] >= 1.0
+    assert stats["drafter"] == "feature"  # a template: the default drafter that drafts one (image-dflash does not)
     assert main(["image", "--method", "lantern++", "--tree", "wide", "--classes", "0", "--out",
                  str(tmp_path / "bad")]) == 2
     assert "spine<depth>+<alternatives at the root>" in capsys.readouterr().err
