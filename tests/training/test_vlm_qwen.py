@@ -54,6 +54,18 @@ def _half_answered_rows(checkpoint, tmp_path):
     return data
 
 
+def _dflash_decodes_exactly(checkpoint, drafter_dir, images, greedy_reference, **kw):
+    """The trained DFlash drafter through VLMGenerator (with ``kw``) gives plain greedy decoding's sequences;
+    returns them."""
+    gen = VLMGenerator.from_pretrained(str(checkpoint / "target"), str(drafter_dir), method="dflash", **kw)
+    res = gen.generate(images=images, prompts=[PROMPT, PROMPT], max_new_tokens=8)
+    tok = gen.tokenizer
+    ref = greedy_reference(gen.target, max_new_tokens=8, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                           **gen.prepare(images, [PROMPT, PROMPT]))
+    assert torch.equal(res.sequences, ref), kw
+    return ref
+
+
 def test_train_dflash_on_qwen_vl_answers_and_decodes_exactly(checkpoint, greedy_reference, tmp_path):
     """`mmspec train dflash` against a VLM checkpoint: rows of image + prompt (the target answers those without a
     response, its picture in view), the features over the placeholders computed with the pictures; the saved
@@ -73,13 +85,7 @@ def test_train_dflash_on_qwen_vl_answers_and_decodes_exactly(checkpoint, greedy_
     assert report["steps"] == 3 and report["heldout_after"]["blocks"] > 0
     images = [pictures()[0], pictures()[2]]
     for kw in (dict(), dict(tree_nodes=4)):
-        gen = VLMGenerator.from_pretrained(str(checkpoint / "target"), str(out), method="dflash", **kw)
-        res = gen.generate(images=images, prompts=[PROMPT, PROMPT], max_new_tokens=8)
-        inputs = gen.prepare(images, [PROMPT, PROMPT])
-        tok = gen.tokenizer
-        ref = greedy_reference(gen.target, max_new_tokens=8, eos_token_id=tok.eos_token_id,
-                               pad_token_id=tok.pad_token_id, **inputs)
-        assert torch.equal(res.sequences, ref), kw
+        ref = _dflash_decodes_exactly(checkpoint, out, images, greedy_reference, **kw)
     pipe = mmspec.pipeline(str(checkpoint / "target"), drafter=str(out))
     assert pipe.method == "dflash"
     assert torch.equal(pipe.generate(images=images, prompts=[PROMPT, PROMPT], max_new_tokens=8).sequences, ref)
@@ -104,13 +110,7 @@ def test_train_dflash_with_visual_queries_decodes_compressed_pictures_exactly(ch
         "0", "1", "2"}
     images = [pictures()[0], pictures()[2]]
     for n in (1, 2):
-        gen = VLMGenerator.from_pretrained(str(checkpoint / "target"), str(out), method="dflash", compress_to=n)
-        res = gen.generate(images=images, prompts=[PROMPT, PROMPT], max_new_tokens=8)
-        inputs = gen.prepare(images, [PROMPT, PROMPT])
-        tok = gen.tokenizer
-        ref = greedy_reference(gen.target, max_new_tokens=8, eos_token_id=tok.eos_token_id,
-                               pad_token_id=tok.pad_token_id, **inputs)
-        assert torch.equal(res.sequences, ref), n
+        ref = _dflash_decodes_exactly(checkpoint, out, images, greedy_reference, compress_to=n)
     pipe = mmspec.pipeline(str(checkpoint / "target"), drafter=str(out), compress_to=1)
     assert torch.equal(pipe.generate(images=images, prompts=[PROMPT, PROMPT], max_new_tokens=8).sequences, ref)
     assert main(["train", "dflash", "--target", str(checkpoint / "target"), "--data", str(data),
