@@ -223,11 +223,7 @@ class SpecKVCache(Cache):
         if old == 0:
             self._base = int(self.lengths.max())
         base = self._base
-        if base + old + T > self.max_len:
-            raise ValueError(
-                f"sequence longer than the cache: {base + old + T} slots needed, cache holds {self.max_len} "
-                "(raise max_cache_len or lower max_new_tokens)"
-            )
+        self._check_room(base + old + T)
         if T == 1 and old == 0 and depth is None and self.layout.window is None:
             return self._append_one(parents, valid, base)
         all_parents = torch.cat([self._pending_parents, parents], dim=1)
@@ -270,6 +266,11 @@ class SpecKVCache(Cache):
         self._write_offset = base + old
         return positions, map_masks(mask, lambda m: m[:, None, :, :])
 
+    def _check_room(self, slots: int) -> None:
+        if slots > self.max_len:
+            raise ValueError(f"sequence longer than the cache: {slots} slots needed, cache holds {self.max_len} "
+                             "(raise max_cache_len or lower max_new_tokens)")
+
     def prepare_chain(self, valid: torch.BoolTensor) -> torch.LongTensor:
         """:meth:`prepare_append` of ``T`` new nodes that form one chain per row through its ``valid`` ones (a
         prompt, left padded, or the tokens a row accepted, right padded: what ``prefill_parents`` /
@@ -279,9 +280,7 @@ class SpecKVCache(Cache):
             raise ValueError("prepare_chain appends onto the committed prefix: commit or discard pending nodes first")
         B, T = valid.shape
         base = self._base = int(self.lengths.max())
-        if base + T > self.max_len:
-            raise ValueError(f"sequence longer than the cache: {base + T} slots needed, cache holds {self.max_len} "
-                             "(raise max_cache_len or lower max_new_tokens)")
+        self._check_room(base + T)
         order = torch.arange(T, device=self.device)
         depth = valid.long().cumsum(1) - 1
         positions = torch.where(valid, self.seen_tokens[:, None] + depth, 0)

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .cache import SpecKVCache
-from .guidance import DEFAULT_CFG_SCALE
+from .guidance import DEFAULT_CFG_SCALE, CFGModel
 from .verifiers.tree_forward import tree_forward
 
 LAYOUT_KEY = "mmspec_image_layout"
@@ -183,5 +183,12 @@ def _sample_codes(target, ids, cache, root, real, keep, layout, b, guided, cfg_s
             ids = torch.cat([tok, tok])[:, None] if guided else tok[:, None]
 
 
-__all__ = ["LAYOUT_KEY", "TokenLayout", "layout_of", "decode_codes", "codebook", "cfg_logits", "restrict_to_codes",
+def guided_on_codes(model, layout: "TokenLayout", cfg_scale: float, feature_entries=None) -> CFGModel:
+    """``model`` under classifier-free guidance with ``layout``'s null class, its logits restricted to the image
+    codes (``feature_entries``: the guided ``hidden_states`` entries a drafter reads, :class:`CFGModel`)."""
+    codes = torch.arange(layout.code_offset, layout.code_offset + layout.codebook_size)
+    return CFGModel(model, cfg_scale, layout.null_id, codes, feature_entries=feature_entries)
+
+
+__all__ = ["guided_on_codes", "LAYOUT_KEY", "TokenLayout", "layout_of", "decode_codes", "codebook", "cfg_logits", "restrict_to_codes",
            "sample_from_logits", "generate_codes"]

@@ -31,17 +31,17 @@ from .drafters.feature_model import signature_mismatch
 from .frontend import ImageOutput, call_generator
 from .generator import SpeculativeGenerator, check_streamer
 from .guidance import DEFAULT_CFG_SCALE, CFGModel
-from .image_codes import codebook, decode_codes, generate_codes
+from .image_codes import codebook, decode_codes, generate_codes, guided_on_codes
 from .options import check_image_call
-from .registry import IMAGE_CHAIN_TOKENS, IMAGE_DRAFTERS, check_image_method, image_defaults, image_drafter, \
-    resolve_bound
+from .registry import DFLASH_IMAGE_TREES, IMAGE_CHAIN_TOKENS, IMAGE_DRAFTER_MODELS, IMAGE_DRAFTERS, \
+    check_image_method, image_defaults, image_drafter, resolve_bound
 from .timing import synchronize
 from .tree import tree_label
 from .verifiers.relaxed import Relaxation
 from .zoo import load as zoo_load, zoo_home
 
 
-FEATURE_KINDS = ("feature", "sar", "dflash")  # drafters reading the guided target's features
+FEATURE_KINDS = tuple(k for k in IMAGE_DRAFTERS if k != "ar")  # drafters reading the guided target's features
 
 # ``drafter=NO_DRAFTER`` with method "spec": mmspec's decoding loop with no drafts, sampling one code per target
 # forward exactly as plain AR does: the image suite's own-engine baseline (the cost model's c_t(1))
@@ -101,7 +101,7 @@ class ImageGenerator:
         check_image_method(method)
         self.target, self.drafter_model, self.vq, self.layout = target.eval(), drafter, vq, layout
         self.classes, self.method = classes, method
-        self.feature_drafters = {"feature": None, "sar": None, "dflash": None}
+        self.feature_drafters = dict.fromkeys(FEATURE_KINDS)
         for kind, net in (("feature", feature_drafter), ("sar", sar_drafter), ("dflash", dflash_drafter)):
             if net is not None:
                 self.set_feature_drafter(net, kind)
@@ -122,8 +122,9 @@ class ImageGenerator:
         def optional(name):  # `mmspec zoo build --only image-eagle,image-sar`
             return zoo_load(name, home).model if (Path(home or zoo_home()) / name / "zoo.json").exists() else None
 
+        m = IMAGE_DRAFTER_MODELS
         return cls(t.model, d.model, t.extras["vq"], t.extras["layout"], t.extras.get("classes"),
-                   optional("image-eagle"), optional("image-sar"), method, optional("image-dflash"))
+                   optional(m["feature"]), optional(m["sar"]), method, optional(m["dflash"]))
 
     def to(self, device) -> "ImageGenerator":
         """Every model (target, drafters, VQ decoder) and the codebook on ``device``."""
@@ -148,7 +149,7 @@ class ImageGenerator:
         """:attr:`default_drafter` for a call asking for ``tree``: a shape the block drafter does not draft (a
         template or its label, ``"dynamic"``) goes to the next drafter that does (image-eagle, else the AR model)."""
         kind = self.default_drafter
-        if kind == "dflash" and tree not in (None, "chain", "ddtree", "static"):
+        if kind == "dflash" and tree is not None and tree not in DFLASH_IMAGE_TREES:
             return "feature" if self.feature_drafters["feature"] is not None else "ar"
         return kind
 
@@ -173,8 +174,7 @@ class ImageGenerator:
                                         delta=delta, lam=lam)
 
     def _guided(self, model, cfg_scale: float, feature_entries=None) -> CFGModel:
-        codes = torch.arange(self.layout.code_offset, self.layout.code_offset + self.layout.codebook_size)
-        return CFGModel(model, cfg_scale, self.layout.null_id, codes, feature_entries=feature_entries)
+        return guided_on_codes(model, self.layout, cfg_scale, feature_entries)
 
     def _drafter(self, kind: str, cfg_scale: float, tree, num_tokens: int, guided_target: CFGModel | None = None):
         """The named drafter (``ar`` / ``feature`` / ``sar``, or ``none``: the loop's own plain sampling) built for
@@ -187,13 +187,27 @@ class ImageGenerator:
             return image_drafter(self._guided(self.drafter_model, cfg_scale), tree=tree, num_tokens=num_tokens)
         net = self.feature_drafters[kind]
         if net is None:
-            zoo_name, arg, how = {"feature": ("image-eagle", "feature_drafter", "`mmspec train image-drafter`"),
-                                  "sar": ("image-sar", "sar_drafter", "`mmspec train image-drafter`"),
-                                  "dflash": ("image-dflash", "dflash_drafter", "`mmspec train dflash`")}[kind]
-            raise ValueError(f"no {kind} drafter loaded: build it (`mmspec zoo build --only {zoo_name}`) or train "
-                             f"one ({how}) and pass it as {arg}=")
+            how = "`mmspec train dflash`" if kind == "dflash" else "`mmspec train image-drafter`"
+            raise ValueError(f"no {kind} drafter loaded: build it (`mmspec zoo build --only "
+                             f"{IMAGE_DRAFTER_MODELS[kind]}`) or train one ({how}) and pass it as {kind}_drafter=")
         guided_target = guided_target or self._guided(self.target, cfg_scale, self._entries(kind))
         return image_drafter(net=net, guided_target=guided_target, tree=tree, num_tokens=num_tokens)
+
+    def drafting(self, drafter: str, method: str, tree, num_tokens: int | None, lam: float | None) -> tuple:
+        """``(tree, num_tokens, lam)`` a call with ``drafter`` applies: the drafter's own defaults for what is unset
+        (:func:`~mmspec.registry.image_defaults`), a chain's length (4; the block drafter's whole block), and a
+        chain length given with another shape refused."""
+        tree, num_tokens, lam = image_defaults(drafter, method, tree, num_tokens, lam)
+        if num_tokens is not None and method != "ar" and (tree != "chain" or drafter == "sar"):
+            raise ValueError(f"num_tokens sets the length of a chain: it applies to tree='chain' with the 'ar', "
+                             f"'feature' or 'dflash' drafter, not tree={tree_label(tree)!r} with the {drafter!r} "
+                             "drafter")
+        block = self.feature_drafters["dflash"]
+        if num_tokens is None and drafter == "dflash" and block is not None and tree == "chain":
+            num_tokens = block.block_size - 1  # the DFlash chain: its whole block
+        elif num_tokens is None and drafter != "dflash":
+            num_tokens = IMAGE_CHAIN_TOKENS
+        return tree, num_tokens, lam
 
     def _entries(self, kind: str):
         """The guided target's ``feature_entries`` drafter ``kind`` reads: a DFlash drafter reads several layers'
@@ -226,16 +240,7 @@ class ImageGenerator:
         settings = dict(cfg_scale=cfg_scale, temperature=temperature, tree=tree, num_tokens=num_tokens, seed=seed,
                         measure_output_tv=measure_output_tv or None)
         check_image_call(settings, method, where="ImageGenerator.generate")
-        tree, num_tokens, lam = image_defaults(drafter, method, tree, num_tokens, lam)
-        if num_tokens is not None and method != "ar" and (tree != "chain" or drafter == "sar"):
-            raise ValueError(f"num_tokens sets the length of a chain: it applies to tree='chain' with the 'ar', "
-                             f"'feature' or 'dflash' drafter, not tree={tree_label(tree)!r} with the {drafter!r} "
-                             "drafter")
-        block = self.feature_drafters["dflash"]
-        if num_tokens is None and drafter == "dflash" and block is not None and tree == "chain":
-            num_tokens = block.block_size - 1  # the DFlash chain: its whole block
-        elif num_tokens is None and drafter != "dflash":
-            num_tokens = IMAGE_CHAIN_TOKENS
+        tree, num_tokens, lam = self.drafting(drafter, method, tree, num_tokens, lam)
         class_ids = as_class_ids(class_ids)
         check_streamer(streamer, torch.empty(len(class_ids), 1))
         n_classes = self.layout.num_classes

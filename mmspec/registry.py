@@ -67,8 +67,11 @@ DIFFUSION_METHODS = ("deer", "diffuspec")  # a diffusion LM drafts
 FEATURE_METHODS = ("msd", "flash", "eagle")  # a feature drafter reads the target's hidden states
 BLOCK_METHODS = ("dflash",)  # a block-diffusion drafter reads several of the target's layers
 NO_MODEL_METHODS = ("plain", "mmspec-plain", "prompt-lookup")
-# the zoo image target's drafters: small AR model, image-eagle, image-sar, image-dflash (the DFlash block drafter)
-IMAGE_DRAFTERS = ("ar", "feature", "sar", "dflash")
+# the zoo image target's drafters, by name, and the zoo model each is: small AR model, image-eagle, image-sar,
+# image-dflash (the DFlash block drafter)
+IMAGE_DRAFTER_MODELS = {"ar": "image-drafter", "feature": "image-eagle", "sar": "image-sar", "dflash": "image-dflash"}
+IMAGE_DRAFTERS = tuple(IMAGE_DRAFTER_MODELS)
+DFLASH_IMAGE_TREES = ("chain", "static", "ddtree")  # what the block drafter drafts: its chain, or the DDTree
 
 # ------------------------------------------------------------------------------------------------ settings
 
@@ -394,12 +397,12 @@ def image_drafter(guided_drafter=None, *, net: FeatureDraftModel | DFlashDraftMo
     drafter: ``tree="chain"``, its first ``num_tokens`` slots, None: the whole block; ``"static"`` or ``"ddtree"``,
     the DDTree of its slot marginals, ``IMAGE_DFLASH_TREE``)."""
     if isinstance(net, DFlashDraftModel):
+        if tree not in DFLASH_IMAGE_TREES:
+            raise ValueError(f"the DFlash drafter drafts tree='chain' (its block) or 'ddtree' (a best-first tree of the "
+                         f"block's slot marginals; 'static' is the same), not {tree_label(tree)!r}")
         if tree == "chain":
             return DFlashDrafter(net, guided_target, num_tokens=num_tokens)
-        if tree in ("static", "ddtree"):
-            return DFlashDrafter(net, guided_target, **IMAGE_DFLASH_TREE)
-        raise ValueError(f"the DFlash drafter drafts tree='chain' (its block) or 'ddtree' (a best-first tree of the "
-                         f"block's slot marginals; 'static' is the same), not {tree_label(tree)!r}")
+        return DFlashDrafter(net, guided_target, **IMAGE_DFLASH_TREE)
     if net is not None:
         return FeatureDrafter(net, guided_target, **tree_options(tree, num_tokens, top_k, num_nodes,
                                                                  net.config.sar_tokens))
@@ -412,7 +415,7 @@ def check_image_method(method: str) -> None:
 
 
 __all__ = ["METHODS", "TEXT_METHODS", "VLM_METHODS", "IMAGE_METHODS", "CAUSAL_METHODS", "DIFFUSION_METHODS",
-           "FEATURE_METHODS", "BLOCK_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "DRAFT_TOKENS", "CHAIN_CONFIDENCE", "CONFIDENT_CHAIN_TOKENS", "draft_length", "DYNAMIC_TREE", "DFLASH_TREE", "IMAGE_DFLASH_TREE", "CPS_LAMBDA", "ZOO_ADL",
+           "FEATURE_METHODS", "BLOCK_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "IMAGE_DRAFTER_MODELS", "DFLASH_IMAGE_TREES", "DRAFT_TOKENS", "CHAIN_CONFIDENCE", "CONFIDENT_CHAIN_TOKENS", "draft_length", "DYNAMIC_TREE", "DFLASH_TREE", "IMAGE_DFLASH_TREE", "CPS_LAMBDA", "ZOO_ADL",
            "BOUND_DEFAULTS", "LANTERN_TREE", "OPTIONS", "IMAGE_TREE", "IMAGE_CHAIN_TOKENS", "IMAGE_DRAFTER_DEFAULTS", "image_defaults", "take_options", "check_applies", "wrong_method",
            "drafter_kind", "check_vocab", "check_feature", "causal_method", "NEEDS", "build_drafter", "zoo_diffuspec",
            "engine", "lattice_tree", "resolve_bound", "tree_options", "image_drafter", "check_image_method"]

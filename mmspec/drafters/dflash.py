@@ -88,11 +88,8 @@ class DFlashDrafter(Drafter):
                  tree_nodes: int | None = None, top_k: int = 4, sampled_drafts: bool = True,
                  compress_to: int | None = None):
         check_target(net, target)
-        if compress_to is not None and not 1 <= int(compress_to) <= net.visual_queries:
-            raise ValueError(f"compress_to={compress_to}: this DFlash drafter has {net.visual_queries} visual "
-                             f"queries (compress_to must be in 1..{net.visual_queries})" if net.visual_queries else
-                             f"compress_to={compress_to}: this DFlash drafter was built without visual queries, "
-                             "so it cannot compress a picture's context")
+        if compress_to is not None:
+            net.check_compress(compress_to)
         check_confidence(confidence)
         slots = net.block_size - 1
         num_tokens = slots if num_tokens is None else int(num_tokens)

@@ -38,7 +38,6 @@ import torch.nn.functional as F
 from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
-from .feature_model import attend_queries
 from .lean_layer import _rotate, decoder_layer, rms_norm
 
 DEFAULT_BLOCK_SIZE = 16  # the paper's B
@@ -183,49 +182,48 @@ class DFlashDraftModel(nn.Module):
         """Context features ``[..., K·H]`` -> ``hidden_norm(fc(·))`` ``[..., H]``."""
         return rms_norm(self.hidden_norm, self.fc(features.to(self.dtype)))
 
+    def check_compress(self, n: int) -> None:
+        """Refuse compressing a picture to ``n`` entries unless this drafter has that many visual queries."""
+        q = self.visual_queries
+        if not q:
+            raise ValueError(f"compress_to={n}: this DFlash drafter was built without visual queries, so it cannot "
+                             "compress a picture's context")
+        if not 1 <= int(n) <= q:
+            raise ValueError(f"compress_to={n}: this DFlash drafter has {q} visual queries (compress_to must be in "
+                             f"1..{q})")
+
     def compress_context(self, ctx: torch.Tensor, image: torch.BoolTensor, valid: torch.BoolTensor, n: int,
                          align: str) -> tuple[torch.Tensor, torch.BoolTensor, torch.LongTensor]:
         """Fused context ``ctx`` [B, T, H] with each run of valid image positions (``image`` / ``valid`` [B, T])
         replaced by ``n`` entries attended by the first ``n`` queries. Returns ``(entries [B, S, H], valid [B, S],
         index [B, T])``: ``index[b, t]`` is the entry a valid non-image position t became (−1 elsewhere). Rows are
         left-aligned (``align="left"``, padding first, as prompts are) or right-padded (``"right"``, training rows)."""
-        if not 1 <= n <= self.visual_queries:
-            raise ValueError(f"compressing a picture to {n} entries: this DFlash drafter has {self.visual_queries} "
-                             "visual queries")
+        self.check_compress(n)
         if align not in ("left", "right"):
             raise ValueError(f"align must be 'left' or 'right', got {align!r}")
-        B, T, _ = ctx.shape
-        img_l, ok_l = (image & valid).tolist(), valid.tolist()  # read to the host once, not element by element
-        rows = []
-        for b in range(B):
-            pieces, where, p, count = [], [-1] * T, 0, 0
-            while p < T:
-                if not ok_l[b][p]:
-                    p += 1
-                    continue
-                e, in_image = p, img_l[b][p]
-                while e < T and ok_l[b][e] and img_l[b][e] == in_image:
-                    e += 1
-                if in_image:
-                    pieces.append(attend_queries(self.queries[:n], ctx[b, p:e]))
-                    count += n
-                else:
-                    pieces.append(ctx[b, p:e])
-                    where[p:e] = range(count, count + e - p)
-                    count += e - p
-                p = e
-            rows.append((pieces, where, count))
-        S = max(1, max(c for _, _, c in rows))
-        out = ctx.new_zeros(B, S, ctx.shape[-1])
-        ok = torch.zeros(B, S, dtype=torch.bool, device=ctx.device)
-        index = torch.full((B, T), -1, dtype=torch.long)
-        for b, (pieces, where, count) in enumerate(rows):
-            off = S - count if align == "left" else 0
-            if count:
-                out[b, off: off + count] = torch.cat(pieces)
-                ok[b, off: off + count] = True
-            index[b] = torch.tensor([w + off if w >= 0 else -1 for w in where], dtype=torch.long)
-        return out, ok, index.to(ctx.device)
+        B, T, H = ctx.shape
+        img = image & valid
+        text = (valid & ~img).long()
+        starts = img & ~torch.cat([img.new_zeros(B, 1), img[:, :-1]], 1)  # each picture's first position
+        pictures = starts.long().cumsum(1)  # pictures begun at or before each position
+        before = text.cumsum(1) - text + n * (pictures - starts.long())  # entries in front of each position's first
+        count = text.sum(1) + n * starts.sum(1)
+        S = max(1, int(count.max()))
+        off = S - count if align == "left" else torch.zeros_like(count)
+        slot = torch.arange(S, device=ctx.device)
+        out = ctx.new_zeros(B, S, H)
+        index = torch.where(text.bool(), before + off[:, None], -1)
+        rows, cols = text.nonzero(as_tuple=True)
+        out[rows, index[rows, cols]] = ctx[rows, cols]
+        rows, cols = starts.nonzero(as_tuple=True)  # one picture each: its queries attend over its run only
+        if rows.numel():
+            own = img[rows] & (pictures[rows] == pictures[rows, cols][:, None])  # [K, T]
+            scores = (self.queries[:n] @ ctx[rows].transpose(1, 2)) / math.sqrt(H)  # [K, n, T]
+            w = torch.softmax(scores.masked_fill(~own[:, None, :], float("-inf")), dim=-1)
+            first = before[rows, cols] + off[rows]
+            out[rows[:, None], first[:, None] + torch.arange(n, device=ctx.device)] = w @ ctx[rows]
+        ok = (slot[None, :] >= off[:, None]) & (slot[None, :] < (off + count)[:, None])
+        return out, ok, index
 
     def context_kv(self, i: int, context: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """Layer ``i``'s keys and values ``[B, H_kv, n, D]`` of fused context ``[B, n, H]`` at the rotary ``cos`` /

@@ -108,13 +108,6 @@ class FeatureDrafterConfig:
         return cls(**kw)
 
 
-def attend_queries(queries: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
-    """FLASH's latent compression (Sec. 3.2): learned queries ``C`` [n, H] over one picture's features ``F`` [m, H]
-    -> ``softmax(C Fᵀ / √H) F`` [n, H]."""
-    w = torch.softmax(queries @ features.T / math.sqrt(features.shape[-1]), dim=-1)
-    return w @ features
-
-
 class FeatureDraftModel(nn.Module):
     def __init__(self, config: FeatureDrafterConfig):
         super().__init__()
@@ -150,7 +143,9 @@ class FeatureDraftModel(nn.Module):
         n = n or self.config.compress_tokens
         if not 1 <= n <= self.config.compress_tokens:
             raise ValueError(f"compression to {n} tokens: this drafter has {self.config.compress_tokens} queries")
-        return attend_queries(self.queries[:n], features)
+        q = self.queries[:n]
+        w = torch.softmax(q @ features.T / math.sqrt(features.shape[-1]), dim=-1)
+        return w @ features
 
     def append(self, cache, x: torch.Tensor, parents: torch.LongTensor, valid: torch.BoolTensor) -> torch.Tensor:
         """Run the decoder layer over new entries ``x`` [B, T, H] appended to ``cache`` as pending nodes
@@ -296,5 +291,5 @@ def sequence_length(net: FeatureDraftModel, valid: torch.BoolTensor, image_mask:
     return max(1, int(entries.max()))
 
 
-__all__ = ["attend_queries", "FeatureDrafterConfig", "FeatureDraftModel", "METHODS", "target_signature", "signature_mismatch",
+__all__ = ["FeatureDrafterConfig", "FeatureDraftModel", "METHODS", "target_signature", "signature_mismatch",
            "drafter_sequence", "scatter_image_embeds", "sequence_length"]

@@ -20,7 +20,7 @@ from PIL import Image
 from ..image_gen import NO_DRAFTER
 from ..pipeline import pipeline
 from ..loading import load_drafter, load_target
-from ..registry import DFLASH_TREE, draft_length, drafter_kind
+from ..registry import DFLASH_TREE, IMAGE_DRAFTER_MODELS, draft_length, drafter_kind
 from ..routes.text import text_drafter
 from ..routes.vlm import vlm_drafter
 from ..tree import DEFAULT_TREE, tree_label
@@ -402,7 +402,7 @@ def image_suite(cfg: EvalConfig) -> Suite:
 
     notes = (f"{len(classes)} classes, one picture each at batch 1 (CFG {cfg.image_cfg_scale}, "
              f"{'greedy' if greedy else f'T = {cfg.image_temperature}'}, {pipe.layout.num_codes} codes per picture)")
-    drafters = ", ".join(["image-drafter"] + [{"feature": "image-eagle", "sar": "image-sar", "dflash": "image-dflash"}[k] for k in have])
+    drafters = ", ".join(IMAGE_DRAFTER_MODELS[k] for k in ("ar", *have))
     return Suite("image", f"zoo:image-target (CFG); drafters {drafters}", base, available, methods, items, notes, run,
                  table)
 

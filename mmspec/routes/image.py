@@ -15,8 +15,8 @@ from ..janus import JanusImageGenerator, fill_boi_token_id, janus_prompt_ids
 from ..loading import load_drafter, load_target
 from ..options import IMAGE as IMAGE_OPTIONS
 from ..guidance import DEFAULT_CFG_SCALE
-from ..registry import IMAGE_CHAIN_TOKENS, IMAGE_DRAFTERS, IMAGE_METHODS, check_vocab, drafter_kind, image_defaults, \
-    resolve_bound, take_options, wrong_method
+from ..registry import IMAGE_DRAFTER_MODELS, IMAGE_DRAFTERS, IMAGE_METHODS, check_vocab, drafter_kind, resolve_bound, \
+    take_options, wrong_method
 from ..targets import Target
 
 DEFAULT_METHOD = "lantern++"
@@ -37,11 +37,9 @@ class ImagePipeline:
         call, for its guidance scale."""
         if self.method == "ar":
             return None
-        d = self.defaults
-        tree, num_tokens, _ = image_defaults(self.drafter_kind, self.method, d.get("tree"), d.get("num_tokens"), None)
-        if num_tokens is None and self.drafter_kind != "dflash":  # (DFlash's chain: its whole block)
-            num_tokens = IMAGE_CHAIN_TOKENS
-        return self.generator._drafter(self.drafter_kind, d.get("cfg_scale", DEFAULT_CFG_SCALE), tree, num_tokens)
+        d, gen = self.defaults, self.generator
+        tree, num_tokens, _ = gen.drafting(self.drafter_kind, self.method, d.get("tree"), d.get("num_tokens"), None)
+        return gen._drafter(self.drafter_kind, d.get("cfg_scale", DEFAULT_CFG_SCALE), tree, num_tokens)
 
     @property
     def layout(self):
@@ -131,8 +129,8 @@ def image_pipeline(target: Target, drafter, method: str | None, home=None, devic
     if device is not None:
         gen.to(device)  # every model of the route (target, drafters, VQ decoder) where it was asked for
     if method != "ar" and kind != "ar" and gen.feature_drafters.get(kind) is None:
-        name = {"feature": "image-eagle", "sar": "image-sar", "dflash": "image-dflash"}[kind]
-        raise ValueError(f"no {kind} drafter loaded for this target: build it (`mmspec zoo build --only {name}`)")
+        raise ValueError(f"no {kind} drafter loaded for this target: build it (`mmspec zoo build --only "
+                         f"{IMAGE_DRAFTER_MODELS[kind]}`)")
     defaults = {k: v for k, v in opts.items() if k not in ("vq", "feature_drafter", "sar_drafter")}
     return ImagePipeline(gen, method, kind, **defaults)
 

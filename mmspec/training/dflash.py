@@ -294,9 +294,9 @@ def train_dflash(net: DFlashDraftModel, target, train, val,
     ``cfg.cache_features`` and none given they are computed here. ``image_token_id``: the target's picture
     placeholder, which ``cfg.compress_choices`` needs."""
     cfg = cfg or DFlashTrainConfig()
-    if any(cfg.compress_choices) and not 1 <= max(cfg.compress_choices) <= net.visual_queries:
-        raise ValueError(f"compress_choices {cfg.compress_choices} need a drafter with at least "
-                         f"{max(cfg.compress_choices)} visual queries, this one has {net.visual_queries}")
+    for n in cfg.compress_choices:
+        if n:
+            net.check_compress(n)  # before any work
     if model_device(net) != model_device(target):
         raise ValueError(f"the drafter is on {model_device(net)} but the target on {model_device(target)}")
     for name, data in (("training", train), ("validation", val)):

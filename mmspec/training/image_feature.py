@@ -21,8 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
-from ..guidance import CFGModel
-from ..image_codes import generate_codes
+from ..image_codes import generate_codes, guided_on_codes
 from .artifact import cached
 from .feature import FeatureTrainConfig, target_features, train_feature_drafter
 from .loop import load_checkpoint, model_device, save_checkpoint, to_device
@@ -96,9 +95,8 @@ def train_image_drafter(target, layout, cfg_scale: float = 3.0, sar_tokens: int 
     if cfg_scale != 1.0 and layout.null_id is None:
         raise ValueError("classifier-free guidance needs a null class token in the layout")
     device = model_device(target)
-    codes = torch.arange(layout.code_offset, layout.code_offset + layout.codebook_size)
     # the wrapper's mask of allowed ids is a CPU buffer when made: moved to the target's device with it
-    guided = CFGModel(target, cfg_scale, layout.null_id, codes).to(device)
+    guided = guided_on_codes(target, layout, cfg_scale).to(device)
     cfg = train_cfg or FeatureTrainConfig(stage1_steps=3000, stage1_budget_s=600.0, stage2_steps=0)
     t0 = time.perf_counter()
     if seqs is None:

@@ -26,6 +26,7 @@ import torch
 from ..drafters.dflash_io import load_dflash, save_dflash
 from ..drafters.dflash_model import DFlashDraftModel, make_config
 from ..guidance import CFGModel
+from ..image_codes import guided_on_codes
 from ..image_gen import ImageGenerator
 from ..training.deer import Generations
 from ..training.dflash import DFlashTrainConfig, block_acceptance, tau_of, train_dflash, validation_batches
@@ -54,8 +55,7 @@ TAU_BOUND = dict(lam=10.0, lantern_k=16)  # LANTERN++'s bound the recorded relax
 
 def guided_target(target, layout, net: DFlashDraftModel) -> CFGModel:
     """The target under CFG, returning the guided features of ``net``'s layers."""
-    codes = torch.arange(layout.code_offset, layout.code_offset + layout.codebook_size)
-    return CFGModel(target, CFG_SCALE, layout.null_id, codes, feature_entries=net.hidden_entries)
+    return guided_on_codes(target, layout, CFG_SCALE, net.hidden_entries)
 
 
 def rows_of(seqs: torch.LongTensor) -> Generations:

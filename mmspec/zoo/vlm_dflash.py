@@ -160,9 +160,9 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
         if done is not None:
             model.load_state_dict(done["state"])
             return done["report"]
-        report = train_dflash(model, target, train, val, run_cfg, progress=progress, checkpoint=work / f"train{n}.pt"
-                              if n > 1 else work / "train.pt", features=features, val_features=val_features,
-                              image_token_id=enc.image_id)
+        ckpt = work / ("train.pt" if n == 1 else f"train{n}.pt")
+        report = train_dflash(model, target, train, val, run_cfg, progress=progress, checkpoint=ckpt,
+                              features=features, val_features=val_features, image_token_id=enc.image_id)
         as_shipped(model)
         save_checkpoint(work / f"stage{n}{tag}.pt", {"state": model.state_dict(), "report": report})
         return report
