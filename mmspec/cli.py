@@ -424,6 +424,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "decode with compress_to=k)")
     tdf.add_argument("--compress-choices", default=None, help="comma list of settings a step draws from (0 = the "
                      "full picture; default with --visual-queries: 0 and powers of two up to it)")
+    tdf.add_argument("--block-choices", default=None, help="comma list of block lengths a step draws from (0 = the "
+                     "whole block), so the drafter also drafts shorter blocks well (DFlashDrafter(block=L)); "
+                     "default: the whole block only")
     tdf.add_argument("--steps", type=int, default=3000)
     tdf.add_argument("--batch-size", type=int, default=16)
     tdf.add_argument("--anchors", type=int, default=8, help="blocks per row per step (one forward, block mask)")

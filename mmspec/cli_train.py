@@ -300,6 +300,10 @@ def cli_train_dflash(args) -> int:
     if args.visual_queries < 0 or any(c < 0 or c > args.visual_queries for c in choices):
         raise ValueError(f"--compress-choices {args.compress_choices} must lie in 0..--visual-queries "
                          f"({args.visual_queries}; 0 = the full picture)")
+    blocks = [int(x) for x in args.block_choices.split(",")] if args.block_choices else []
+    if any(b != 0 and not 2 <= b <= args.block_size for b in blocks):
+        raise ValueError(f"--block-choices {args.block_choices} must lie in 2..--block-size ({args.block_size}; 0 = "
+                         "the whole block)")
     if args.visual_queries and not vlm:
         raise ValueError("--visual-queries compresses pictures: it needs a VLM target")
     if vlm and (args.data is None or args.kl_weight > 0 or args.online_features):
@@ -354,7 +358,8 @@ def cli_train_dflash(args) -> int:
                             anchors=args.anchors, lr=args.lr, kl_weight=args.kl_weight,
                             cache_features=args.kl_weight == 0 and not args.online_features,
                             compress_choices=tuple(choices or ([0, *_nested(args.visual_queries)]
-                                                               if args.visual_queries else [])))
+                                                               if args.visual_queries else [])),
+                            block_choices=tuple(blocks))
     with torch.random.fork_rng():  # the same command trains the same drafter (and a resumed run matches it)
         torch.manual_seed(cfg.seed)
         net = DFlashDraftModel(dcfg)

@@ -212,6 +212,8 @@ ROUTE_OPTIONS = {
         Option("cps_config", object, methods=("diffuspec",)),
         Option("adl_config", object, methods=("diffuspec",)),
         Option("tree_nodes", int, ge=1, methods=("dflash",), help="a DDTree's node budget"),
+        Option("block", int, ge=2, methods=("dflash",),
+               help="run DFlash blocks of this many positions instead of the drafter's whole block"),
         Option("adaptive", bool, help=ADAPTIVE_HELP),
     ),
     "vlm": table(
@@ -225,6 +227,8 @@ ROUTE_OPTIONS = {
         Option("confidence", float, ge=0, le=1, methods=("dflash",),
                help="stop a DFlash chain where the drafter's confidence falls below it (None: the whole block)"),
         Option("tree_nodes", int, ge=1, methods=("dflash",), help="a DDTree's node budget"),
+        Option("block", int, ge=2, methods=("dflash",),
+               help="run DFlash blocks of this many positions instead of the drafter's whole block"),
         Option("adaptive", bool, help=ADAPTIVE_HELP),
     ),
 }

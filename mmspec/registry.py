@@ -133,9 +133,9 @@ LANTERN_TREE = TreeTemplate.full((2, 2, 1, 1, 1))
 OPTIONS = {  # what each route takes (mmspec.pipeline's **options), with its defaults
     "text": dict(num_tokens=None, confidence=CHAIN_CONFIDENCE, tree=None, top_k=DYNAMIC_TREE["top_k"],
                  num_nodes=DYNAMIC_TREE["num_nodes"], causal=None, cps=True, adl=True, lattice=False, cps_config=None,
-                 adl_config=None, tree_nodes=None, adaptive=None),
+                 adl_config=None, tree_nodes=None, block=None, adaptive=None),
     "vlm": dict(num_tokens=None, tree=None, top_k=DYNAMIC_TREE["top_k"], num_nodes=None, compress_to=None,
-                adaptive=None, confidence=CHAIN_CONFIDENCE, tree_nodes=None),
+                adaptive=None, confidence=CHAIN_CONFIDENCE, tree_nodes=None, block=None),
     "image": dict(cfg_scale=DEFAULT_CFG_SCALE, temperature=1.0, lantern_k=None, delta=None, lam=None,
                   tree=None, num_tokens=None, vq=None, feature_drafter=None, sar_drafter=None),
     "janus": dict(cfg_scale=DEFAULT_CFG_SCALE, do_sample=False, temperature=1.0, lantern_k=None, delta=None,
@@ -258,7 +258,7 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
                   top_k: int = DYNAMIC_TREE["top_k"], num_nodes: int | None = DYNAMIC_TREE["num_nodes"],
                   compress_to: int | None = None, causal=None, eos_token_id=None, cps: bool = True, adl: bool = True,
                   lattice: bool = False, cps_config=None, adl_config=None,
-                  confidence: float | None = None, tree_nodes: int | None = None,
+                  confidence: float | None = None, tree_nodes: int | None = None, block: int | None = None,
                   adaptive: bool | None = False) -> Drafter | None:
     """The drafter of a text or VLM ``method`` (None for ``plain``), from ``model``: a small causal LM
     (chain / tree / dynamic), a DiffusionLM (deer / diffuspec) or a FeatureDraftModel (msd / flash / eagle, with
@@ -269,21 +269,22 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
     (and so ADL's L_gen) at the same ``confidence``. ``dflash`` takes a DFlashDraftModel and ``target``: a chain of
     ``num_tokens`` slots (default: its whole block) cut at ``confidence``, or with ``tree_nodes`` a DDTree over the
     slots' ``top_k`` tokens (``compress_to``: each picture's context in that many entries, a drafter with visual
-    queries). ``adaptive``: the drafter under :class:`~mmspec.drafters.adaptive.AdaptiveDrafter`
+    queries; ``block``: blocks of that many positions instead of the whole block). ``adaptive``: the drafter under :class:`~mmspec.drafters.adaptive.AdaptiveDrafter`
     (each step drafts or verifies the root alone, whichever the call's measurements say is faster): True in every
     call, None in greedy calls only (a sampling call then drafts every step, so a seed fixes its output), False
     never."""
     drafter = _build_drafter(method, model, target=target, num_tokens=num_tokens, tree=tree, top_k=top_k,
                              num_nodes=num_nodes, compress_to=compress_to, causal=causal, eos_token_id=eos_token_id,
                              cps=cps, adl=adl, lattice=lattice, cps_config=cps_config, adl_config=adl_config,
-                             confidence=confidence, tree_nodes=tree_nodes)
+                             confidence=confidence, tree_nodes=tree_nodes, block=block)
     if adaptive is not False and drafter is not None and not isinstance(drafter, NoDrafter):
         return AdaptiveDrafter(drafter, when_sampling=adaptive is True)
     return drafter
 
 
 def _build_drafter(method: str, model, *, target, num_tokens, tree, top_k, num_nodes, compress_to, causal,
-                   eos_token_id, cps, adl, lattice, cps_config, adl_config, confidence, tree_nodes) -> Drafter | None:
+                   eos_token_id, cps, adl, lattice, cps_config, adl_config, confidence, tree_nodes,
+                   block) -> Drafter | None:
     _check_drafter(method, model, tree)
     k = draft_length(method, num_tokens)
     if method == "plain":
@@ -306,7 +307,7 @@ def _build_drafter(method: str, model, *, target, num_tokens, tree, top_k, num_n
                                 lattice=lattice, cps_config=cps_config, adl_config=adl_config, confidence=confidence)
     if method == "dflash":
         return DFlashDrafter(model, target, num_tokens=num_tokens, confidence=None if tree_nodes else confidence,
-                             tree_nodes=tree_nodes, top_k=top_k, compress_to=compress_to)
+                             tree_nodes=tree_nodes, top_k=top_k, compress_to=compress_to, block=block)
     if method in FEATURE_METHODS:
         return FeatureDrafter(model, target, num_tokens=k, tree=tree, top_k=top_k, num_nodes=num_nodes,
                               compress_to=compress_to)

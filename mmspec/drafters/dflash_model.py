@@ -248,9 +248,19 @@ class DFlashDraftModel(nn.Module):
         return rms_norm(self.norm, h)
 
 
+def check_block(net: DFlashDraftModel, block: int | None) -> int:
+    """The block length to run: ``block`` (2 up to the drafter's block size), or the whole block when None."""
+    if block is None:
+        return net.block_size
+    if not 2 <= int(block) <= net.block_size:
+        raise ValueError(f"block must be in 2..{net.block_size} (a root and at least one slot, at most the drafter's "
+                         f"block of {net.block_size}), got {block}")
+    return int(block)
+
+
 def teacher_forced_logits(net: DFlashDraftModel, embed: nn.Module, lm_head: nn.Module, tokens: torch.LongTensor,
                           features: torch.Tensor, anchors: torch.LongTensor, image: torch.BoolTensor | None = None,
-                          compress_to: int | None = None) -> torch.Tensor:
+                          compress_to: int | None = None, block: int | None = None) -> torch.Tensor:
     """Slot logits [N, m, B−1, V] of m blocks per row in one forward, the way training sees them (DFlash's many
     anchors per sequence under one block mask): block ``a`` = ``[tokens[a], MASK × (B−1)]`` at positions a..a+B−1
     sees the context at positions < a and its own block, nothing else. ``tokens`` [N, T]; ``features`` [N, T, K·H]
@@ -258,10 +268,12 @@ def teacher_forced_logits(net: DFlashDraftModel, embed: nn.Module, lm_head: nn.M
     want). The context keys / values are computed once per layer for all T positions and shared by the blocks.
     With ``compress_to``, each picture's run of positions (``image`` [N, T]) is compressed
     (:meth:`DFlashDraftModel.compress_context`) and positions are the compressed context's: anchors must then lie
-    outside pictures (a block's root is a token of the answer)."""
+    outside pictures (a block's root is a token of the answer). ``block``: blocks of that many positions (2 up to the
+    drafter's block size) instead of the whole block, as a drafter told to run a shorter block drafts
+    (:class:`~mmspec.drafters.dflash.DFlashDrafter`'s ``block``): slot logits [N, m, block−1, V]."""
     N, T = tokens.shape
     m = anchors.shape[1]
-    B = net.block_size
+    B = check_block(net, block)
     dev = tokens.device
     ctx = net.fuse(features)
     at = anchors  # the anchors' positions in the drafter's own numbering (the context's entry indices)
@@ -292,5 +304,5 @@ def teacher_forced_logits(net: DFlashDraftModel, embed: nn.Module, lm_head: nn.M
     return lm_head(h[:, :, 1:])
 
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "DEFAULT_NUM_FEATURE_LAYERS", "default_layer_ids", "make_config", "DFlashDraftModel", "emitted",
+__all__ = ["check_block", "DEFAULT_BLOCK_SIZE", "DEFAULT_NUM_FEATURE_LAYERS", "default_layer_ids", "make_config", "DFlashDraftModel", "emitted",
            "teacher_forced_logits"]

@@ -18,7 +18,11 @@ from .bench import compare
 BASE_METHODS = ["plain", "mmspec-plain", "hf-assisted", "hf-prompt-lookup", "chain", "prompt-lookup"]
 DIFFUSION_METHODS = ["deer-s1", "deer", "diffuspec", "diffuspec-no-cps", "diffuspec-no-adl", "diffuspec-no-cps-no-adl",
                      "diffuspec-lattice", "deer-lattice"]
-BLOCK_METHODS = ["dflash", "dflash-tree", "dflash-block"]  # code-dflash: confident chain, DDTree, the whole block
+# code-dflash: confident chain, DDTree, the whole block; and the first two over blocks of 8 positions (DFlashDrafter's
+# block=8: the drafter's forward over 8 positions instead of 16, for a machine where its last slots cost more than
+# they earn)
+BLOCK_METHODS = ["dflash", "dflash-tree", "dflash-block", "dflash-b8", "dflash-tree-b8"]
+SHORT_BLOCK = 8
 FEATURE_METHODS = ["eagle-chain"]  # code-eagle: the autoregressive feature drafter the block drafter is up against
 CODE_METHODS = BASE_METHODS + BLOCK_METHODS + FEATURE_METHODS + DIFFUSION_METHODS
 
@@ -64,7 +68,8 @@ def diffusion_factories(home: str | Path | None = None, deer_tokens: int = 8, di
     built = {n for n in ("code-dflash", "code-eagle") if (zoo_root(home) / n / "zoo.json").exists()}
     if "code-dflash" in built:  # a zoo built before the block drafter existed has none
         block = {"dflash": dflash(confidence=CHAIN_CONFIDENCE), "dflash-tree": dflash(**DFLASH_TREE),
-                 "dflash-block": dflash()}
+                 "dflash-block": dflash(), "dflash-b8": dflash(confidence=CHAIN_CONFIDENCE, block=SHORT_BLOCK),
+                 "dflash-tree-b8": dflash(**DFLASH_TREE, block=SHORT_BLOCK)}
     if "code-eagle" in built:
         block["eagle-chain"] = lambda: build_drafter("eagle", get("code-eagle").model, target=target.model,
                                                      num_tokens=EAGLE_CHAIN_TOKENS)

@@ -27,7 +27,7 @@ from ..tree import DEFAULT_TREE, tree_label
 from ..verifiers.tree_forward import text_config
 from ..zoo import vlm_data as vd
 from .bench import ALL_METHODS, compare, prompt_record, time_methods
-from .code_suite import CODE_METHODS, diffusion_factories
+from .code_suite import BLOCK_METHODS as CODE_BLOCK_METHODS, CODE_METHODS, diffusion_factories
 from .config import EvalConfig
 from .cost_model import OWN_PLAIN
 from .datasets import Item, chat_items, code_items, image_items, sample_questions, vlm_items
@@ -148,7 +148,8 @@ def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:
         extra = diffusion_factories(cfg.home, cfg.block_tokens, cfg.block_tokens)
         extra.update(_dlm_methods(cfg, target, drafter_device))  # --dlm replaces the zoo's deer / diffuspec
         if drafter_kind(draft) == "dflash":  # your own block drafter in the zoo's dflash rows; the chain keeps the zoo's
-            extra.pop("dflash-block", None)  # (the zoo's drafter: not mixed into a run of yours)
+            for name in CODE_BLOCK_METHODS:  # (the zoo's drafter: not mixed into a run of yours)
+                extra.pop(name, None)
             extra.update(_dflash_methods(target, draft))
             draft = load_drafter("zoo:code-drafter", target, cfg.home)
         available = ALL_METHODS + list(extra)

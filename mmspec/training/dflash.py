@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from ..drafters.dflash_model import DFlashDraftModel, emitted, teacher_forced_logits
+from ..drafters.dflash_model import DFlashDraftModel, check_block, emitted, teacher_forced_logits
 from .deer import Generations
 from .loop import load_checkpoint, model_device, on_model, save_checkpoint, train_loop
 
@@ -55,6 +55,7 @@ class DFlashTrainConfig:
     seed: int = 2602
     compress_choices: tuple[int, ...] = ()  # per step, one of these (0: the full context); () = never compress
     trainable: tuple[str, ...] = ()  # names (prefixes) of the only parameters trained, the rest frozen; () = all
+    block_choices: tuple[int, ...] = ()  # per step, blocks of one of these lengths (0: the whole block); () = whole
 
 
 @dataclass
@@ -81,6 +82,11 @@ class Responses:
         for i, (p, r) in enumerate(rows):
             tokens[i, : len(p) + len(r)] = torch.tensor(list(p) + list(r))
         return cls(tokens, torch.tensor([len(p) for p, _ in rows]), torch.tensor([len(p) + len(r) for p, r in rows]))
+
+    def rows(self) -> list[tuple[list[int], list[int]]]:
+        """The (prompt ids, response ids) pairs back (``from_rows(data.rows())`` rebuilds ``data``)."""
+        return [(t[:p].tolist(), t[p:n].tolist()) for t, p, n in zip(self.tokens, self.prefix.tolist(),
+                                                                      self.lengths.tolist())]
 
 
 @torch.no_grad()
@@ -158,7 +164,7 @@ def slot_logits(net: DFlashDraftModel, target, batch: dict, features: torch.Tens
     batch says so)."""
     embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
     return emitted(teacher_forced_logits(net, embed, lm_head, batch["tokens"], features, batch["anchors"],
-                                         batch.get("image"), batch.get("compress_to")).float(),
+                                         batch.get("image"), batch.get("compress_to"), batch.get("block")).float(),
                    getattr(target, "disallowed", None))
 
 
@@ -220,8 +226,9 @@ def dflash_loss(net: DFlashDraftModel, target, batch: dict, cfg: DFlashTrainConf
     else:
         features, target_logits = target_outputs(target, net, batch["tokens"])
     logits = slot_logits(net, target, batch, features)
-    labels, valid, pos = slot_labels(batch, net.block_size)
-    w = slot_weights(net.block_size, cfg.gamma, logits.device)[None, None, :] * valid
+    block = batch.get("block") or net.block_size
+    labels, valid, pos = slot_labels(batch, block)
+    w = slot_weights(block, cfg.gamma, logits.device)[None, None, :] * valid
     logq = torch.log_softmax(logits, -1)
     loss = -(logq.gather(-1, labels[..., None]).squeeze(-1) * w).sum() / w.sum()
     if cfg.kl_weight > 0:
@@ -240,14 +247,15 @@ def block_acceptance(net: DFlashDraftModel, target, batches: list[dict]) -> dict
     every slot given the true context) and the mean greedy accepted length of the whole block (leading slots
     that all agree: what a chain of the block gets accepted, the bonus token aside) and its distribution."""
     net.eval()
-    hits = torch.zeros(net.block_size - 1)
-    counts = torch.zeros(net.block_size - 1)
+    block = (batches[0].get("block") if batches else None) or net.block_size  # (one length for all the batches)
+    hits = torch.zeros(block - 1)
+    counts = torch.zeros(block - 1)
     accepted, blocks = 0.0, 0
     for batch in batches:
         batch = on_model(batch, net)
         features = batch["features"] if "features" in batch else target_outputs(target, net, batch["tokens"])[0]
         logits = slot_logits(net, target, batch, features)
-        labels, valid, _ = slot_labels(batch, net.block_size)
+        labels, valid, _ = slot_labels(batch, block)
         agree = (logits.argmax(-1) == labels) & valid
         hits += agree.sum((0, 1)).float().cpu()
         counts += valid.sum((0, 1)).float().cpu()
@@ -294,6 +302,9 @@ def train_dflash(net: DFlashDraftModel, target, train, val,
     ``cfg.cache_features`` and none given they are computed here. ``image_token_id``: the target's picture
     placeholder, which ``cfg.compress_choices`` needs."""
     cfg = cfg or DFlashTrainConfig()
+    for n in cfg.block_choices:
+        if n:
+            check_block(net, n)
     for n in cfg.compress_choices:
         if n:
             net.check_compress(n)  # before any work
@@ -322,6 +333,8 @@ def train_dflash(net: DFlashDraftModel, target, train, val,
     def next_batch(step: int) -> dict:
         idx = torch.randint(0, len(train), (cfg.batch_size,), generator=gen)
         batch = make_batch(train, idx, sample_anchors(train, idx, cfg.anchors, gen), features)
+        if cfg.block_choices:
+            batch["block"] = cfg.block_choices[int(torch.randint(0, len(cfg.block_choices), (1,), generator=gen))] or None
         if not cfg.compress_choices:
             return batch
         n = cfg.compress_choices[int(torch.randint(0, len(cfg.compress_choices), (1,), generator=gen))]
@@ -347,7 +360,10 @@ def train_dflash(net: DFlashDraftModel, target, train, val,
             if math.isfinite(res.best_val_loss) else None,
             "heldout_before": before, "heldout_after": after,
             **({"heldout_after_by_setting": {str(n): block_acceptance(net, target, b) for n, b in val_batches.items()}}
-               if cfg.compress_choices else {})}
+               if cfg.compress_choices else {}),
+            **({"heldout_after_by_block": {str(n or net.block_size): block_acceptance(
+                net, target, [{**b, "block": n or None} for b in val_batches[settings[0]]])
+                for n in sorted(set(cfg.block_choices))}} if cfg.block_choices else {})}
 
 
 __all__ = ["Responses", "greedy_responses", "row_lengths", "DFlashTrainConfig", "dflash_loss", "precompute_features", "target_outputs", "block_acceptance", "train_dflash", "sample_anchors", "make_batch", "compressed", "slot_logits",

@@ -187,6 +187,38 @@ def extra_training_files(packages: tuple[str, ...] = EXTRA_PACKAGES) -> tuple[li
     return files, versions
 
 
+# Installed wherever mmspec is (its own dependencies and theirs) but *not* in the target's corpus: their documented
+# functions are prompts the target never trained on, the way HumanEval's are.
+UNSEEN_PACKAGES = ("scipy", "torch", "transformers", "diffusers", "IPython", "jedi", "docutils", "pygments", "rich",
+                   "click", "pydantic", "yaml", "PIL", "matplotlib", "setuptools", "pip", "typer", "attr",
+                   "markdown_it", "einops")
+
+
+def package_completion_prompts(packages: tuple[str, ...], limit: int, seed: int, per_package: int | None = None,
+                               max_body_lines: int = 120) -> list[str]:
+    """Up to ``limit`` completion prompts (documented top-level functions cut after the docstring, as the suite cuts
+    them) from the installed ``packages``' non-test files, drawn at random from ``seed`` with at most ``per_package``
+    from any one package (so the largest, e.g. torch, does not make up the set). The same installs give the same
+    prompts; packages not installed give none."""
+    import random
+
+    by_package: dict[str, list[str]] = {}
+    for pkg in packages:
+        files, _ = extra_training_files((pkg,))
+        for path in files:
+            one = CodeCorpus(path.parent, {"train": [path.name]})
+            by_package.setdefault(pkg, []).extend(
+                p.prompt for p in completion_prompts(one, "train", min_body_lines=2, max_body_lines=max_body_lines))
+    rng = random.Random(seed)
+    pool = []
+    for pkg in sorted(by_package):
+        texts = sorted(set(by_package[pkg]))
+        rng.shuffle(texts)
+        pool.extend(texts[:per_package])
+    rng.shuffle(pool)
+    return pool[:limit]
+
+
 def read_texts(paths: list[Path]) -> list[str]:
     out = []
     for path in paths:

@@ -29,7 +29,8 @@ from ..training.dflash import DFlashTrainConfig, Responses, block_acceptance, gr
 from ..training.artifact import cached
 from ..training.loop import load_checkpoint, model_device, on_model, save_checkpoint
 from . import code_distill
-from .code_data import completion_prompts, completion_training_prompts, ensure_tokenizer, load_corpus
+from .code_data import EXTRA_PACKAGES, UNSEEN_PACKAGES, completion_prompts, completion_training_prompts, \
+    ensure_tokenizer, load_corpus, package_completion_prompts
 from .code_loader import load
 from .common import build_device, build_dir, logits_checksum, seed_everything, versions
 from .entry import ZooEntry
@@ -58,8 +59,21 @@ MICRO_TRAIN = dataclasses.replace(TRAIN, steps=20, budget_s=30.0, batch_size=4, 
 # real decoding tau on the suite's prompts 2.57 -> 2.83 (whole-block chain, 12 prompts): the first two stages' rows
 # are continuations of random corpus windows, another distribution
 TRAIN3 = dataclasses.replace(TRAIN, steps=3000, budget_s=45 * 60.0, anchors=32, lr=6e-4, warmup=50, seed=2604)
+# stage 4 goes on from stage 3's weights (its held-out figure still rising when its budget ran out: 3.07 at step 1000,
+# 3.25 at 1677) on stage 3's rows and the target's answers to documented functions of installed packages, half from
+# the target's own corpus packages and half from packages it never saw (HumanEval's prompts are outside anything the
+# zoo trained on, and there the block drafter's tau fell to 2.1: the target's answers there are what it must
+# learn). Each step runs blocks of 8, 12 or all 16 positions, so a user can run a
+# shorter block where its forward costs more than its last slots earn (on a CPU: 8 positions cost far less than 16)
+TRAIN4 = dataclasses.replace(TRAIN, steps=1900, budget_s=55 * 60.0, anchors=32, lr=3e-4, warmup=50, seed=2605,
+                             block_choices=(8, 12, 16))
+PACKAGE_PROMPTS = 1600  # per group (the corpus's packages, unseen packages)
+PER_PACKAGE = 300
 MICRO_TRAIN2 = dataclasses.replace(MICRO_TRAIN, steps=10, seed=2603)
 MICRO_TRAIN3 = dataclasses.replace(MICRO_TRAIN, steps=10, seed=2604)
+MICRO_TRAIN4 = dataclasses.replace(MICRO_TRAIN, steps=10, seed=2605, block_choices=(8, 12, 16))
+MICRO_PACKAGE_PROMPTS = 6
+MICRO_PACKAGES = (("packaging",), ("einops",))  # small ones: a micro build scans two packages, not thirty-five
 MICRO_N_TRAIN, MICRO_N_VAL, MICRO_N_TRAIN2 = 32, 8, 48
 COMPLETION_TOKENS = 64  # the suites' answer length
 MAX_PROMPT = 256  # longer completion prompts are left out of the stage-3 rows (a CPU batch pads to the longest)
@@ -156,6 +170,29 @@ def completion_data(home: Path, target, tok, micro: bool, progress: bool = True)
     return out[0], out[1]
 
 
+def package_data(home: Path, target, tok, micro: bool, progress: bool = True) -> Responses:
+    """Stage 4's new rows: the target's greedy answers to documented functions of installed packages
+    (:func:`~mmspec.zoo.code_data.package_completion_prompts`), ``PACKAGE_PROMPTS`` from the corpus's packages and as
+    many from packages outside it, cached like :func:`completion_data`'s."""
+    work = build_dir(home, "code-dflash")
+    tag = "-micro" if micro else ""
+    n = MICRO_PACKAGE_PROMPTS if micro else PACKAGE_PROMPTS
+    seen, unseen = MICRO_PACKAGES if micro else (EXTRA_PACKAGES, UNSEEN_PACKAGES)
+    texts = (package_completion_prompts(seen, n, seed=SEED, per_package=PER_PACKAGE)
+             + package_completion_prompts(unseen, n, seed=SEED + 1, per_package=PER_PACKAGE))
+    prompts = [ids for ids in tok(texts, add_special_tokens=False).input_ids if 0 < len(ids) <= MAX_PROMPT]
+    partial = work / f"completions-packages{tag}.partial.pt"
+
+    def answer():
+        answers = greedy_responses(target, prompts, code_distill.MICRO_TAU_TOKENS if micro else COMPLETION_TOKENS,
+                                   None, tok.pad_token_id or 0, partial=partial, progress=progress)
+        return Responses.from_rows(list(zip(prompts, answers)), tok.pad_token_id or 0)
+
+    out = cached(work / f"completions-packages{tag}.pt", answer)
+    partial.unlink(missing_ok=True)
+    return out
+
+
 def ship(net: DFlashDraftModel, tok, home: Path, name: str, family: str, micro: bool, seed: int,
          target) -> tuple[Path, dict, DFlashDraftModel]:
     """Write a zoo DFlash drafter (float16 weights, as the zoo ships its models; tokenizer; ``zoo.json`` without its
@@ -193,7 +230,8 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
     micro_tag = "-micro" if micro else ""
     plan = ((MICRO_TRAIN if micro else TRAIN, MICRO_N_TRAIN if micro else N_TRAIN, "train.pt"),
             (MICRO_TRAIN2 if micro else TRAIN2, MICRO_N_TRAIN2 if micro else N_TRAIN2, "train2.pt"),
-            (MICRO_TRAIN3 if micro else TRAIN3, None, "train3.pt"))
+            (MICRO_TRAIN3 if micro else TRAIN3, "completions", "train3.pt"),
+            (MICRO_TRAIN4 if micro else TRAIN4, "packages", "train4.pt"))
     stages, feature_seconds = {}, 0.0
     for stage, (cfg_s, n_rows, ckpt) in enumerate(plan, 1):
         done = load_checkpoint(work / f"stage{stage}{micro_tag}.pt")  # a finished stage: its report and weights
@@ -202,13 +240,16 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
                 net.load_state_dict(done["state"])
             stages[stage] = done["report"]
             continue
-        if n_rows is not None:  # stages 1-2: continuations of corpus windows
+        if isinstance(n_rows, int):  # stages 1-2: continuations of corpus windows
             tok, train, val = target_data(home, target, micro, progress, n_rows)
             name = f"features-{n_rows}{micro_tag}.pt"
-        else:  # stage 3: answers to completion prompts
+        else:  # stage 3: answers to completion prompts; stage 4: those and answers to installed packages' functions
             tok = ensure_tokenizer(home, micro)
             train, val = completion_data(home, target, tok, micro, progress)
-            name = f"features-completions{micro_tag}.pt"
+            if n_rows == "packages":
+                train = Responses.from_rows(train.rows() + package_data(home, target, tok, micro, progress).rows(),
+                                            tok.pad_token_id or 0)
+            name = f"features-{n_rows}{micro_tag}.pt"
         features, secs = cached_features(work, name, target, net, train, progress)
         feature_seconds += secs
         stages[stage] = train_dflash(net, target, train, val, cfg_s, progress=progress, checkpoint=work / ckpt,
@@ -225,7 +266,7 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
               "tokens_seen": sum(r["tokens_seen"] for r in stages.values()),
               "blocks_seen": sum(r["blocks_seen"] for r in stages.values()),
               "heldout_before": stages[len(plan)]["heldout_before"], "heldout_after": stages[len(plan)]["heldout_after"],
-              "heldout_set": "stage 3's validation rows: the target's answers to the validation split's completion "
+              "heldout_set": "stages 3-4's validation rows: the target's answers to the validation split's completion "
                              "prompts", "feature_seconds": feature_seconds}
     out, info, shipped = ship(net, tok, home, "code-dflash", "code", micro, SEED, target)
     metrics = {"layers": LAYERS, "hidden": cfg.hidden_size, "block_size": BLOCK,

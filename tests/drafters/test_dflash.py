@@ -42,7 +42,8 @@ def test_default_layer_ids_follow_the_paper():
     assert default_layer_ids(4) == [0, 1, 2, 3] and default_layer_ids(2) == [0, 1]
 
 
-@pytest.mark.parametrize("kw", [dict(num_tokens=5), dict(num_tokens=3, confidence=0.05), dict(tree_nodes=7, top_k=3)])
+@pytest.mark.parametrize("kw", [dict(num_tokens=5), dict(num_tokens=3, confidence=0.05), dict(tree_nodes=7, top_k=3),
+                                dict(block=3), dict(block=4, tree_nodes=7, top_k=3)])
 def test_dflash_is_exact_under_greedy_on_a_ragged_batch(target, ragged_batch, greedy_reference, kw):
     ids, mask = ragged_batch(3, 9, seed=4)
     ref = greedy_reference(target, ids, 20, attention_mask=mask)
@@ -106,11 +107,13 @@ def test_context_cache_and_blocks_when_every_draft_is_accepted(ragged_batch, gre
         _check_cache_against_training_pattern(tgt, net, drafter, ids, mask, out.sequences)
 
 
-def test_decoding_blocks_equal_the_training_pattern(target):
+@pytest.mark.parametrize("block", [None, 4])
+def test_decoding_blocks_equal_the_training_pattern(target, block):
     """The engine's slot logits for a block (from the drafter's cache) equal teacher_forced_logits at that anchor:
-    the drafter decodes exactly what it was trained on."""
+    the drafter decodes exactly what it was trained on, a shorter block (``block``) included."""
     net = make_net(target)
-    drafter = DFlashDrafter(net, target, num_tokens=5)
+    slots = (block or net.block_size) - 1
+    drafter = DFlashDrafter(net, target, block=block)
     ids = torch.randint(3, VOCAB, (1, 9), generator=torch.Generator().manual_seed(2))
     seen = []
     orig = drafter.slot_hidden
@@ -127,8 +130,12 @@ def test_decoding_blocks_equal_the_training_pattern(target):
         embed, head = target.get_input_embeddings(), target.get_output_embeddings()
         for row, logits in seen:
             anchor = row.numel() - 1  # the root's position
-            tf = teacher_forced_logits(net, embed, head, seq[None], feats, torch.tensor([[anchor]]))[0, 0]
-            assert torch.allclose(logits, tf[:5].float(), atol=1e-4), anchor
+            tf = teacher_forced_logits(net, embed, head, seq[None], feats, torch.tensor([[anchor]]), block=block)[0, 0]
+            assert logits.shape[0] == tf.shape[0] == slots
+            assert torch.allclose(logits, tf.float(), atol=1e-4), anchor
+            if block is not None:  # a shorter block is not the whole block cut short: its slots see fewer masks
+                whole = teacher_forced_logits(net, embed, head, seq[None], feats, torch.tensor([[anchor]]))[0, 0]
+                assert not torch.allclose(logits, whole[:slots].float(), atol=1e-4)
     assert len(seen) >= 2
 
 
@@ -268,6 +275,11 @@ def test_refusals(target):
         DFlashDrafter(net, wide)
     with pytest.raises(ValueError, match="num_tokens"):
         DFlashDrafter(net, target, num_tokens=6)
+    with pytest.raises(ValueError, match="num_tokens"):
+        DFlashDrafter(net, target, num_tokens=4, block=4)  # a block of 4 drafts 3 slots
+    for block in (1, 7):
+        with pytest.raises(ValueError, match="block must be in 2..6"):
+            DFlashDrafter(net, target, block=block)
     with pytest.raises(ValueError, match="mask token"):
         make_config(target.config, mask_token_id=None)
     with pytest.raises(ValueError, match="target_layer_ids"):
@@ -286,11 +298,13 @@ def test_registry_and_pipeline_route_a_block_drafter(target, ragged_batch, greed
     assert reg.build_drafter("dflash", net, target=target, tree_nodes=5).max_nodes == 6
     ids, mask = ragged_batch(2, 8, seed=3)
     ref = greedy_reference(target, ids, 10, attention_mask=mask)
-    for options in ({}, {"tree_nodes": 5}):
+    for options in ({}, {"tree_nodes": 5}, {"block": 4}):
         pipe = mmspec.pipeline(target, drafter=net, **options)
-        assert pipe.method == "dflash"
+        assert pipe.method == "dflash" and pipe.drafter.block == options.get("block", net.block_size)
         out = pipe.generate(input_ids=ids, attention_mask=mask, max_new_tokens=10, stop_at_eos=False)
         assert torch.equal(out.sequences, ref)
+    with pytest.raises(ValueError, match="block"):
+        mmspec.pipeline(target, drafter=target, method="chain", block=4)
     with pytest.raises(ValueError, match="needs a small causal LM drafter"):
         mmspec.pipeline(target, drafter=net, method="chain")
     with pytest.raises(ValueError, match="tree_nodes"):

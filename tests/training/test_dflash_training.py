@@ -96,6 +96,36 @@ def test_training_raises_heldout_block_acceptance(target, data):
     assert report["rows_seen"] == 150 * 4 and report["tokens_seen"] > 0
 
 
+def test_block_choices_train_shorter_blocks_and_report_each(target, data):
+    """block_choices: each step runs blocks of one of the lengths (the loss over that many slots), and the report
+    gives the held-out figures of each length; a length the drafter cannot run is refused before any work."""
+    train, val = data
+    cfg = DFlashTrainConfig(steps=60, batch_size=4, anchors=3, lr=5e-3, warmup=2, eval_every=30, patience=100,
+                            val_rows=8, block_choices=(2, 3, 0))
+    net = net_for(target)
+    seen = []
+    real = dflash_training.dflash_loss
+
+    def spy(model, tgt, batch, c):
+        seen.append(batch.get("block"))
+        return real(model, tgt, batch, c)
+
+    dflash_training.dflash_loss = spy
+    try:
+        report = train_dflash(net, target, train, val, cfg, progress=False)
+    finally:
+        dflash_training.dflash_loss = real
+    assert set(seen) == {2, 3, None}
+    by = report["heldout_after_by_block"]
+    assert set(by) == {"2", "3", "4"} and [len(by[k]["slot_agreement"]) for k in ("2", "3", "4")] == [1, 2, 3]
+    assert by["4"] == report["heldout_after"]
+    # a block of 2 is the first slot alone: its accepted length is that slot's agreement
+    assert by["2"]["accepted_length"] == pytest.approx(by["2"]["slot_agreement"][0])
+    assert by["2"]["accepted_length"] > report["heldout_before"]["slot_agreement"][0] + 0.05
+    with pytest.raises(ValueError, match="block must be in 2..4"):
+        train_dflash(net_for(target), target, train, val, DFlashTrainConfig(block_choices=(5,)), progress=False)
+
+
 def test_responses_of_any_length(target):
     rows = [([5, 6, 7], [8, 9, 10, 11]), ([5, 6], [9, 10]), ([4, 5, 6, 7, 8], [12, 13, 14])]
     data = Responses.from_rows(rows)
@@ -122,7 +152,8 @@ def test_cli_trains_a_drafter_the_pipeline_runs_exactly(tmp_path):
     data.write_text("\n".join(json.dumps(r) for r in rows))
     out = tmp_path / "drafter"
     assert main(["train", "dflash", "--data", str(data), "--steps", "3", "--batch-size", "2", "--anchors", "2",
-                 "--layers", "1", "--block-size", "4", "--max-new-tokens", "8", "--out", str(out)]) == 0
+                 "--layers", "1", "--block-size", "4", "--block-choices", "2,0", "--max-new-tokens", "8",
+                 "--out", str(out)]) == 0
     record = json.loads((out / "mmspec.json").read_text())
     assert record["kind"] == "dflash" and record["method"] == "dflash"
     assert json.loads((out / "config.json").read_text())["dflash_config"]["mask_token_id"] == 2
@@ -143,6 +174,9 @@ def test_cli_reports_bad_rows_by_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"{data}:1: response of 1 token(s)" in err and f"{data}:2: prompt must be a non-empty string" in err
     assert not (tmp_path / "o").exists() and not (tmp_path / "o.ckpt").exists()  # refused before any work
+    assert main(["train", "dflash", "--generate", "8", "--block-size", "8", "--block-choices", "4,9",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "--block-choices 4,9 must lie in 2..--block-size (8" in capsys.readouterr().err
 
 
 def test_init_takes_a_drafter_of_the_same_shape_and_names_a_mismatch(tmp_path):

@@ -117,9 +117,9 @@ def test_micro_build_loads_and_matches_checksum(tmp_path, greedy_reference):
     from mmspec.drafters.feature import FeatureDrafter
 
     block = read_json(tmp_path / "code-dflash" / "metrics.json")
-    assert set(block["stages"]) == {"1", "2", "3"}  # corpus windows, more of them, then answers to completion prompts
+    assert set(block["stages"]) == {"1", "2", "3", "4"}  # corpus windows x2, answers, answers to packages
     assert block["stages"]["2"]["train_rows"] > block["stages"]["1"]["train_rows"] and block["stages"]["3"]["steps"] > 0
-    assert block["heldout_set"].startswith("stage 3's validation rows")
+    assert block["heldout_set"].startswith("stages 3-4's validation rows")
     assert {"chain15", "chain8"} <= set(block["tau_decode"]) and all(t >= 1.0 for t in block["tau_decode"].values())
     assert len(block["heldout_shipped"]["slot_agreement"]) == 15
     assert "tau_chain8" in read_json(tmp_path / "code-eagle" / "metrics.json")
