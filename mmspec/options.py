@@ -214,6 +214,8 @@ ROUTE_OPTIONS = {
         Option("tree_nodes", int, ge=1, methods=("dflash",), help="a DDTree's node budget"),
         Option("block", int, ge=2, methods=("dflash",),
                help="run DFlash blocks of this many positions instead of the drafter's whole block"),
+        Option("draft_vocab", object, methods=("dflash",),
+               help="token ids the DFlash drafter may draft (its LM head runs over those rows alone)"),
         Option("adaptive", bool, help=ADAPTIVE_HELP),
     ),
     "vlm": table(
@@ -229,6 +231,8 @@ ROUTE_OPTIONS = {
         Option("tree_nodes", int, ge=1, methods=("dflash",), help="a DDTree's node budget"),
         Option("block", int, ge=2, methods=("dflash",),
                help="run DFlash blocks of this many positions instead of the drafter's whole block"),
+        Option("draft_vocab", object, methods=("dflash",),
+               help="token ids the DFlash drafter may draft (its LM head runs over those rows alone)"),
         Option("adaptive", bool, help=ADAPTIVE_HELP),
     ),
 }

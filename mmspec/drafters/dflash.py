@@ -82,13 +82,15 @@ class DFlashDrafter(Drafter):
     """A :class:`DFlashDraftModel` drafting blocks for its target: a chain of ``num_tokens`` slots (default: the
     whole block), or with ``tree_nodes`` a DDTree of that many draft nodes over the slots' ``top_k`` tokens.
     ``block``: run blocks of that many positions instead of the drafter's whole block (a forward over 8 positions
-    costs a CPU far less than over 16; a drafter trained with ``block_choices`` drafts them as well as its own)."""
+    costs a CPU far less than over 16; a drafter trained with ``block_choices`` drafts them as well as its own).
+    ``draft_vocab``: the only token ids it drafts (e.g. the most frequent in the target's answers), so the LM head
+    runs over those rows alone (:meth:`head`)."""
 
     needs_target_hidden = True
 
     def __init__(self, net: DFlashDraftModel, target, num_tokens: int | None = None, confidence: float | None = None,
                  tree_nodes: int | None = None, top_k: int = 4, sampled_drafts: bool = True,
-                 compress_to: int | None = None, block: int | None = None):
+                 compress_to: int | None = None, block: int | None = None, draft_vocab=None):
         check_target(net, target)
         if compress_to is not None:
             net.check_compress(compress_to)
@@ -107,6 +109,17 @@ class DFlashDrafter(Drafter):
         self.embed = target.get_input_embeddings()
         self.lm_head = target.get_output_embeddings()
         self.never = getattr(target, "disallowed", None)  # ids the target never emits: no draft mass
+        self.draft_vocab = self.draft_head = None
+        if draft_vocab is not None:
+            ids = torch.as_tensor(draft_vocab, dtype=torch.long).flatten()
+            V = self.lm_head.weight.shape[0]
+            if ids.numel() == 0 or int(ids.min()) < 0 or int(ids.max()) >= V or ids.unique().numel() != ids.numel():
+                raise ValueError(f"draft_vocab must hold distinct token ids in 0..{V - 1} (got {ids.numel()} ids)")
+            # the head's rows of those ids, gathered once (a slot's logits then cost |draft_vocab| rows, not V)
+            self.draft_vocab = ids.to(self.lm_head.weight.device)
+            self.draft_head = self.lm_head.weight.detach()[self.draft_vocab].clone()
+            bias = getattr(self.lm_head, "bias", None)
+            self.draft_bias = None if bias is None else bias.detach()[self.draft_vocab].clone()
         self.num_tokens = num_tokens
         self.confidence = confidence
         self.tree_nodes = None if tree_nodes is None else int(tree_nodes)
@@ -180,8 +193,16 @@ class DFlashDrafter(Drafter):
 
     # ------------------------------------------------------------------ drafting
     def head(self, h: torch.Tensor) -> torch.Tensor:
-        """Float logits of slot states through the target's LM head (ids the target never emits at −inf)."""
-        return emitted(self.lm_head(h).float(), self.never)
+        """Float logits of slot states through the target's LM head (ids the target never emits at −inf). With a
+        ``draft_vocab`` only those ids get logits and every other id −inf (FR-Spec's frequency-ranked draft
+        vocabulary, arXiv 2502.14856): the drafts and each slot's q stay over the whole vocabulary, so the verifier
+        is unchanged and sampling stays lossless (q gives the other ids no mass; the residual keeps them)."""
+        if self.draft_vocab is None:
+            return emitted(self.lm_head(h).float(), self.never)
+        sub = torch.nn.functional.linear(h, self.draft_head, self.draft_bias).float()
+        full = sub.new_full((*sub.shape[:-1], self.lm_head.weight.shape[0]), float("-inf"))
+        full[..., self.draft_vocab] = sub
+        return emitted(full, self.never)
 
     @torch.no_grad()
     def slot_hidden(self, context: DraftContext, run: DFlashRun) -> torch.Tensor:

@@ -272,7 +272,7 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
     metrics = {"layers": LAYERS, "hidden": cfg.hidden_size, "block_size": BLOCK,
                "target_layer_ids": shipped.target_layer_ids,
                "params": sum(p.numel() for p in shipped.parameters()),
-               "train_rows": len(train), "val_rows": len(val), **report,
+               "train_rows": stages[len(plan)]["train_rows"], "val_rows": len(val), **report,
                "heldout_shipped": block_acceptance(shipped, target, [on_model(b, shipped) for b in
                                                                      validation_batches(val, plan[-1][0], BLOCK)]),
                "tau_decode": _decode_tau(target, shipped, tok, micro)}

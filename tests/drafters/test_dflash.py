@@ -107,6 +107,29 @@ def test_context_cache_and_blocks_when_every_draft_is_accepted(ragged_batch, gre
         _check_cache_against_training_pattern(tgt, net, drafter, ids, mask, out.sequences)
 
 
+def test_draft_vocab_drafts_only_its_ids_and_stays_exact(target, ragged_batch, greedy_reference):
+    """draft_vocab: the slots' logits are the full head's on those ids and −inf elsewhere, so drafts and q stay over
+    the whole vocabulary (the verifier is unchanged); decoding stays exact with ids the target emits left out."""
+    net = make_net(target)
+    ids = list(range(1, VOCAB, 3))
+    full, sub = DFlashDrafter(net, target), DFlashDrafter(net, target, draft_vocab=ids)
+    h = torch.randn(2, 3, target.config.hidden_size)
+    a, b = full.head(h), sub.head(h)
+    keep = torch.zeros(VOCAB, dtype=torch.bool)
+    keep[ids] = True
+    assert torch.allclose(a[..., keep], b[..., keep], atol=1e-5) and torch.isneginf(b[..., ~keep]).all()
+    inp, mask = ragged_batch(3, 9, seed=4)
+    ref = greedy_reference(target, inp, 16, attention_mask=mask)
+    for kw in (dict(num_tokens=5), dict(tree_nodes=7, top_k=3)):
+        drafter = DFlashDrafter(net, target, draft_vocab=ids, **kw)
+        out = SpeculativeGenerator(target, drafter).generate(inp, attention_mask=mask, max_new_tokens=16,
+                                                             eos_token_id=[])
+        assert torch.equal(out.sequences, ref)
+    for bad in ([], [0, 0], [VOCAB]):
+        with pytest.raises(ValueError, match="draft_vocab must hold distinct token ids"):
+            DFlashDrafter(net, target, draft_vocab=bad)
+
+
 @pytest.mark.parametrize("block", [None, 4])
 def test_decoding_blocks_equal_the_training_pattern(target, block):
     """The engine's slot logits for a block (from the drafter's cache) equal teacher_forced_logits at that anchor:
@@ -298,7 +321,7 @@ def test_registry_and_pipeline_route_a_block_drafter(target, ragged_batch, greed
     assert reg.build_drafter("dflash", net, target=target, tree_nodes=5).max_nodes == 6
     ids, mask = ragged_batch(2, 8, seed=3)
     ref = greedy_reference(target, ids, 10, attention_mask=mask)
-    for options in ({}, {"tree_nodes": 5}, {"block": 4}):
+    for options in ({}, {"tree_nodes": 5}, {"block": 4}, {"draft_vocab": list(range(0, VOCAB, 2))}):
         pipe = mmspec.pipeline(target, drafter=net, **options)
         assert pipe.method == "dflash" and pipe.drafter.block == options.get("block", net.block_size)
         out = pipe.generate(input_ids=ids, attention_mask=mask, max_new_tokens=10, stop_at_eos=False)

@@ -21,8 +21,9 @@ def pipe():
 
 def test_dflash_pipeline_drafts_blocks_and_is_exact_under_greedy(pipe):
     assert isinstance(pipe.drafter, DFlashDrafter) and pipe.drafter.num_tokens == 8  # its default: 8 slots
+    assert pipe.drafter.block == 9  # from a block of 9 positions (the root and 8 slots)
     chain = mmspec.pipeline("zoo:image-target", drafter="dflash", method="spec", tree="chain")
-    assert chain.drafter.num_tokens == 15  # an explicit chain: the whole block
+    assert chain.drafter.num_tokens == 15 and chain.drafter.block == 16  # an explicit chain: the whole block
     ref = pipe.generate([2], method="ar", temperature=0, seed=0).codes
     for tree in ("chain", "ddtree"):
         out = pipe.generate([2], tree=tree, temperature=0, seed=0)

@@ -378,6 +378,10 @@ DFLASH_CASES = {  # block diffusion on the target's features: per-slot proposals
     # the greedy block under sampling: deterministic drafts verified as point masses
     "dflash-greedy-chain-warped": (dict(num_tokens=3, sampled_drafts=False), WARPED),
     "dflash-greedy-ddtree": (dict(num_tokens=3, tree_nodes=5, top_k=3, sampled_drafts=False), PLAIN),
+    # a shorter block, and a draft vocabulary without the odd ids (q gives them no mass; the residual keeps them)
+    "dflash-ddtree-block3": (dict(block=3, tree_nodes=4, top_k=3), PLAIN),
+    "dflash-chain-draft-vocab": (dict(num_tokens=3, draft_vocab="even"), WARPED),
+    "dflash-ddtree-draft-vocab": (dict(num_tokens=3, tree_nodes=5, top_k=3, draft_vocab="even"), PLAIN),
 }
 
 
@@ -396,6 +400,8 @@ def test_dflash_matches_exact_target_joint(case):
     with torch.no_grad():
         net.norm.weight.mul_(10.0)  # peaky slot distributions, far from the target's
     exact = exact_joint(target, PROMPT, SamplingConfig(True, **warp))
+    if drafter_kw.get("draft_vocab") == "even":
+        drafter_kw = {**drafter_kw, "draft_vocab": list(range(0, target.config.vocab_size, 2))}
     new = _generate(target, DFlashDrafter(net, target, **drafter_kw), warp, 3000 + list(DFLASH_CASES).index(case))
     assert chisq_pvalue(_joint_counts(new), exact) > ALPHA
 
