@@ -216,6 +216,8 @@ ROUTE_OPTIONS = {
                help="run DFlash blocks of this many positions instead of the drafter's whole block"),
         Option("draft_vocab", object, methods=("dflash",),
                help="token ids the DFlash drafter may draft (its LM head runs over those rows alone)"),
+        Option("lookup", int, ge=1, methods=("dflash",),
+               help="graft a prompt-lookup branch of up to this many tokens onto the DFlash DDTree (greedy calls)"),
         Option("adaptive", bool, help=ADAPTIVE_HELP),
     ),
     "vlm": table(
@@ -233,6 +235,8 @@ ROUTE_OPTIONS = {
                help="run DFlash blocks of this many positions instead of the drafter's whole block"),
         Option("draft_vocab", object, methods=("dflash",),
                help="token ids the DFlash drafter may draft (its LM head runs over those rows alone)"),
+        Option("lookup", int, ge=1, methods=("dflash",),
+               help="graft a prompt-lookup branch of up to this many tokens onto the DFlash DDTree (greedy calls)"),
         Option("adaptive", bool, help=ADAPTIVE_HELP),
     ),
 }

@@ -41,11 +41,13 @@ from ..verifiers.logits import SamplingConfig
 from ..verifiers.tree_forward import chain_parents, text_config
 from .base import Drafter, check_confidence, trusted_slots
 from .dflash_model import DFlashDraftModel, check_block, emitted
+from .prompt_lookup import lookup_continuation
 
 
 LAZY_SLOTS = 4  # slots the confident chain sends through the LM head at a time
 _IMPOSSIBLE = -60.0  # log-probability below which a slot's token is one its (warped) q gives no mass
 _GREEDY = SamplingConfig(False)  # the drafts of the greedy block (``sampled_drafts=False``)
+LOOKUP_NGRAM = (1, 3)  # the n-gram lengths ``lookup`` matches (min, max), as PromptLookupDrafter's defaults
 
 
 @dataclass
@@ -78,19 +80,49 @@ def check_target(net: DFlashDraftModel, target) -> None:
         raise ValueError(f"the drafter's mask token id {net.mask_token_id} is outside the target's vocabulary")
 
 
+def graft(tree: DraftTree, chains) -> DraftTree:
+    """A deterministic ``tree`` with each row's chain of tokens (``chains[b]``, drafted after the root) merged in as
+    a trie: the chain follows the tree's nodes while their tokens agree and goes on as new nodes where it leaves
+    them, so a continuation the tree already holds costs no extra node."""
+    B, N = tree.tokens.shape
+    width = N + max((len(c) for c in chains), default=0)
+    tokens, parents, valid = tree.tokens.tolist(), tree.parents.tolist(), tree.valid.tolist()
+    for b, chain in enumerate(chains):
+        n = sum(valid[b])  # a row's valid nodes come first
+        tok, par = tokens[b][:n], parents[b][:n]
+        children: dict[tuple[int, int], int] = {(par[i], tok[i]): i for i in range(1, n)}
+        at = 0
+        for t in (int(x) for x in chain):
+            nxt = children.get((at, t))
+            if nxt is None:
+                tok.append(t), par.append(at)
+                nxt = children[(at, t)] = len(tok) - 1
+            at = nxt
+        size = len(tok)
+        tokens[b] = tok + [tok[0]] * (width - size)
+        parents[b] = par + [0] * (width - size)
+        valid[b] = [True] * size + [False] * (width - size)
+    dev = tree.tokens.device
+    return DraftTree(torch.tensor(tokens, device=dev), torch.tensor(parents, device=dev),
+                     torch.tensor(valid, device=dev))
+
+
 class DFlashDrafter(Drafter):
     """A :class:`DFlashDraftModel` drafting blocks for its target: a chain of ``num_tokens`` slots (default: the
     whole block), or with ``tree_nodes`` a DDTree of that many draft nodes over the slots' ``top_k`` tokens.
     ``block``: run blocks of that many positions instead of the drafter's whole block (a forward over 8 positions
     costs a CPU far less than over 16; a drafter trained with ``block_choices`` drafts them as well as its own).
     ``draft_vocab``: the only token ids it drafts (e.g. the most frequent in the target's answers), so the LM head
-    runs over those rows alone (:meth:`head`)."""
+    runs over those rows alone (:meth:`head`). ``lookup``: in greedy calls, graft up to that many prompt-lookup tokens
+    (the continuation after an earlier match of the context's last 1-3 tokens) onto the DDTree as one more branch
+    (:func:`graft`), so text that repeats the prompt is drafted whatever the block drafter thinks of it."""
 
     needs_target_hidden = True
 
     def __init__(self, net: DFlashDraftModel, target, num_tokens: int | None = None, confidence: float | None = None,
                  tree_nodes: int | None = None, top_k: int = 4, sampled_drafts: bool = True,
-                 compress_to: int | None = None, block: int | None = None, draft_vocab=None):
+                 compress_to: int | None = None, block: int | None = None, draft_vocab=None,
+                 lookup: int | None = None):
         check_target(net, target)
         if compress_to is not None:
             net.check_compress(compress_to)
@@ -105,6 +137,10 @@ class DFlashDrafter(Drafter):
             raise ValueError(f"tree_nodes and top_k must be >= 1, got {tree_nodes} and {top_k}")
         if tree_nodes is not None and confidence is not None:
             raise ValueError("confidence cuts a chain; a DDTree is bounded by tree_nodes instead")
+        if lookup is not None and (tree_nodes is None or int(lookup) < 1):
+            raise ValueError(f"lookup grafts a prompt-lookup continuation onto a DDTree: it needs tree_nodes and "
+                             f"lookup >= 1, got tree_nodes={tree_nodes}, lookup={lookup}")
+        self.lookup = None if lookup is None else int(lookup)
         self.net = net.eval()
         self.embed = target.get_input_embeddings()
         self.lm_head = target.get_output_embeddings()
@@ -130,7 +166,7 @@ class DFlashDrafter(Drafter):
 
     @property
     def max_nodes(self) -> int:
-        return (self.tree_nodes if self.tree_nodes is not None else self.num_tokens) + 1
+        return (self.tree_nodes if self.tree_nodes is not None else self.num_tokens) + 1 + (self.lookup or 0)
 
     def target_features(self, hidden_states: tuple) -> torch.Tensor:
         return self.net.select_features(hidden_states)
@@ -238,7 +274,11 @@ class DFlashDrafter(Drafter):
             # with the target's probability of it, the residual p without it: lossless all the same
             sampling = _GREEDY
         if self.tree_nodes is not None:
-            return self._ddtree(roots, self.slot_hidden(context, run), sampling, state.generator, hidden=True)
+            tree = self._ddtree(roots, self.slot_hidden(context, run), sampling, state.generator, hidden=True)
+            if self.lookup is not None and not sampling.do_sample:
+                tree = graft(tree, [lookup_continuation(state.row(b), self.lookup, LOOKUP_NGRAM[1], LOOKUP_NGRAM[0])
+                                    if bool(state.active[b]) else [] for b in range(state.batch_size)])
+            return tree
         return self._chain(roots, self.slot_hidden(context, run), state, sampling)
 
     def _chain(self, roots: torch.LongTensor, h: torch.Tensor, state, sampling=None) -> DraftTree:

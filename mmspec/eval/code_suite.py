@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..loading import zoo_diffusion_lm
-from ..registry import CHAIN_CONFIDENCE, DFLASH_TREE, build_drafter, zoo_diffuspec
+from ..registry import CHAIN_CONFIDENCE, DFLASH_TREE, DFLASH_TREE_LOOKUP, build_drafter, zoo_diffuspec
 from ..zoo import code_data, load, zoo_home
 from .batch_sweep import batch_sweep
 from .bench import compare
@@ -21,7 +21,8 @@ DIFFUSION_METHODS = ["deer-s1", "deer", "diffuspec", "diffuspec-no-cps", "diffus
 # code-dflash: confident chain, DDTree, the whole block; and the first two over blocks of 8 positions (DFlashDrafter's
 # block=8: the drafter's forward over 8 positions instead of 16, for a machine where its last slots cost more than
 # they earn)
-BLOCK_METHODS = ["dflash", "dflash-tree", "dflash-block", "dflash-b8", "dflash-tree-b8"]
+# dflash-tree-lookup: the DDTree with a prompt-lookup branch grafted on (registry.DFLASH_TREE_LOOKUP)
+BLOCK_METHODS = ["dflash", "dflash-tree", "dflash-tree-lookup", "dflash-block", "dflash-b8", "dflash-tree-b8"]
 SHORT_BLOCK = 8
 FEATURE_METHODS = ["eagle-chain"]  # code-eagle: the autoregressive feature drafter the block drafter is up against
 CODE_METHODS = BASE_METHODS + BLOCK_METHODS + FEATURE_METHODS + DIFFUSION_METHODS
@@ -68,6 +69,7 @@ def diffusion_factories(home: str | Path | None = None, deer_tokens: int = 8, di
     built = {n for n in ("code-dflash", "code-eagle") if (zoo_root(home) / n / "zoo.json").exists()}
     if "code-dflash" in built:  # a zoo built before the block drafter existed has none
         block = {"dflash": dflash(confidence=CHAIN_CONFIDENCE), "dflash-tree": dflash(**DFLASH_TREE),
+                 "dflash-tree-lookup": dflash(**DFLASH_TREE_LOOKUP),
                  "dflash-block": dflash(), "dflash-b8": dflash(confidence=CHAIN_CONFIDENCE, block=SHORT_BLOCK),
                  "dflash-tree-b8": dflash(**DFLASH_TREE, block=SHORT_BLOCK)}
     if "code-eagle" in built:

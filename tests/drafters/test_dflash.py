@@ -107,6 +107,42 @@ def test_context_cache_and_blocks_when_every_draft_is_accepted(ragged_batch, gre
         _check_cache_against_training_pattern(tgt, net, drafter, ids, mask, out.sequences)
 
 
+def test_graft_merges_a_chain_into_the_tree_as_a_trie():
+    from mmspec.drafters.dflash import graft
+    from mmspec.tree import DraftTree
+
+    # row 0: root 9 -> 5 -> 6, root -> 7; row 1: root 9 -> 4 (and one padding node)
+    tree = DraftTree(torch.tensor([[9, 5, 6, 7], [9, 4, 9, 9]]), torch.tensor([[-1, 0, 1, 0], [-1, 0, 0, 0]]),
+                     torch.tensor([[True, True, True, True], [True, True, False, False]]))
+    out = graft(tree, [[5, 6, 8], []])
+    assert out.tokens[0].tolist() == [9, 5, 6, 7, 8, 9, 9] and out.parents[0, 4] == 2  # 5, 6 shared: one new node
+    assert out.valid[0].tolist() == [True] * 5 + [False] * 2
+    assert out.valid[1].tolist() == [True, True] + [False] * 5 and out.tokens[1, :2].tolist() == [9, 4]
+    out = graft(tree, [[], [3, 3]])
+    assert out.tokens[1, :4].tolist() == [9, 4, 3, 3] and out.parents[1, :4].tolist() == [-1, 0, 0, 2]
+
+
+@pytest.mark.parametrize("kw", [dict(tree_nodes=5, top_k=3, lookup=4), dict(tree_nodes=3, top_k=2, lookup=6, block=4)])
+def test_lookup_branch_stays_exact_and_is_drafted(target, ragged_batch, greedy_reference, kw):
+    """lookup: a prompt-lookup continuation grafted onto the DDTree; prompts that repeat themselves get it drafted
+    (more tokens per step than the tree alone) and the output stays the target's."""
+    net = make_net(target)
+    base = torch.randint(3, VOCAB, (2, 6), generator=torch.Generator().manual_seed(8))
+    ids = torch.cat([base, base, base[:, :3]], 1)  # a repeating prompt: the lookup branch has something to offer
+    ref = greedy_reference(target, ids, 16)
+    plain = {k: v for k, v in kw.items() if k != "lookup"}
+    got = {}
+    for name, opts in (("with", kw), ("without", plain)):
+        drafter = DFlashDrafter(net, target, **opts)
+        out = SpeculativeGenerator(target, drafter).generate(ids, max_new_tokens=16, eos_token_id=[])
+        assert torch.equal(out.sequences, ref)
+        got[name] = out.stats.mean_accepted_tokens
+    assert DFlashDrafter(net, target, **kw).max_nodes == kw["tree_nodes"] + 1 + kw["lookup"]
+    assert got["with"] > got["without"]  # (1.10 vs 1.03 and 1.07 vs 1.00 tokens per step)
+    with pytest.raises(ValueError, match="lookup grafts a prompt-lookup continuation onto a DDTree"):
+        DFlashDrafter(net, target, lookup=4)
+
+
 def test_draft_vocab_drafts_only_its_ids_and_stays_exact(target, ragged_batch, greedy_reference):
     """draft_vocab: the slots' logits are the full head's on those ids and −inf elsewhere, so drafts and q stay over
     the whole vocabulary (the verifier is unchanged); decoding stays exact with ids the target emits left out."""

@@ -141,5 +141,6 @@ def test_a_dflash_drafter_given_to_the_zoo_code_suite_takes_its_dflash_rows(tmp_
                                                                                                 "dflash", "dflash-tree"]),
                               "code")
     assert {"chain", "dflash", "dflash-tree"} <= set(suite.available)
+    assert "dflash-tree-lookup" in suite.available  # yours too
     assert not {"dflash-block", "dflash-b8", "dflash-tree-b8"} & set(suite.available)
     assert suite.methods == ["plain", "chain", "dflash", "dflash-tree"]
