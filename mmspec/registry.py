@@ -411,8 +411,9 @@ def image_drafter(guided_drafter=None, *, net: FeatureDraftModel | DFlashDraftMo
             raise ValueError(f"the DFlash drafter drafts tree='chain' (its block) or 'ddtree' (a best-first tree of the "
                          f"block's slot marginals; 'static' is the same), not {tree_label(tree)!r}")
         if tree == "chain":  # a chain of n slots runs a block of n + 1 positions: no forward over slots it drops
-            # (on image-dflash a block of 9 for the default chain of 8 also drafted no worse than the whole block of
-            # 16: tau 3.78 vs 3.53 under LANTERN++ lam 50, 2.16 vs 2.06 lossless, 16 pictures each)
+            # (image-dflash drafts as well from a block of 9 as from its whole block of 16: on the image suite's 8
+            # pictures tau 3.84 vs 3.83 under LANTERN++ lam 50 and 1.97 vs 2.00 lossless; on this 2-core CPU the
+            # drafter's cost is its ops' fixed cost, so c_d stayed 0.38, a block of 9 spares compute elsewhere)
             return DFlashDrafter(net, guided_target, num_tokens=num_tokens,
                                  block=None if num_tokens is None else min(num_tokens + 1, net.block_size))
         return DFlashDrafter(net, guided_target, **IMAGE_DFLASH_TREE)
