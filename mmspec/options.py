@@ -196,6 +196,15 @@ IMAGE_SPEC = ("spec", "lantern", "lantern++")  # the image methods that draft
 ADAPTIVE_HELP = ("draft only where it pays: each step drafts or verifies the root alone, whichever the call's own "
                  "measurements say emits more tokens per second (mmspec.drafters.AdaptiveDrafter); unset: in greedy "
                  "calls only (a seed then still fixes a sampled output), true: in every call, false: never")
+DFLASH_OPTIONS = (  # the block drafter's own settings, the same on the text and VLM routes
+    Option("tree_nodes", int, ge=1, methods=("dflash",), help="a DDTree's node budget"),
+    Option("block", int, ge=2, methods=("dflash",),
+           help="run DFlash blocks of this many positions instead of the drafter's whole block"),
+    Option("draft_vocab", object, methods=("dflash",),
+           help="token ids the DFlash drafter may draft (its LM head runs over those rows alone)"),
+    Option("lookup", int, ge=1, methods=("dflash",),
+           help="graft a prompt-lookup branch of up to this many tokens onto the DFlash DDTree (greedy calls)"),
+)
 ROUTE_OPTIONS = {
     "text": table(
         Option("num_tokens", int, ge=1, methods=CHAIN_METHODS, help="draft length (tokens per chain or block)"),
@@ -211,13 +220,7 @@ ROUTE_OPTIONS = {
         Option("lattice", bool, none=False, methods=("diffuspec",), help="DiffuSpec drafts a lattice tree"),
         Option("cps_config", object, methods=("diffuspec",)),
         Option("adl_config", object, methods=("diffuspec",)),
-        Option("tree_nodes", int, ge=1, methods=("dflash",), help="a DDTree's node budget"),
-        Option("block", int, ge=2, methods=("dflash",),
-               help="run DFlash blocks of this many positions instead of the drafter's whole block"),
-        Option("draft_vocab", object, methods=("dflash",),
-               help="token ids the DFlash drafter may draft (its LM head runs over those rows alone)"),
-        Option("lookup", int, ge=1, methods=("dflash",),
-               help="graft a prompt-lookup branch of up to this many tokens onto the DFlash DDTree (greedy calls)"),
+        *DFLASH_OPTIONS,
         Option("adaptive", bool, help=ADAPTIVE_HELP),
     ),
     "vlm": table(
@@ -230,13 +233,7 @@ ROUTE_OPTIONS = {
                help="FLASH / a DFlash drafter with visual queries: entries per image in the drafter's context"),
         Option("confidence", float, ge=0, le=1, methods=("dflash",),
                help="stop a DFlash chain where the drafter's confidence falls below it (None: the whole block)"),
-        Option("tree_nodes", int, ge=1, methods=("dflash",), help="a DDTree's node budget"),
-        Option("block", int, ge=2, methods=("dflash",),
-               help="run DFlash blocks of this many positions instead of the drafter's whole block"),
-        Option("draft_vocab", object, methods=("dflash",),
-               help="token ids the DFlash drafter may draft (its LM head runs over those rows alone)"),
-        Option("lookup", int, ge=1, methods=("dflash",),
-               help="graft a prompt-lookup branch of up to this many tokens onto the DFlash DDTree (greedy calls)"),
+        *DFLASH_OPTIONS,
         Option("adaptive", bool, help=ADAPTIVE_HELP),
     ),
 }
