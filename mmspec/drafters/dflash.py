@@ -113,9 +113,10 @@ class DFlashDrafter(Drafter):
     ``block``: run blocks of that many positions instead of the drafter's whole block (a forward over 8 positions
     costs a CPU far less than over 16; a drafter trained with ``block_choices`` drafts them as well as its own).
     ``draft_vocab``: the only token ids it drafts (e.g. the most frequent in the target's answers), so the LM head
-    runs over those rows alone (:meth:`head`). ``lookup``: in greedy calls, graft up to that many prompt-lookup tokens
-    (the continuation after an earlier match of the context's last 1-3 tokens) onto the DDTree as one more branch
-    (:func:`graft`), so text that repeats the prompt is drafted whatever the block drafter thinks of it."""
+    runs over those rows alone (:meth:`head`). ``lookup``: graft up to that many prompt-lookup tokens (the
+    continuation after an earlier match of the context's last 1-3 tokens) onto the DDTree as one more branch
+    (:func:`graft`), so text that repeats the prompt is drafted whatever the block drafter thinks of it; in greedy
+    calls and under ``sampled_drafts=False`` (a deterministic tree either way), not onto a tree sampled from q."""
 
     needs_target_hidden = True
 
@@ -145,7 +146,7 @@ class DFlashDrafter(Drafter):
         self.embed = target.get_input_embeddings()
         self.lm_head = target.get_output_embeddings()
         self.never = getattr(target, "disallowed", None)  # ids the target never emits: no draft mass
-        self.draft_vocab = self.draft_head = None
+        self.draft_vocab = self.draft_head = self.draft_bias = None
         if draft_vocab is not None:
             ids = torch.as_tensor(draft_vocab, dtype=torch.long).flatten()
             V = self.lm_head.weight.shape[0]

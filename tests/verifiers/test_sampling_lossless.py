@@ -382,6 +382,8 @@ DFLASH_CASES = {  # block diffusion on the target's features: per-slot proposals
     "dflash-ddtree-block3": (dict(block=3, tree_nodes=4, top_k=3), PLAIN),
     "dflash-chain-draft-vocab": (dict(num_tokens=3, draft_vocab="even"), WARPED),
     "dflash-ddtree-draft-vocab": (dict(num_tokens=3, tree_nodes=5, top_k=3, draft_vocab="even"), PLAIN),
+    # the greedy block's DDTree with a prompt-lookup branch grafted on: every node a point mass
+    "dflash-greedy-ddtree-lookup": (dict(num_tokens=3, tree_nodes=4, top_k=2, sampled_drafts=False, lookup=3), WARPED),
 }
 
 
