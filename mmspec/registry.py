@@ -276,8 +276,8 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
     ``num_tokens`` slots (default: its whole block) cut at ``confidence``, or with ``tree_nodes`` a DDTree over the
     slots' ``top_k`` tokens (``compress_to``: each picture's context in that many entries, a drafter with visual
     queries; ``block``: blocks of that many positions instead of the whole block; ``draft_vocab``: the only ids it
-    drafts; ``lookup``: a prompt-lookup branch of up to that many tokens grafted onto the DDTree). ``adaptive``: the drafter under :class:`~mmspec.drafters.adaptive.AdaptiveDrafter`
-    (each step drafts or verifies the root alone, whichever the call's measurements say is faster): True in every
+    drafts; ``lookup``: a prompt-lookup branch of up to that many tokens grafted onto the DDTree). ``adaptive``: the
+    drafter under :class:`~mmspec.drafters.adaptive.AdaptiveDrafter` (each step drafts or verifies the root alone, whichever the call's measurements say is faster): True in every
     call, None in greedy calls only (a sampling call then drafts every step, so a seed fixes its output), False
     never."""
     drafter = _build_drafter(method, model, target=target, num_tokens=num_tokens, tree=tree, top_k=top_k,

@@ -18,10 +18,8 @@ from .bench import compare
 BASE_METHODS = ["plain", "mmspec-plain", "hf-assisted", "hf-prompt-lookup", "chain", "prompt-lookup"]
 DIFFUSION_METHODS = ["deer-s1", "deer", "diffuspec", "diffuspec-no-cps", "diffuspec-no-adl", "diffuspec-no-cps-no-adl",
                      "diffuspec-lattice", "deer-lattice"]
-# code-dflash: confident chain, DDTree, the whole block; and the first two over blocks of 8 positions (DFlashDrafter's
-# block=8: the drafter's forward over 8 positions instead of 16, for a machine where its last slots cost more than
-# they earn)
-# dflash-tree-lookup: the DDTree with a prompt-lookup branch grafted on (registry.DFLASH_TREE_LOOKUP)
+# code-dflash: confident chain, DDTree, the DDTree with a prompt-lookup branch grafted on (DFLASH_TREE_LOOKUP), the
+# whole block; and the chain and the DDTree over blocks of 8 positions (DFlashDrafter's block=8)
 BLOCK_METHODS = ["dflash", "dflash-tree", "dflash-tree-lookup", "dflash-block", "dflash-b8", "dflash-tree-b8"]
 SHORT_BLOCK = 8
 FEATURE_METHODS = ["eagle-chain"]  # code-eagle: the autoregressive feature drafter the block drafter is up against

@@ -226,7 +226,7 @@ def dflash_loss(net: DFlashDraftModel, target, batch: dict, cfg: DFlashTrainConf
     else:
         features, target_logits = target_outputs(target, net, batch["tokens"])
     logits = slot_logits(net, target, batch, features)
-    block = batch.get("block") or net.block_size
+    block = check_block(net, batch.get("block"))
     labels, valid, pos = slot_labels(batch, block)
     w = slot_weights(block, cfg.gamma, logits.device)[None, None, :] * valid
     logq = torch.log_softmax(logits, -1)
@@ -247,7 +247,7 @@ def block_acceptance(net: DFlashDraftModel, target, batches: list[dict]) -> dict
     every slot given the true context) and the mean greedy accepted length of the whole block (leading slots
     that all agree: what a chain of the block gets accepted, the bonus token aside) and its distribution."""
     net.eval()
-    block = (batches[0].get("block") if batches else None) or net.block_size  # (one length for all the batches)
+    block = check_block(net, batches[0].get("block") if batches else None)  # (one length for all the batches)
     hits = torch.zeros(block - 1)
     counts = torch.zeros(block - 1)
     accepted, blocks = 0.0, 0
@@ -334,11 +334,13 @@ def train_dflash(net: DFlashDraftModel, target, train, val,
         idx = torch.randint(0, len(train), (cfg.batch_size,), generator=gen)
         batch = make_batch(train, idx, sample_anchors(train, idx, cfg.anchors, gen), features)
         if cfg.block_choices:
-            batch["block"] = cfg.block_choices[int(torch.randint(0, len(cfg.block_choices), (1,), generator=gen))] or None
+            batch["block"] = draw(cfg.block_choices) or None
         if not cfg.compress_choices:
             return batch
-        n = cfg.compress_choices[int(torch.randint(0, len(cfg.compress_choices), (1,), generator=gen))]
-        return compressed(batch, n, image_token_id)
+        return compressed(batch, draw(cfg.compress_choices), image_token_id)
+
+    def draw(choices: tuple[int, ...]) -> int:  # one of a step's settings, from the run's generator
+        return choices[int(torch.randint(0, len(choices), (1,), generator=gen))]
 
     def val_loss() -> float:  # minimised: the negative held-out accepted length (mean over the settings)
         return -sum(block_acceptance(net, target, b)["accepted_length"] for b in val_batches.values()) / len(settings)
@@ -351,6 +353,9 @@ def train_dflash(net: DFlashDraftModel, target, train, val,
     for p in net.parameters():
         p.requires_grad_(True)
     after = block_acceptance(net, target, val_batches[settings[0]])
+    by_block = {str(n or net.block_size): block_acceptance(net, target, [{**b, "block": n or None}
+                                                                          for b in val_batches[settings[0]]])
+                for n in sorted(set(cfg.block_choices))}
     width = float(row_lengths(train).float().mean())
     return {"config": asdict(cfg), "steps": res.steps, "seconds": res.seconds, "wall_seconds": time.perf_counter() - t0,
             "stopped": res.stopped, "rows_seen": res.steps * cfg.batch_size,
@@ -361,9 +366,7 @@ def train_dflash(net: DFlashDraftModel, target, train, val,
             "heldout_before": before, "heldout_after": after,
             **({"heldout_after_by_setting": {str(n): block_acceptance(net, target, b) for n, b in val_batches.items()}}
                if cfg.compress_choices else {}),
-            **({"heldout_after_by_block": {str(n or net.block_size): block_acceptance(
-                net, target, [{**b, "block": n or None} for b in val_batches[settings[0]]])
-                for n in sorted(set(cfg.block_choices))}} if cfg.block_choices else {})}
+            **({"heldout_after_by_block": by_block} if cfg.block_choices else {})}
 
 
 __all__ = ["Responses", "greedy_responses", "row_lengths", "DFlashTrainConfig", "dflash_loss", "precompute_features", "target_outputs", "block_acceptance", "train_dflash", "sample_anchors", "make_batch", "compressed", "slot_logits",

@@ -63,8 +63,8 @@ TRAIN3 = dataclasses.replace(TRAIN, steps=3000, budget_s=45 * 60.0, anchors=32, 
 # 3.25 at 1677) on stage 3's rows and the target's answers to documented functions of installed packages, half from
 # the target's own corpus packages and half from packages it never saw (HumanEval's prompts are outside anything the
 # zoo trained on, and there the block drafter's tau fell to 2.1: the target's answers there are what it must
-# learn). Each step runs blocks of 8, 12 or all 16 positions, so a user can run a
-# shorter block where its forward costs more than its last slots earn (on a CPU: 8 positions cost far less than 16)
+# learn). Each step runs blocks of 8, 12 or all 16 positions, so a user can run a shorter block where its forward
+# costs more than its last slots earn
 TRAIN4 = dataclasses.replace(TRAIN, steps=1900, budget_s=55 * 60.0, anchors=32, lr=3e-4, warmup=50, seed=2605,
                              block_choices=(8, 12, 16))
 PACKAGE_PROMPTS = 1600  # per group (the corpus's packages, unseen packages)
@@ -155,19 +155,26 @@ def completion_data(home: Path, target, tok, micro: bool, progress: bool = True)
     if micro:  # a micro corpus may hold few functions: the rows only have to exist
         texts = {"train": texts["train"][:MICRO_COMPLETIONS] or ["def f(x):\n    return x"] * 4,
                  "val": texts["val"][:MICRO_N_VAL] or texts["train"][-2:] or ["def g(y):\n    return y"] * 2}
-    out = []
-    for split in ("train", "val"):
-        prompts = [ids for ids in tok(texts[split], add_special_tokens=False).input_ids if 0 < len(ids) <= MAX_PROMPT]
-        partial = work / f"completions-{split}{tag}.partial.pt"
+    return tuple(answered(work / f"completions-{split}{tag}", target, tok, texts[split], micro, progress)
+                 for split in ("train", "val"))
 
-        def answer(prompts=prompts, partial=partial):
-            answers = greedy_responses(target, prompts, code_distill.MICRO_TAU_TOKENS if micro else COMPLETION_TOKENS,
-                                       None, tok.pad_token_id or 0, partial=partial, progress=progress)
-            return Responses.from_rows(list(zip(prompts, answers)), tok.pad_token_id or 0)
 
-        out.append(cached(work / f"completions-{split}{tag}.pt", answer))
-        partial.unlink(missing_ok=True)
-    return out[0], out[1]
+def answered(stem: Path, target, tok, texts: list[str], micro: bool, progress: bool) -> Responses:
+    """The target's greedy answers (the suites' length, EOS not stopping) to the ``texts`` of at most ``MAX_PROMPT``
+    tokens, cached as ``<stem>.pt`` with each finished batch saved to ``<stem>.partial.pt`` (a killed build
+    resumes)."""
+    prompts = [ids for ids in tok(texts, add_special_tokens=False).input_ids if 0 < len(ids) <= MAX_PROMPT]
+    partial = stem.with_name(stem.name + ".partial.pt")
+    pad = tok.pad_token_id or 0
+
+    def answer():
+        answers = greedy_responses(target, prompts, code_distill.MICRO_TAU_TOKENS if micro else COMPLETION_TOKENS,
+                                   None, pad, partial=partial, progress=progress)
+        return Responses.from_rows(list(zip(prompts, answers)), pad)
+
+    out = cached(stem.with_name(stem.name + ".pt"), answer)
+    partial.unlink(missing_ok=True)
+    return out
 
 
 def package_data(home: Path, target, tok, micro: bool, progress: bool = True) -> Responses:
@@ -180,17 +187,7 @@ def package_data(home: Path, target, tok, micro: bool, progress: bool = True) ->
     seen, unseen = MICRO_PACKAGES if micro else (EXTRA_PACKAGES, UNSEEN_PACKAGES)
     texts = (package_completion_prompts(seen, n, seed=SEED, per_package=PER_PACKAGE)
              + package_completion_prompts(unseen, n, seed=SEED + 1, per_package=PER_PACKAGE))
-    prompts = [ids for ids in tok(texts, add_special_tokens=False).input_ids if 0 < len(ids) <= MAX_PROMPT]
-    partial = work / f"completions-packages{tag}.partial.pt"
-
-    def answer():
-        answers = greedy_responses(target, prompts, code_distill.MICRO_TAU_TOKENS if micro else COMPLETION_TOKENS,
-                                   None, tok.pad_token_id or 0, partial=partial, progress=progress)
-        return Responses.from_rows(list(zip(prompts, answers)), tok.pad_token_id or 0)
-
-    out = cached(work / f"completions-packages{tag}.pt", answer)
-    partial.unlink(missing_ok=True)
-    return out
+    return answered(work / f"completions-packages{tag}", target, tok, texts, micro, progress)
 
 
 def ship(net: DFlashDraftModel, tok, home: Path, name: str, family: str, micro: bool, seed: int,
