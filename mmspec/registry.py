@@ -277,9 +277,9 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
     slots' ``top_k`` tokens (``compress_to``: each picture's context in that many entries, a drafter with visual
     queries; ``block``: blocks of that many positions instead of the whole block; ``draft_vocab``: the only ids it
     drafts; ``lookup``: a prompt-lookup branch of up to that many tokens grafted onto the DDTree). ``adaptive``: the
-    drafter under :class:`~mmspec.drafters.adaptive.AdaptiveDrafter` (each step drafts or verifies the root alone, whichever the call's measurements say is faster): True in every
-    call, None in greedy calls only (a sampling call then drafts every step, so a seed fixes its output), False
-    never."""
+    drafter under :class:`~mmspec.drafters.adaptive.AdaptiveDrafter` (each step drafts or verifies the root alone,
+    whichever the call's measurements say is faster): True in every call, None in greedy calls only (a sampling call
+    then drafts every step, so a seed fixes its output), False never."""
     drafter = _build_drafter(method, model, target=target, num_tokens=num_tokens, tree=tree, top_k=top_k,
                              num_nodes=num_nodes, compress_to=compress_to, causal=causal, eos_token_id=eos_token_id,
                              cps=cps, adl=adl, lattice=lattice, cps_config=cps_config, adl_config=adl_config,
@@ -408,8 +408,8 @@ def image_drafter(guided_drafter=None, *, net: FeatureDraftModel | DFlashDraftMo
     whole block; ``"static"`` or ``"ddtree"``, the DDTree of its slot marginals, ``IMAGE_DFLASH_TREE``)."""
     if isinstance(net, DFlashDraftModel):
         if tree not in DFLASH_IMAGE_TREES:
-            raise ValueError(f"the DFlash drafter drafts tree='chain' (its block) or 'ddtree' (a best-first tree of the "
-                         f"block's slot marginals; 'static' is the same), not {tree_label(tree)!r}")
+            raise ValueError(f"the DFlash drafter drafts tree='chain' (its block) or 'ddtree' (a best-first tree of "
+                             f"the block's slot marginals; 'static' is the same), not {tree_label(tree)!r}")
         if tree == "chain":  # a chain of n slots runs a block of n + 1 positions: no forward over slots it drops
             # (image-dflash drafts as well from a block of 9 as from its whole block of 16: on the image suite's 8
             # pictures tau 3.84 vs 3.83 under LANTERN++ lam 50 and 1.97 vs 2.00 lossless; on this 2-core CPU the

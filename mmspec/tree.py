@@ -88,6 +88,34 @@ class DraftTree:
         """One node per row (what a plain step verifies)."""
         return self.tokens.shape[1] == 1
 
+    def grafted(self, chains) -> "DraftTree":
+        """This deterministic tree with each row's chain of tokens (``chains[b]``, drafted after the root) merged
+        in as a trie: the chain follows the tree's nodes while their tokens agree and goes on as new nodes where it
+        leaves them, so a continuation the tree already holds costs no extra node."""
+        if self.q is not None:
+            raise ValueError("only a deterministic tree takes a grafted chain (its nodes would have no proposal q)")
+        N = self.tokens.shape[1]
+        width = N + max((len(c) for c in chains), default=0)
+        tokens, parents, valid = self.tokens.tolist(), self.parents.tolist(), self.valid.tolist()
+        for b, chain in enumerate(chains):
+            n = sum(valid[b])  # a row's valid nodes come first
+            tok, par = tokens[b][:n], parents[b][:n]
+            children: dict[tuple[int, int], int] = {(par[i], tok[i]): i for i in range(1, n)}
+            at = 0
+            for t in (int(x) for x in chain):
+                nxt = children.get((at, t))
+                if nxt is None:
+                    tok.append(t), par.append(at)
+                    nxt = children[(at, t)] = len(tok) - 1
+                at = nxt
+            size = len(tok)
+            tokens[b] = tok + [tok[0]] * (width - size)
+            parents[b] = par + [0] * (width - size)
+            valid[b] = [True] * size + [False] * (width - size)
+        dev = self.tokens.device
+        return DraftTree(torch.tensor(tokens, device=dev), torch.tensor(parents, device=dev),
+                         torch.tensor(valid, device=dev))
+
     def first_rows(self, n: int) -> "DraftTree":
         """The same trees for the first ``n`` rows of the batch (derived views are recomputed for them)."""
         return DraftTree(self.tokens[:n], self.parents[:n], self.valid[:n], None if self.q is None else self.q[:n],

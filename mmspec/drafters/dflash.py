@@ -80,33 +80,6 @@ def check_target(net: DFlashDraftModel, target) -> None:
         raise ValueError(f"the drafter's mask token id {net.mask_token_id} is outside the target's vocabulary")
 
 
-def graft(tree: DraftTree, chains) -> DraftTree:
-    """A deterministic ``tree`` with each row's chain of tokens (``chains[b]``, drafted after the root) merged in as
-    a trie: the chain follows the tree's nodes while their tokens agree and goes on as new nodes where it leaves
-    them, so a continuation the tree already holds costs no extra node."""
-    B, N = tree.tokens.shape
-    width = N + max((len(c) for c in chains), default=0)
-    tokens, parents, valid = tree.tokens.tolist(), tree.parents.tolist(), tree.valid.tolist()
-    for b, chain in enumerate(chains):
-        n = sum(valid[b])  # a row's valid nodes come first
-        tok, par = tokens[b][:n], parents[b][:n]
-        children: dict[tuple[int, int], int] = {(par[i], tok[i]): i for i in range(1, n)}
-        at = 0
-        for t in (int(x) for x in chain):
-            nxt = children.get((at, t))
-            if nxt is None:
-                tok.append(t), par.append(at)
-                nxt = children[(at, t)] = len(tok) - 1
-            at = nxt
-        size = len(tok)
-        tokens[b] = tok + [tok[0]] * (width - size)
-        parents[b] = par + [0] * (width - size)
-        valid[b] = [True] * size + [False] * (width - size)
-    dev = tree.tokens.device
-    return DraftTree(torch.tensor(tokens, device=dev), torch.tensor(parents, device=dev),
-                     torch.tensor(valid, device=dev))
-
-
 class DFlashDrafter(Drafter):
     """A :class:`DFlashDraftModel` drafting blocks for its target: a chain of ``num_tokens`` slots (default: the
     whole block), or with ``tree_nodes`` a DDTree of that many draft nodes over the slots' ``top_k`` tokens.
@@ -115,8 +88,9 @@ class DFlashDrafter(Drafter):
     ``draft_vocab``: the only token ids it drafts (e.g. the most frequent in the target's answers), so the LM head
     runs over those rows alone (:meth:`head`). ``lookup``: graft up to that many prompt-lookup tokens (the
     continuation after an earlier match of the context's last 1-3 tokens) onto the DDTree as one more branch
-    (:func:`graft`), so text that repeats the prompt is drafted whatever the block drafter thinks of it; in greedy
-    calls and under ``sampled_drafts=False`` (a deterministic tree either way), not onto a tree sampled from q."""
+    (:meth:`~mmspec.tree.DraftTree.grafted`), so text that repeats the prompt is drafted whatever the block drafter
+    thinks of it; in greedy calls and under ``sampled_drafts=False`` (a deterministic tree either way), not onto a
+    tree sampled from q."""
 
     needs_target_hidden = True
 
@@ -277,8 +251,8 @@ class DFlashDrafter(Drafter):
         if self.tree_nodes is not None:
             tree = self._ddtree(roots, self.slot_hidden(context, run), sampling, state.generator, hidden=True)
             if self.lookup is not None and not sampling.do_sample:
-                tree = graft(tree, [lookup_continuation(state.row(b), self.lookup, LOOKUP_NGRAM[1], LOOKUP_NGRAM[0])
-                                    if bool(state.active[b]) else [] for b in range(state.batch_size)])
+                tree = tree.grafted([lookup_continuation(state.row(b), self.lookup, LOOKUP_NGRAM[1], LOOKUP_NGRAM[0])
+                                     if bool(state.active[b]) else [] for b in range(state.batch_size)])
             return tree
         return self._chain(roots, self.slot_hidden(context, run), state, sampling)
 

@@ -108,17 +108,16 @@ def test_context_cache_and_blocks_when_every_draft_is_accepted(ragged_batch, gre
 
 
 def test_graft_merges_a_chain_into_the_tree_as_a_trie():
-    from mmspec.drafters.dflash import graft
     from mmspec.tree import DraftTree
 
     # row 0: root 9 -> 5 -> 6, root -> 7; row 1: root 9 -> 4 (and one padding node)
     tree = DraftTree(torch.tensor([[9, 5, 6, 7], [9, 4, 9, 9]]), torch.tensor([[-1, 0, 1, 0], [-1, 0, 0, 0]]),
                      torch.tensor([[True, True, True, True], [True, True, False, False]]))
-    out = graft(tree, [[5, 6, 8], []])
+    out = tree.grafted([[5, 6, 8], []])
     assert out.tokens[0].tolist() == [9, 5, 6, 7, 8, 9, 9] and out.parents[0, 4] == 2  # 5, 6 shared: one new node
     assert out.valid[0].tolist() == [True] * 5 + [False] * 2
     assert out.valid[1].tolist() == [True, True] + [False] * 5 and out.tokens[1, :2].tolist() == [9, 4]
-    out = graft(tree, [[], [3, 3]])
+    out = tree.grafted([[], [3, 3]])
     assert out.tokens[1, :4].tolist() == [9, 4, 3, 3] and out.parents[1, :4].tolist() == [-1, 0, 0, 2]
 
 
