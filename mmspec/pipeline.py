@@ -1,6 +1,6 @@
 """One entry point for every kind of target: ``mmspec.pipeline(target, drafter=None, method=None, **options)``.
 
-    pipe = mmspec.pipeline("zoo:code-target")                      # text: DEER with the zoo's aligned dLM
+    pipe = mmspec.pipeline("zoo:code-target")                      # text: DFlash DDTree (greedy), AR chain (sampling)
     pipe("def add(a, b):\\n", max_new_tokens=32).texts
     pipe = mmspec.pipeline("zoo:vlm-target")                       # VLM: DFlash with zoo:vlm-dflash
     pipe.generate(images=[img], prompts=["<image>\\nCaption:"])
@@ -22,10 +22,11 @@ import torch
 
 from .frontend import ImageOutput, TextOutput
 from .loading import as_device, as_dtype, load_target
-from .registry import OPTIONS, check_applies
+from .registry import OPTIONS, check_applies, options_set
 from .routes.image import ImagePipeline, JanusPipeline, image_pipeline, janus_pipeline
 from .routes.text import TextPipeline, text_drafter
 from .routes.vlm import VLMPipeline, vlm_drafter
+from .routes.zoo_defaults import zoo_sampling_method
 
 
 def pipeline(target, drafter=None, method: str | None = None, *, tokenizer=None, processor=None, device_map=None,
@@ -57,7 +58,8 @@ def pipeline(target, drafter=None, method: str | None = None, *, tokenizer=None,
         def build(m):
             return text_drafter(t, drafter, m, home, drafter_device, trust_remote_code, **options)
 
-        pipe = TextPipeline(t, *build(method), build)
+        sampling = zoo_sampling_method(t, drafter, method, options_set(options, "text"))
+        pipe = TextPipeline(t, *build(method), build, sampling_method=sampling)
         check_applies(options, "text", pipe.method)  # a drafting setting the chosen method would drop: refused
         return pipe
     if route == "vlm":

@@ -184,11 +184,16 @@ def take_options(options: dict, route: str, method: str | None = None) -> dict:
     return {**allowed, **checked}
 
 
+def options_set(options: dict, route: str) -> list[str]:
+    """The names of the options a caller set: not None and not the route's default."""
+    return [k for k, v in options.items() if v is not None and not _same(v, OPTIONS[route].get(k))]
+
+
 def check_applies(options: dict, route: str, method: str) -> None:
     """The options set (not None, not the route's default) apply to ``method``: a drafting setting the method would
     drop is refused."""
-    given = [k for k, v in options.items() if v is not None and not _same(v, OPTIONS[route].get(k))]
-    check_options(ROUTE_OPTIONS[route], options, method=method, given=given, where=f"the {route} route")
+    check_options(ROUTE_OPTIONS[route], options, method=method, given=options_set(options, route),
+                  where=f"the {route} route")
 
 
 def _same(a, b) -> bool:
@@ -430,6 +435,6 @@ def check_image_method(method: str) -> None:
 
 __all__ = ["METHODS", "TEXT_METHODS", "VLM_METHODS", "IMAGE_METHODS", "CAUSAL_METHODS", "DIFFUSION_METHODS",
            "FEATURE_METHODS", "BLOCK_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "IMAGE_DRAFTER_MODELS", "DFLASH_IMAGE_TREES", "DRAFT_TOKENS", "CHAIN_CONFIDENCE", "CONFIDENT_CHAIN_TOKENS", "draft_length", "DYNAMIC_TREE", "DFLASH_TREE", "DFLASH_TREE_LOOKUP", "IMAGE_DFLASH_TREE", "CPS_LAMBDA", "ZOO_ADL",
-           "BOUND_DEFAULTS", "LANTERN_TREE", "OPTIONS", "IMAGE_TREE", "IMAGE_CHAIN_TOKENS", "IMAGE_DRAFTER_DEFAULTS", "image_defaults", "take_options", "check_applies", "wrong_method",
+           "BOUND_DEFAULTS", "LANTERN_TREE", "OPTIONS", "IMAGE_TREE", "IMAGE_CHAIN_TOKENS", "IMAGE_DRAFTER_DEFAULTS", "image_defaults", "take_options", "options_set", "check_applies", "wrong_method",
            "drafter_kind", "check_vocab", "check_feature", "causal_method", "NEEDS", "build_drafter", "zoo_diffuspec",
            "engine", "lattice_tree", "resolve_bound", "tree_options", "image_drafter", "check_image_method"]

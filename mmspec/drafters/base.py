@@ -52,6 +52,36 @@ def trusted_slots(p: torch.Tensor, active: torch.Tensor, confidence: float) -> t
     return ((p >= confidence) & active[:, None]).any(0)
 
 
+def feature_buffer(context: DraftContext, width: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """``[B, max_length + 2, width]``: the target's features at each token position of a call, the prompt's filled
+    in from ``context.hidden`` (the last slot is scratch for rows that store nothing)."""
+    state = context.state
+    B, P = state.batch_size, state.prompt_length
+    features = torch.zeros(B, context.max_length + 2, width, dtype=dtype, device=device)
+    features[:, :P] = context.hidden.to(features)
+    return features
+
+
+def store_path_features(features: torch.Tensor, context: DraftContext, result: AcceptResult,
+                        hidden: torch.Tensor) -> None:
+    """Write the verifier's features along each row's accepted path (``hidden`` [B, nodes, width]) into
+    ``features`` (:func:`feature_buffer`) at the path's token positions. The path starts at the step's root, at
+    (length after the commit − tokens it emitted − 1): read off the state, so a step the drafter did not draft (the
+    adaptive policy's plain steps) is stored the same way; rows that emitted fewer (cut at EOS or the budget) are
+    finished and never draft again."""
+    dev = features.device
+    paths = result.paths.to(dev)
+    B, L = paths.shape
+    j = torch.arange(L, device=dev)[None, :]
+    real = j < result.path_lengths.to(dev)[:, None]
+    scratch = features.shape[1] - 1
+    root = (context.state.lengths.to(dev) - result.path_lengths.to(dev) - 1).clamp(min=0)
+    where = torch.where(real, root[:, None] + j, scratch).clamp(max=scratch)
+    H = features.shape[-1]
+    got = hidden.to(features).gather(1, paths[..., None].expand(B, L, H))
+    features.scatter_(1, where[..., None].expand(B, L, H), got)
+
+
 class Drafter:
     #: vocabulary the drafter proposes from (None = whatever the context holds, e.g. prompt lookup)
     vocab_size: int | None = None

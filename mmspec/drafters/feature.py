@@ -24,6 +24,7 @@ from ..verifiers.acceptance import AcceptResult
 from ..verifiers.tree_forward import chain_parents, prefill_parents
 from ..vision import image_token_id
 from .autoregressive import AutoregressiveDrafter, AutoregressiveRun
+from .base import feature_buffer, store_path_features
 from .feature_model import (FeatureDraftModel, drafter_sequence, scatter_image_embeds, sequence_length,
                             signature_mismatch)
 
@@ -113,12 +114,10 @@ class FeatureDrafter(AutoregressiveDrafter):
         if context.hidden is None:
             raise ValueError("a feature drafter needs the target's prefill features (run it through "
                              "SpeculativeGenerator)")
-        state, max_length = context.state, context.max_length
+        state = context.state
         dev = self.net.fc.weight.device
         B, P = state.batch_size, state.prompt_length
-        H = self.net.config.hidden_size
-        features = torch.zeros(B, max_length + 2, H, dtype=self.net.fc.weight.dtype, device=dev)
-        features[:, :P] = context.hidden.to(features)
+        features = feature_buffer(context, self.net.config.hidden_size, self.net.fc.weight.dtype, dev)
         return FeatureRun(None, self.num_tokens, features=features,
                           fed=torch.full((B,), P, dtype=torch.long, device=dev))
 
@@ -161,21 +160,7 @@ class FeatureDrafter(AutoregressiveDrafter):
         """Store the target's features along the accepted path; drop the draft-tree entries."""
         if hidden is None:
             raise ValueError("a feature drafter needs the verifier's hidden states")
-        features = run.features
-        dev = features.device
-        paths = result.paths.to(dev)
-        B, L = paths.shape
-        j = torch.arange(L, device=dev)[None, :]
-        real = j < result.path_lengths.to(dev)[:, None]
-        scratch = features.shape[1] - 1
-        # the path starts at the step's root, at position (length after the commit − tokens it emitted − 1): read
-        # off the state, not off run.fed, which a step that did not draft (the adaptive policy's plain steps)
-        # leaves behind; rows that emitted fewer (cut at EOS or the budget) are finished and never draft again
-        root = (context.state.lengths.to(dev) - result.path_lengths.to(dev) - 1).clamp(min=0)
-        where = torch.where(real, root[:, None] + j, scratch).clamp(max=scratch)
-        H = features.shape[-1]
-        got = hidden.to(features).gather(1, paths[..., None].expand(B, L, H))
-        features.scatter_(1, where[..., None].expand(B, L, H), got)
+        store_path_features(run.features, context, result, hidden)
         if run.cache is not None:  # (None: nothing drafted yet, :meth:`_prefill`)
             run.cache.discard_pending()
         run.tree_features = []

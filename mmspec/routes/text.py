@@ -20,7 +20,7 @@ from ..registry import (CAUSAL_METHODS, DIFFUSION_METHODS, NO_MODEL_METHODS, TEX
 from ..targets import Target
 from ..verifiers.tree_forward import text_config
 from ..zoo import load as zoo_load
-from .zoo_defaults import zoo_default
+from .zoo_defaults import zoo_default, zoo_settings
 
 
 def text_drafter(target: Target, drafter, method: str | None, home=None, device=None, trust_remote_code: bool = False,
@@ -30,7 +30,8 @@ def text_drafter(target: Target, drafter, method: str | None, home=None, device=
     opts = take_options(options, "text")
     if method is not None and method not in TEXT_METHODS:
         raise wrong_method(method, "text", target.name, target.model)
-    if drafter is None:
+    zoo_drafter = drafter is None
+    if zoo_drafter:
         method, drafter = zoo_default(target, method)
     spec = drafter if isinstance(drafter, str) else None  # what the caller named, for messages
     drafter = load_drafter(drafter, target, home, device, trust_remote_code)
@@ -77,6 +78,8 @@ def text_drafter(target: Target, drafter, method: str | None, home=None, device=
     if (method == "dflash") != (kind == "dflash"):
         raise ValueError(f"method 'dflash' takes a block-diffusion drafter (DFlashDraftModel, zoo:code-dflash, or a "
                          f"z-lab / speculators DFlash directory); method {method!r} with a {got} does not fit")
+    if zoo_drafter:  # the zoo's drafter runs with the zoo's tuned settings unless the caller shaped its drafts
+        opts = zoo_settings(target, method, opts)
     if opts["tree_nodes"] is not None and method != "dflash":
         raise ValueError(f"tree_nodes (a DDTree's node budget) applies to method 'dflash' only, not {method!r}")
     if method == "diffuspec" and target.zoo == "code-target":  # the zoo's tuned settings, unless given
@@ -102,13 +105,17 @@ def encode_prompts(tokenizer, prompts) -> tuple[torch.LongTensor, torch.Tensor]:
 class TextPipeline:
     """Prompts (strings or ids) in, continuations out, through the one decoding loop (or plain ``generate``).
     ``method`` is the default; ``generate(method=...)`` switches it for a call, building that method's drafter
-    with ``build(method) -> (method, Drafter or None)`` once."""
+    with ``build(method) -> (method, Drafter or None)`` once. ``sampling_method``: the default of sampling calls
+    where it differs (a zoo target's method that is fastest when greedy but not when sampling)."""
     route = "text"
 
-    def __init__(self, target: Target, method: str, drafter, build=None):
+    def __init__(self, target: Target, method: str, drafter, build=None, sampling_method: str | None = None):
+        if sampling_method is not None and build is None:
+            raise ValueError("a sampling_method other than the pipeline's method needs build= to make its drafter")
         self.target, self.model, self.tokenizer = target, target.model, target.tokenizer
         # the method's drafter (what a user inspects); the engine may run it under the adaptive policy
         self.method, self.drafter = method, unwrap(drafter)
+        self.sampling_method = sampling_method
         self.engine = engine(self.model, drafter)
         self._build = build
         self._engines = {method: self.engine}  # one per method used: bounded by the route's methods
@@ -157,6 +164,8 @@ class TextPipeline:
                              "target; use a LLaVA-class target for images")
         if class_ids is not None:
             raise ValueError("class ids are inputs of class-conditional image targets, not of a text target")
+        if method is None and do_sample and self.sampling_method is not None:
+            method = self.sampling_method
         method, spec = self._engine_for(method)
         ids, mask = self._inputs(prompts, input_ids, attention_mask)
         check_streamer(streamer, ids)

@@ -1,20 +1,28 @@
-"""What ``mmspec.pipeline`` runs for a zoo target given no drafter: the target's default method and, per method,
-the zoo model that drafts it."""
+"""What ``mmspec.pipeline`` runs for a zoo target given no drafter: the target's default method (per kind of call:
+greedy, and sampling where it differs), the settings a zoo method runs with when the caller gives none, and, per
+method, the zoo model that drafts it."""
 
 from __future__ import annotations
 
-from ..registry import CAUSAL_METHODS
+from ..registry import CAUSAL_METHODS, DFLASH_TREE_LOOKUP
 
-# the fastest lossless method of each zoo target in `mmspec eval` (code: the confident chain, 1.8x against DEER's
-# 1.1x on the 15-layer code target; vlm: the DFlash block drafter, 2.08x / 2.17x in two `mmspec eval --suite vlm
-# --repeats 2` runs of 2026-11-26 against EAGLE's 1.86x / 1.92x and MSD's 1.82x / 1.78x)
-ZOO_METHOD = {"code-target": "chain", "vlm-target": "dflash"}
+# the fastest lossless method of each zoo target in `mmspec eval`. code, greedy: the DFlash DDTree with a
+# prompt-lookup branch (2.44-2.83x in three `mmspec eval --suite code --repeats 2` runs of 2026-11-26, against the
+# confident AR chain's 1.86-2.02x and EAGLE's 1.71-2.02x); code, sampling: the confident AR chain (0.95x at T = 1
+# against the DFlash DDTree's 0.72x: independent draws from each slot's q rarely make a chain the target keeps).
+# vlm: the DFlash block drafter (2.08x / 2.17x in two `mmspec eval --suite vlm --repeats 2` runs of 2026-11-26
+# against EAGLE's 1.86x / 1.92x and MSD's 1.82x / 1.78x)
+ZOO_METHOD = {"code-target": "dflash", "vlm-target": "dflash"}
+ZOO_SAMPLING_METHOD = {"code-target": "chain"}  # a sampling call's method where it is not ZOO_METHOD's
+# (target, method): the settings the zoo's drafter runs with when the caller sets none of the method's shape
+ZOO_SETTINGS = {("code-target", "dflash"): DFLASH_TREE_LOOKUP}
 ZOO_DRAFTERS = {
     "code-target": {"deer": "zoo:code-deer", "diffuspec": "zoo:code-dlm", "dflash": "zoo:code-dflash", "eagle": "zoo:code-eagle",
                     **{m: "zoo:code-drafter" for m in CAUSAL_METHODS}},
     "vlm-target": {"msd": "zoo:vlm-msd", "flash": "zoo:vlm-flash", "eagle": "zoo:vlm-eagle", "dflash": "zoo:vlm-dflash",
                    **{m: "zoo:vlm-drafter" for m in CAUSAL_METHODS}},
 }
+SHAPE_OPTIONS = ("num_tokens", "tree", "tree_nodes", "lookup", "block")  # what decides a drafter's draft shape
 
 
 def zoo_default(target, method: str | None) -> tuple[str | None, str | None]:
@@ -26,4 +34,24 @@ def zoo_default(target, method: str | None) -> tuple[str | None, str | None]:
     return method, ZOO_DRAFTERS[target.zoo].get(method)
 
 
-__all__ = ["ZOO_METHOD", "ZOO_DRAFTERS", "zoo_default"]
+def zoo_settings(target, method: str, options: dict) -> dict:
+    """``options`` with the zoo's tuned settings of ``method`` on ``target`` filled in, when the caller set none of
+    the options that shape its drafts (e.g. the code target's ``dflash``: a DDTree of 16 nodes with a prompt-lookup
+    branch of 12, not the whole block's chain)."""
+    tuned = ZOO_SETTINGS.get((target.zoo, method))
+    if tuned is None or any(options.get(k) is not None for k in SHAPE_OPTIONS):
+        return options
+    return {**options, **tuned}
+
+
+def zoo_sampling_method(target, drafter, method: str | None, given: list[str]) -> str | None:
+    """The method a sampling call runs when the caller named neither a drafter nor a method and set no option
+    but ``adaptive`` (``given``: the options set): the zoo target's own sampling default, else None (the
+    pipeline's method serves every call)."""
+    if drafter is not None or method is not None or set(given) - {"adaptive"}:
+        return None
+    return ZOO_SAMPLING_METHOD.get(target.zoo)
+
+
+__all__ = ["ZOO_METHOD", "ZOO_SAMPLING_METHOD", "ZOO_SETTINGS", "ZOO_DRAFTERS", "SHAPE_OPTIONS", "zoo_default",
+           "zoo_settings", "zoo_sampling_method"]

@@ -29,6 +29,14 @@ def _inners(code):
     return inners
 
 
+class PlainFirst(AdaptiveDrafter):
+    """The policy forced to run ``plain_steps`` plain steps, then to draft."""
+    plain_steps = 0
+
+    def _choose(self, run):
+        return run.step >= self.plain_steps
+
+
 class Alternating(AdaptiveDrafter):
     """The policy forced to switch kind every step: every hand-over between drafted and plain steps is exercised."""
 
@@ -239,11 +247,6 @@ def test_a_feature_drafter_runs_its_network_only_once_it_drafts(code):
         return forward(cache, x, *args, **kwargs)
 
     inner.net.append = counting
-
-    class PlainFirst(AdaptiveDrafter):
-        def _choose(self, run):
-            return run.step >= self.plain_steps
-
     ids = code_prompts(code.tokenizer, 1)[0]
     ref = code.model.generate(ids, do_sample=False, max_new_tokens=24, min_new_tokens=24, pad_token_id=0)
     policy = PlainFirst(inner)
@@ -255,3 +258,26 @@ def test_a_feature_drafter_runs_its_network_only_once_it_drafts(code):
     assert torch.equal(out.sequences, ref)
     assert calls[0] == ids.shape[1] - 1  # the prompt pass (one entry per token after the first) ...
     assert calls[1] == 7  # ... then, in one feed, the prefill's token and the six the plain steps emitted
+
+
+def test_a_dflash_drafter_builds_its_context_only_once_it_drafts(code):
+    """DFlash stores the verifier's features at each step and appends them to its context cache when it next
+    drafts: a call the policy keeps on plain steps never runs a drafter op beyond that copy, and one that starts
+    drafting after plain steps appends the prompt, then the plain steps' positions in one go, and stays exact."""
+    extra = diffusion_factories()
+    if "dflash-tree" not in extra:
+        pytest.skip("zoo:code-dflash is not built")
+    inner = extra["dflash-tree"]()
+    widths = []
+    append = inner._append
+    inner._append = lambda cache, ctx, valid: widths.append(ctx.shape[1]) or append(cache, ctx, valid)
+    ids = code_prompts(code.tokenizer, 1)[0]
+    ref = code.model.generate(ids, do_sample=False, max_new_tokens=24, min_new_tokens=24, pad_token_id=0)
+    policy = PlainFirst(inner)
+    policy.plain_steps = 10**6  # every step plain
+    out = SpeculativeGenerator(code.model, policy).generate(ids, max_new_tokens=24, eos_token_id=[])
+    assert torch.equal(out.sequences, ref) and widths == []
+    policy.plain_steps = 6  # six plain steps, then drafts
+    out = SpeculativeGenerator(code.model, policy).generate(ids, max_new_tokens=24, eos_token_id=[])
+    assert torch.equal(out.sequences, ref) and out.stats.mean_accepted_tokens > 1.0
+    assert widths[:2] == [ids.shape[1], 6]  # the prompt's positions, then the six the plain steps verified

@@ -255,28 +255,6 @@ def test_greedy_block_under_sampling_drafts_argmax_point_masses(target):
             assert trees and all((t.q is None) != sampled for t in trees), (kw, sampled)
 
 
-def test_lazy_head_gives_the_ddtree_of_all_slots(target):
-    """DDTree's best-first search sends slots through the LM head as it reaches them: the tree equals the one built
-    from every slot's logits, and a shallow tree leaves the block's last slots out of the head."""
-    from mmspec.verifiers.logits import SamplingConfig
-
-    g = torch.Generator().manual_seed(1)
-    widths = []
-    for trial in range(24):
-        drafter = DFlashDrafter(make_net(target, block=13), target, tree_nodes=[3, 6, 12][trial % 3], top_k=3)
-        h = torch.randn(2, 12, target.config.hidden_size, generator=g) * (0.3 + trial % 4)
-        roots = torch.tensor([4, 7])
-        eager = drafter._ddtree(roots, drafter.lm_head(h).float(), SamplingConfig(False), None)
-        seen = []
-        head = drafter.lm_head
-        drafter.lm_head = lambda x: seen.append(x.shape[1]) or head(x)
-        lazy = drafter._ddtree(roots, h, SamplingConfig(False), None, hidden=True)
-        assert torch.equal(lazy.tokens, eager.tokens) and torch.equal(lazy.parents, eager.parents)
-        assert torch.equal(lazy.valid, eager.valid)
-        widths.append(sum(seen))
-    assert min(widths) < 12 and max(widths) <= 12
-
-
 def test_layouts_round_trip_and_draft_the_same(target, tmp_path):
     net = make_net(target)
     ids = torch.randint(3, VOCAB, (2, 8), generator=torch.Generator().manual_seed(9))

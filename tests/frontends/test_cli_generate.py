@@ -18,7 +18,7 @@ def test_streams_the_pipelines_text_and_stats(capsys):
     out = capsys.readouterr()
     ref = mmspec.pipeline("zoo:code-target")(PROMPT, max_new_tokens=24)
     assert out.out == ref.texts[0] + "\n"  # TextStreamer ends the stream with a newline
-    assert "[chain] τ " in out.err and "24 tokens in" in out.err and "tokens/s" in out.err
+    assert "[dflash] τ " in out.err and "24 tokens in" in out.err and "tokens/s" in out.err
 
 
 def test_json_lines_one_per_prompt_with_sampling(capsys):

@@ -8,6 +8,7 @@ import torch
 
 import mmspec
 from mmspec.drafters import AutoregressiveDrafter, DEERDrafter, PromptLookupDrafter
+from mmspec.drafters.dflash import DFlashDrafter
 from mmspec.pipeline import ImagePipeline, JanusPipeline, TextPipeline, VLMPipeline
 from mmspec.registry import CHAIN_CONFIDENCE, CONFIDENT_CHAIN_TOKENS
 from mmspec.targets import detect_route
@@ -42,10 +43,11 @@ def test_routes_by_inspection(code):
         detect_route(torch.nn.Linear(2, 2))
 
 
-def test_zoo_text_default_is_the_confident_chain_and_exact(code, greedy_reference):
+def test_zoo_text_default_is_the_dflash_tree_when_greedy_and_exact(code, greedy_reference):
+    """The code target's default (its fastest greedy method): the DFlash DDTree with a prompt-lookup branch."""
     pipe = mmspec.pipeline("zoo:code-target")
-    assert isinstance(pipe, TextPipeline) and pipe.method == "chain" and isinstance(pipe.drafter, AutoregressiveDrafter)
-    assert pipe.drafter.confidence == CHAIN_CONFIDENCE and pipe.drafter.num_tokens == CONFIDENT_CHAIN_TOKENS
+    assert isinstance(pipe, TextPipeline) and pipe.method == "dflash" and isinstance(pipe.drafter, DFlashDrafter)
+    assert (pipe.drafter.tree_nodes, pipe.drafter.top_k, pipe.drafter.lookup) == (16, 4, 12)
     deer = mmspec.pipeline("zoo:code-target", method="deer")  # the aligned diffusion drafter by name
     assert isinstance(deer.drafter, DEERDrafter)
     ids = code.tokenizer(PROMPT, return_tensors="pt", add_special_tokens=False).input_ids
@@ -55,6 +57,33 @@ def test_zoo_text_default_is_the_confident_chain_and_exact(code, greedy_referenc
         assert torch.equal(out.sequences, ref)
         assert out.stats.new_tokens == 24 and out.stats.mean_accepted_tokens > 1.0
         assert out.texts[0] == code.tokenizer.decode(ref[0, ids.shape[1]:], skip_special_tokens=True)
+
+
+def test_zoo_text_default_samples_with_the_confident_chain():
+    """A sampling call of the default pipeline runs the code target's fastest sampling method, the confident AR
+    chain: the same draws as a pipeline built for the chain, with the same seed."""
+    pipe = mmspec.pipeline("zoo:code-target")
+    assert pipe.sampling_method == "chain"
+    out = pipe(PROMPT, max_new_tokens=16, do_sample=True, seed=3, stop_at_eos=False)
+    assert out.config["method"] == "chain"
+    chain = mmspec.pipeline("zoo:code-target", method="chain")
+    assert chain.sampling_method is None and isinstance(chain.drafter, AutoregressiveDrafter)
+    assert chain.drafter.confidence == CHAIN_CONFIDENCE and chain.drafter.num_tokens == CONFIDENT_CHAIN_TOKENS
+    again = chain(PROMPT, max_new_tokens=16, do_sample=True, seed=3, stop_at_eos=False)
+    assert torch.equal(out.sequences, again.sequences)
+    assert pipe(PROMPT, max_new_tokens=4, do_sample=True, seed=3, method="dflash").config["method"] == "dflash"
+
+
+def test_zoo_dflash_settings_unless_the_caller_shapes_the_drafts():
+    """method='dflash' on the code target gets the zoo's tuned DDTree + lookup; a caller's shape option replaces
+    them (and a named method or a shape option leaves sampling calls on the pipeline's method)."""
+    named = mmspec.pipeline("zoo:code-target", method="dflash")
+    assert (named.drafter.tree_nodes, named.drafter.lookup) == (16, 12) and named.sampling_method is None
+    chain = mmspec.pipeline("zoo:code-target", method="dflash", num_tokens=5)
+    assert chain.drafter.tree_nodes is None and chain.drafter.num_tokens == 5 and chain.drafter.lookup is None
+    small = mmspec.pipeline("zoo:code-target", tree_nodes=8)
+    assert (small.drafter.tree_nodes, small.drafter.lookup) == (8, None) and small.sampling_method is None
+    assert mmspec.pipeline("zoo:code-target", adaptive=True).sampling_method == "chain"
 
 
 @pytest.mark.parametrize("method,drafter_type", [("chain", AutoregressiveDrafter), ("tree", AutoregressiveDrafter),
