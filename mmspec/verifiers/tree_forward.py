@@ -71,14 +71,17 @@ def tree_forward(model, cache: SpecKVCache, input_ids: torch.LongTensor | None, 
     cache's text positions; ``prefix_blocks`` ([B, T, T]) opens bidirectional blocks among the new nodes
     (a prompt's image / prefix block, see :mod:`mmspec.families`). ``direct``: for a model of
     ``DIRECT_CLASSES`` (or a LLaVA-class wrapper) with no other inputs, run its modules in order (:func:`direct_logits`, the same
-    arithmetic without the model-level wrappers); only ``.logits`` is set on the output then.
+    arithmetic without the model-level wrappers); only ``.logits`` (and ``.hidden_states`` when asked) is set on
+    the output then.
     """
     positions, mask = cache.prepare_append(parents, valid, ancestors, depth)
     mask = to_model_mask(add_prefix_blocks(mask, prefix_blocks, cache.layout), model)
     if position_ids is None:
         position_ids = model_position_ids(positions, cache.position_shift)
-    if direct and not output_hidden_states and inputs_embeds is None and not model_kwargs \
-            and direct_parts(model) is not None:
+    if direct and inputs_embeds is None and not model_kwargs and direct_parts(model) is not None:
+        if output_hidden_states:  # (a drafter reading the target's features: DFlash, EAGLE)
+            logits, hidden = direct_logits(model, input_ids, mask, position_ids, cache, return_hidden="all")
+            return CausalLMOutputWithPast(logits=logits, hidden_states=hidden)
         return CausalLMOutputWithPast(logits=direct_logits(model, input_ids, mask, position_ids, cache))
     return model(
         input_ids=input_ids,

@@ -245,3 +245,28 @@ def test_prepare_chain_is_prepare_append_of_a_chain_without_the_mask(layout):
     assert all(torch.equal(a.committed_kv(0, r)[0], b.committed_kv(0, r)[0]) for r in range(3))
     with pytest.raises(ValueError, match="sequence longer than the cache"):
         SpecKVCache(1, 3, 4).prepare_chain(valid)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "mistral"])
+def test_the_direct_forward_gives_the_stock_logits_and_hidden_states(arch):
+    """The verifier runs a DIRECT class's modules in order, also when a drafter reads the target's features
+    (``output_hidden_states``): logits and every hidden state bit for bit the stock forward's, tree mask and all."""
+    model = sharpen(tiny_model(arch, seed=0, vocab_size=64), seed=0)
+    g = torch.Generator().manual_seed(3)
+    B, P = 2, 7
+    prompt = torch.randint(3, 64, (B, P), generator=g)
+    tree = torch.randint(3, 64, (B, 5), generator=g)
+    parents = torch.tensor([[-1, 0, 0, 1, 2]]).expand(B, 5)
+    outs = []
+    for direct in (False, True):
+        cache = SpecKVCache.for_model(model, B, 32)
+        ones = torch.ones(B, P, dtype=torch.long)
+        with torch.no_grad():
+            tree_forward(model, cache, prompt, prefill_parents(ones), ones.bool())
+            cache.commit_first(torch.full((B,), P))
+            outs.append(tree_forward(model, cache, tree, parents, torch.ones(B, 5, dtype=torch.bool),
+                                     output_hidden_states=True, direct=direct))
+    stock, direct = outs
+    assert torch.equal(stock.logits, direct.logits)
+    assert len(stock.hidden_states) == len(direct.hidden_states) == model.config.num_hidden_layers + 1
+    assert all(torch.equal(a, b) for a, b in zip(stock.hidden_states, direct.hidden_states))
