@@ -3,11 +3,12 @@ arXiv 2602.06036): one forward of a block ``[root, MASK × (B−1)]`` through a 
 features gives B−1 slot distributions; the network is :mod:`mmspec.drafters.dflash_model`.
 
 Bookkeeping. The drafter's own :class:`~mmspec.cache.SpecKVCache` holds, per draft layer, the keys / values of the
-fused target features of **verified** tokens only: the prompt's after the prefill, then after each verification the
-features of the accepted path (root + accepted drafts, which the verify forward has just computed: the loop hands
-the drafter its :meth:`target_features` of the verifier's hidden states). So entry t is the feature of buffer
-position t, and the root — the bonus token, not yet seen by the target — is the block's first token. The block's
-own keys / values are pending entries dropped after the forward.
+fused target features of **verified** tokens only. Each verification stores the features of the accepted path
+(root + accepted drafts, which the verify forward has just computed: the loop hands the drafter its
+:meth:`target_features` of the verifier's hidden states) in a per-call buffer, and each draft first appends the
+positions the cache does not hold yet (the prompt at the first draft), so a step the adaptive policy runs plain costs
+the drafter a copy. Entry t is the feature of buffer position t, and the root — the bonus token, not yet seen by the
+target — is the block's first token. The block's own keys / values are pending entries dropped after the forward.
 
 What the block becomes (all three verified by the shared tree verifier):
 
