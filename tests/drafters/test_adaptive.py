@@ -281,3 +281,15 @@ def test_a_dflash_drafter_builds_its_context_only_once_it_drafts(code):
     out = SpeculativeGenerator(code.model, policy).generate(ids, max_new_tokens=24, eos_token_id=[])
     assert torch.equal(out.sequences, ref) and out.stats.mean_accepted_tokens > 1.0
     assert widths[:2] == [ids.shape[1], 6]  # the prompt's positions, then the six the plain steps verified
+
+
+def test_drafting_is_kept_only_while_it_is_at_least_as_fast():
+    """The hysteresis band lies on drafting's side: a drafting run whose rate falls below plain steps' switches to
+    plain at once, while plain steps wait for drafting to be 15% faster before switching back."""
+    policy = AdaptiveDrafter(PromptLookupDrafter(), probe_every=64)
+    # 95 tokens/s drafted against 100 plain: a 5% loss
+    assert policy._choose(_run(drafted=(0.020, 1.9), plain=(0.010, 1.0), drafting=True)) is False
+    # 110 against 100: drafting is kept while drafting, not taken up while on plain steps
+    assert policy._choose(_run(drafted=(0.020, 2.2), plain=(0.010, 1.0), drafting=True)) is True
+    assert policy._choose(_run(drafted=(0.020, 2.2), plain=(0.010, 1.0), drafting=False)) is False
+    assert policy._choose(_run(drafted=(0.020, 2.4), plain=(0.010, 1.0), drafting=False)) is True  # 120: 20% faster
