@@ -7,9 +7,9 @@ from __future__ import annotations
 from ..registry import CAUSAL_METHODS, DFLASH_TREE_LOOKUP
 
 # the fastest lossless method of each zoo target in `mmspec eval`. code, greedy: the DFlash DDTree with a
-# prompt-lookup branch (2.44-2.83x in three `mmspec eval --suite code --repeats 2` runs of 2026-11-26, against the
-# confident AR chain's 1.86-2.02x and EAGLE's 1.71-2.02x); code, sampling: the confident AR chain (0.95x at T = 1
-# against the DFlash DDTree's 0.72x: independent draws from each slot's q rarely make a chain the target keeps).
+# prompt-lookup branch (2.53-3.03x in three `mmspec eval --suite code --repeats 2` runs of 2026-11-26, against
+# EAGLE's 2.00-2.29x and the confident AR chain's 1.93-2.19x); code, sampling: the confident AR chain (0.95x at
+# T = 1 against the DFlash DDTree's 0.72x: independent draws from each slot's q rarely make a chain the target keeps).
 # vlm: the DFlash block drafter (2.08x / 2.17x in two `mmspec eval --suite vlm --repeats 2` runs of 2026-11-26
 # against EAGLE's 1.86x / 1.92x and MSD's 1.82x / 1.78x)
 ZOO_METHOD = {"code-target": "dflash", "vlm-target": "dflash"}

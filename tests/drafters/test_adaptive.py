@@ -37,6 +37,22 @@ class PlainFirst(AdaptiveDrafter):
         return run.step >= self.plain_steps
 
 
+def _plain_then_drafting(code, inner, seen: list):
+    """Two greedy calls of ``inner`` under :class:`PlainFirst`: every step plain (``seen``, what a hook on the
+    drafter's work records, must stay empty), then six plain steps before it drafts; both equal plain decoding's.
+    Returns the prompt's length and the second call's output."""
+    ids = code_prompts(code.tokenizer, 1)[0]
+    ref = code.model.generate(ids, do_sample=False, max_new_tokens=24, min_new_tokens=24, pad_token_id=0)
+    policy = PlainFirst(inner)
+    policy.plain_steps = 10**6  # every step plain
+    out = SpeculativeGenerator(code.model, policy).generate(ids, max_new_tokens=24, eos_token_id=[])
+    assert torch.equal(out.sequences, ref) and seen == []
+    policy.plain_steps = 6  # six plain steps, then drafts
+    out = SpeculativeGenerator(code.model, policy).generate(ids, max_new_tokens=24, eos_token_id=[])
+    assert torch.equal(out.sequences, ref)
+    return ids.shape[1], out
+
+
 class Alternating(AdaptiveDrafter):
     """The policy forced to switch kind every step: every hand-over between drafted and plain steps is exercised."""
 
@@ -247,16 +263,8 @@ def test_a_feature_drafter_runs_its_network_only_once_it_drafts(code):
         return forward(cache, x, *args, **kwargs)
 
     inner.net.append = counting
-    ids = code_prompts(code.tokenizer, 1)[0]
-    ref = code.model.generate(ids, do_sample=False, max_new_tokens=24, min_new_tokens=24, pad_token_id=0)
-    policy = PlainFirst(inner)
-    policy.plain_steps = 10**6  # every step plain
-    out = SpeculativeGenerator(code.model, policy).generate(ids, max_new_tokens=24, eos_token_id=[])
-    assert torch.equal(out.sequences, ref) and calls == []
-    policy.plain_steps = 6  # six plain steps, then drafts
-    out = SpeculativeGenerator(code.model, policy).generate(ids, max_new_tokens=24, eos_token_id=[])
-    assert torch.equal(out.sequences, ref)
-    assert calls[0] == ids.shape[1] - 1  # the prompt pass (one entry per token after the first) ...
+    prompt_length, _ = _plain_then_drafting(code, inner, calls)
+    assert calls[0] == prompt_length - 1  # the prompt pass (one entry per token after the first) ...
     assert calls[1] == 7  # ... then, in one feed, the prefill's token and the six the plain steps emitted
 
 
@@ -271,16 +279,9 @@ def test_a_dflash_drafter_builds_its_context_only_once_it_drafts(code):
     widths = []
     append = inner._append
     inner._append = lambda cache, ctx, valid: widths.append(ctx.shape[1]) or append(cache, ctx, valid)
-    ids = code_prompts(code.tokenizer, 1)[0]
-    ref = code.model.generate(ids, do_sample=False, max_new_tokens=24, min_new_tokens=24, pad_token_id=0)
-    policy = PlainFirst(inner)
-    policy.plain_steps = 10**6  # every step plain
-    out = SpeculativeGenerator(code.model, policy).generate(ids, max_new_tokens=24, eos_token_id=[])
-    assert torch.equal(out.sequences, ref) and widths == []
-    policy.plain_steps = 6  # six plain steps, then drafts
-    out = SpeculativeGenerator(code.model, policy).generate(ids, max_new_tokens=24, eos_token_id=[])
-    assert torch.equal(out.sequences, ref) and out.stats.mean_accepted_tokens > 1.0
-    assert widths[:2] == [ids.shape[1], 6]  # the prompt's positions, then the six the plain steps verified
+    prompt_length, out = _plain_then_drafting(code, inner, widths)
+    assert out.stats.mean_accepted_tokens > 1.0
+    assert widths[:2] == [prompt_length, 6]  # the prompt's positions, then the six the plain steps verified
 
 
 def test_drafting_is_kept_only_while_it_is_at_least_as_fast():
