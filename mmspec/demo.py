@@ -32,9 +32,9 @@ from .zoo.integrity import changed_since_commit, rebuild_hint, status
 
 
 # the code methods the demo times: HF's baselines' best peer, the fastest AR-drafter method and prompt lookup, the
-# DFlash block drafter's fastest row (its DDTree with a prompt-lookup branch) and DEER (the diffusion drafters) from `mmspec eval --suite code`; one timed round, so the
-# demo stays under 2 minutes on 2 CPU cores with the 15-layer code target (`mmspec eval` is where figures with a
-# spread come from)
+# DFlash block drafter's fastest row (its DDTree with a prompt-lookup branch) and DEER (the diffusion drafters)
+# from `mmspec eval --suite code`; one timed round, so the demo stays under 2 minutes on 2 CPU cores with the
+# 15-layer code target (`mmspec eval` is where figures with a spread come from)
 CODE_METHODS = ["plain", "hf-assisted", "chain", "prompt-lookup"]
 BEST_TEXT_METHODS = ["dflash-tree-lookup", "deer"]
 CODE_ROUNDS = 1

@@ -200,15 +200,14 @@ class DFlashDrafter(Drafter):
         if run.cache is None:
             self._prefill(context, run)
         cache = run.cache
-        dev = self.net.device
-        new = ((context.state.lengths.to(dev) - 1 - run.shift) - cache.lengths).clamp(min=0)
+        unseen = context.state.unseen(cache.lengths + run.shift)  # token positions from the first one not held
+        new = (unseen.counts - 1).clamp(min=0)  # all but the root, whose feature the target has not computed yet
         width = int(new.max())
         if width == 0:
             return
-        j = torch.arange(width, device=dev)
-        at = (cache.lengths[:, None] + run.shift + j).clamp(max=run.features.shape[1] - 1)  # token positions
+        at = unseen.positions[:, :width]
         feats = run.features.gather(1, at[..., None].expand(-1, -1, run.features.shape[-1]))
-        self._append(cache, self.net.fuse(feats), j[None, :] < new[:, None])
+        self._append(cache, self.net.fuse(feats), torch.arange(width, device=at.device)[None, :] < new[:, None])
         cache.commit_first(new)
 
     def observe(self, context: DraftContext, run: DFlashRun, tree: DraftTree, result: AcceptResult,
