@@ -18,6 +18,7 @@ from .drafters.feature_model import FeatureDraftModel
 from .drafters.ngram import NGramLM
 from .drafters.remote_code import needs_trust, require_trust
 from .image_codes import LAYOUT_KEY
+from .kernels.tree_attention import prefer_tree_attention
 from .model_dirs import require_config
 from .targets import Target
 from .verifiers.tree_forward import text_config
@@ -103,7 +104,7 @@ def _load_checkpoint(path: Path, tokenizer, device_map, dtype: torch.dtype = DEF
             tokenizer = proc_cls.from_pretrained(path, local_files_only=True)
         except (OSError, ValueError, TypeError):  # weights without a tokenizer: ids in, ids out
             tokenizer = None
-    return Target(model.eval(), tokenizer, str(path))
+    return Target(prefer_tree_attention(model.eval()), tokenizer, str(path))
 
 
 def zoo_diffusion_lm(entry: ZooEntry, context: str = "cache", **kwargs) -> DiffusionLM:

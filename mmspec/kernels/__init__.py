@@ -16,6 +16,7 @@ from .kv_compaction import compact_kv_, compact_kv_reference
 from .tree_attention import (
     ATTENTION_NAME,
     mmspec_tree_attention,
+    prefer_tree_attention,
     tree_attention,
     tree_attention_reference,
     use_tree_attention,
@@ -23,6 +24,6 @@ from .tree_attention import (
 
 __all__ = [
     "ATTENTION_NAME", "ENV_VAR", "backend_for", "backend_for_device", "compact_kv_", "compact_kv_reference",
-    "greedy_tree_accept", "greedy_tree_accept_reference", "mmspec_tree_attention", "residual_sample",
-    "residual_sample_reference", "tree_attention", "tree_attention_reference", "use_tree_attention",
+    "greedy_tree_accept", "greedy_tree_accept_reference", "mmspec_tree_attention", "prefer_tree_attention",
+    "residual_sample", "residual_sample_reference", "tree_attention", "tree_attention_reference", "use_tree_attention",
 ]

@@ -27,8 +27,14 @@ ATTENTION_NAME = "mmspec_tree"
 def tree_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.BoolTensor,
                              scale: float | None = None) -> torch.Tensor:
     """``q`` [B, H, T, D], ``k`` [B, H_kv, S, D], ``v`` [B, H_kv, S, Dv], ``mask`` bool, broadcastable to
-    [B, H, T, S] (True = visible) -> [B, H, T, Dv]. A query that sees nothing gets zeros."""
+    [B, H, T, S] (True = visible), or the same additive (0 / −inf) -> [B, H, T, Dv]. A query that sees nothing
+    gets zeros (a bool mask; an additive one gives NaN there, as SDPA does)."""
     group = q.shape[1] // k.shape[1]
+    if group > 1 and q.device.type == "cpu":
+        # the CPU kernel reads each query head's K/V group in place: bit for bit the repeated heads' result,
+        # without copying the whole context's keys and values in every layer (what HF's SDPA path does whenever
+        # there is a mask: 5% of a 29-node tree's verify forward on the zoo's code target)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
     return F.scaled_dot_product_attention(q, repeat_kv(k, group), repeat_kv(v, group), attn_mask=mask, scale=scale)
 
 
@@ -41,9 +47,14 @@ def tree_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torc
 
 
 def _handles(attention_mask, key: torch.Tensor, dropout: float, kwargs: dict) -> bool:
-    """Inputs tree attention covers; anything else (no mask, additive mask, biases, softcapping,
-    attention sinks, dropout) is left to the stock SDPA function."""
-    if attention_mask is None or attention_mask.dtype != torch.bool or attention_mask.dim() != 4:
+    """Inputs tree attention covers; anything else (no mask, an additive mask for Triton, biases, softcapping,
+    attention sinks, dropout) is left to the stock SDPA function. Where the torch reference runs (off a GPU), an
+    additive mask is covered too: :func:`~mmspec.verifiers.tree_forward.to_model_mask` makes the mask additive once
+    per forward there, instead of SDPA converting the bool one in every layer."""
+    if attention_mask is None or attention_mask.dim() != 4:
+        return False
+    if attention_mask.dtype != torch.bool and (backend_for(attention_mask) == "triton" or
+                                                not attention_mask.is_floating_point()):
         return False
     if attention_mask.shape[-1] != key.shape[-2]:
         return False
@@ -65,6 +76,22 @@ def mmspec_tree_attention(module: torch.nn.Module, query: torch.Tensor, key: tor
 # registered under the same name: SDPA's boolean mask is what tree attention expects.
 AttentionInterface.register(ATTENTION_NAME, mmspec_tree_attention)
 AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+
+
+def prefer_tree_attention(model):
+    """Switch a model mmspec loads itself to ``"mmspec_tree"`` where that is faster and the same arithmetic: grouped
+    K/V heads under SDPA. With a mask (every tree verification) HF's SDPA path copies each layer's keys and values
+    per query head; this attention does not (on a CPU, :func:`tree_attention_reference`; on CUDA, the Triton
+    kernel). A model whose class refuses registered attention functions keeps its own. Returns the model."""
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    heads, kv_heads = getattr(cfg, "num_attention_heads", None), getattr(cfg, "num_key_value_heads", None)
+    if not heads or not kv_heads or kv_heads >= heads or getattr(cfg, "_attn_implementation", None) != "sdpa":
+        return model
+    try:
+        model.set_attn_implementation(ATTENTION_NAME)
+    except (ValueError, KeyError, TypeError, NotImplementedError):
+        pass
+    return model
 
 
 def use_tree_attention(model):

@@ -12,6 +12,7 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 from ..drafters.dflash_io import load_dflash
 from ..drafters.feature_model import FeatureDraftModel
 from ..drafters.ngram import NGramLM
+from ..kernels.tree_attention import prefer_tree_attention
 from .entry import ZooEntry
 from .home import read_json
 
@@ -31,7 +32,7 @@ def load(name: str, path: Path) -> ZooEntry:
                         PreTrainedTokenizerFast.from_pretrained(path), read_json(path / "zoo.json"), path)
     if name in DIFFUSION_NAMES:
         return _load_diffusion(name, path)
-    model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model = prefer_tree_attention(LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval())
     tok = PreTrainedTokenizerFast.from_pretrained(path)
     return ZooEntry(name=name, model=model, tokenizer=tok, config=read_json(path / "zoo.json"), path=path)
 
@@ -41,7 +42,7 @@ def _load_diffusion(name: str, path: Path) -> ZooEntry:
     tok = PreTrainedTokenizerFast.from_pretrained(path)
     if name == "code-ngram":
         return ZooEntry(name, NGramLM.from_pretrained(path), tok, cfg, path)
-    model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model = prefer_tree_attention(LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval())
     return ZooEntry(name, model, tok, cfg, path)
 
 

@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from mmspec import DEFAULT_TREE, DraftTree, TreeTemplate
-from mmspec.tree import select_best_nodes, subtree
+from mmspec.tree import ancestor_mask, select_best_nodes, subtree
+from mmspec.verifiers.tree_forward import prefill_ancestors, prefill_parents
 
 
 def test_derived_views():
@@ -118,3 +119,12 @@ def test_greedy_chain_fast_path_equals_general_rule():
     for b in range(B):
         n = int(fast.path_lengths[b])
         assert torch.equal(fast.paths[b, :n], general.paths[b, :n])
+
+
+def test_prefill_ancestors_are_the_prompt_chains_ancestor_mask():
+    """The prefill's ancestor mask built directly is pointer doubling's over ``prefill_parents`` (left padding of
+    every width, a one-token prompt, a row with no padding)."""
+    for T in (1, 2, 7):
+        pads = torch.arange(T)  # row b has b padding slots on the left
+        valid = torch.arange(T)[None, :] >= pads[:, None]
+        assert torch.equal(prefill_ancestors(valid), ancestor_mask(prefill_parents(valid.long())))

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from mmspec import DEFAULT_TREE, DraftTree, SpeculativeGenerator, TreeTemplate
+from mmspec.cache import SpecKVCache
 from mmspec.drafters import AutoregressiveDrafter, PromptLookupDrafter
 from mmspec.generator import GenerationStats
 from mmspec.kernels import (
@@ -22,14 +23,17 @@ from mmspec.kernels import (
     compact_kv_,
     greedy_tree_accept_reference,
     mmspec_tree_attention,
+    prefer_tree_attention,
     residual_sample_reference,
     sweep,
     tree_attention,
     tree_attention_reference,
     use_tree_attention,
 )
+from mmspec.tiny import tiny_model
 from mmspec.verifiers.acceptance import greedy_accept
-from tests.tiny_models import text_pair
+from mmspec.verifiers.tree_forward import prefill_ancestors, prefill_parents, to_model_mask, tree_forward
+from tests.tiny_models import sharpen, text_pair
 
 ROOT = Path(__file__).resolve().parents[2]
 HAS_TRITON = importlib.util.find_spec("triton") is not None
@@ -226,3 +230,39 @@ def test_bench_kernels_cli_on_cpu(tmp_path, monkeypatch):
     assert report["sweep"]["passed"] == 2
     md = (tmp_path / "kernels_bench.md").read_text()
     assert "2/2" in md and "Triton interpreter" in md
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "mistral"])
+def test_prefer_tree_attention_verifies_a_tree_bit_for_bit_as_sdpa(arch):
+    """A model with grouped K/V heads that mmspec loads is moved to "mmspec_tree" (on a CPU: no per-head copy of the
+    context's K/V in every masked layer), and a ragged batch's tree verification — logits and every hidden state —
+    is bit for bit what SDPA computes, with the mask made additive once (``to_model_mask``) or given as a bool mask
+    to the stock forward; a model without grouped heads keeps SDPA."""
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 96, (2, 9), generator=gen)
+    valid = torch.arange(9)[None, :] >= torch.tensor([[0], [3]])  # the second row left-padded
+    tree = DraftTree(torch.randint(3, 96, (2, 6), generator=gen), torch.tensor([[-1, 0, 0, 1, 1, 2]] * 2),
+                     torch.ones(2, 6, dtype=torch.bool))
+
+    def verify(model, direct):
+        cache = SpecKVCache.for_model(model, 2, 32)
+        tree_forward(model, cache, ids, prefill_parents(valid.long()), valid, ancestors=prefill_ancestors(valid))
+        cache.commit_first(torch.full((2,), 9))
+        cache.starts = (~valid).sum(1)
+        if direct == "bool":  # the stock forward given the cache's bool mask as it is
+            positions, mask = cache.prepare_append(tree.parents, tree.valid, tree.ancestor_mask)
+            return model(input_ids=tree.tokens, attention_mask=mask, position_ids=positions, cache=cache,
+                         use_cache=True, output_hidden_states=True)
+        return tree_forward(model, cache, tree.tokens, tree.parents, tree.valid, ancestors=tree.ancestor_mask,
+                            output_hidden_states=True, direct=direct)
+
+    model = sharpen(tiny_model(arch, vocab_size=96, num_kv_heads=2), seed=4)
+    outs = [verify(model, direct) for direct in ("bool", False, True)]
+    assert to_model_mask(torch.tensor([[[[True, False]]]]), model).dtype == torch.float32  # additive once
+    assert prefer_tree_attention(model).config._attn_implementation == ATTENTION_NAME
+    outs += [verify(model, direct) for direct in (False, True)]
+    for out in outs[1:]:
+        assert torch.equal(out.logits, outs[0].logits)
+        assert all(torch.equal(a, b) for a, b in zip(out.hidden_states, outs[0].hidden_states))
+    plain = sharpen(tiny_model(arch, vocab_size=96, num_kv_heads=4), seed=4)
+    assert prefer_tree_attention(plain).config._attn_implementation == "sdpa"
