@@ -35,7 +35,7 @@ from .state import DecodeState, DraftContext
 from .timing import timed
 from .tree import DraftTree, check_tree_size
 from .verifiers.acceptance import AcceptResult
-from .verifiers.tree_forward import prefill_ancestors, prefill_parents, text_config, tree_forward
+from .verifiers.tree_forward import prefill_parents, text_config, tree_forward
 from .verifiers.tree_verifier import TreeVerifier
 from .vision import capture_image_embeds, image_token_id
 
@@ -243,7 +243,6 @@ class SpeculativeGenerator:
             blocks = bidirectional_blocks(self.target, req.prefill_inputs, mask.bool())
             with capture_image_embeds(self.target, enabled=wants_features) as images:
                 out = tree_forward(self.target, cache, ids, prefill_parents(mask), mask.bool(),
-                                   ancestors=prefill_ancestors(mask.bool()),
                                    output_hidden_states=wants_features, position_ids=positions, prefix_blocks=blocks,
                                    **last_logits_kwargs(self.target), **req.prefill_inputs)
             cache.commit_first(torch.full((B,), P, device=dev))

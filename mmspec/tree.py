@@ -209,10 +209,17 @@ class DraftTree:
 def ancestor_mask(parents: torch.LongTensor) -> torch.BoolTensor:
     """Ancestor-or-self mask from parent indices (-1 = no parent).
 
-    Pointer doubling: after step k each row holds all ancestors closer than 2^k, so a depth-D tree
-    takes ceil(log2(D + 1)) batched gathers instead of D Python iterations.
+    Chains (every node's parent the node before it, or none: a left-padded prompt, a drafter's context) are built
+    directly: a node sees the nodes from its chain's start up to itself. Anything else by pointer doubling: after
+    step k each row holds all ancestors closer than 2^k, so a depth-D tree takes ceil(log2(D + 1)) batched gathers
+    instead of D Python iterations (over a 150-token prompt that had cost about a millisecond on a CPU).
     """
     B, N = parents.shape
+    order = torch.arange(N, device=parents.device)
+    starts = parents < 0
+    if bool((starts | (parents == order - 1)).all()):
+        start = torch.where(starts, order, 0).cummax(1).values  # [B, N] the first node of each node's chain
+        return (order[None, None, :] <= order[None, :, None]) & (order[None, None, :] >= start[:, :, None])
     mask = torch.eye(N, dtype=torch.bool, device=parents.device).expand(B, N, N).clone()
     jump = parents
     while True:

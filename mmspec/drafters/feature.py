@@ -21,7 +21,7 @@ from ..cache import SpecKVCache
 from ..state import DraftContext
 from ..tree import DraftTree, TreeTemplate
 from ..verifiers.acceptance import AcceptResult
-from ..verifiers.tree_forward import chain_parents, prefill_ancestors, prefill_parents
+from ..verifiers.tree_forward import chain_parents, prefill_parents
 from ..vision import image_token_id
 from .autoregressive import AutoregressiveDrafter, AutoregressiveRun
 from .base import feature_buffer, store_path_features
@@ -137,7 +137,7 @@ class FeatureDrafter(AutoregressiveDrafter):
         S = x.shape[1]
         cache = SpecKVCache.for_model(self.net.body, B, S + (max_length - P) + 2 * self.max_nodes + 4)
         if ok.any():  # (one-token prompts leave nothing to pair: the cache starts empty)
-            self.net.append(cache, x, prefill_parents(ok.long()), ok, prefill_ancestors(ok))
+            self.net.append(cache, x, prefill_parents(ok.long()), ok)
             cache.commit_first(torch.full((B,), S, device=dev))
             cache.starts = S - ok.sum(1)
         run.cache, run.prompt_entries = cache, S

@@ -147,13 +147,12 @@ class FeatureDraftModel(nn.Module):
         w = torch.softmax(q @ features.T / math.sqrt(features.shape[-1]), dim=-1)
         return w @ features
 
-    def append(self, cache, x: torch.Tensor, parents: torch.LongTensor, valid: torch.BoolTensor,
-               ancestors: torch.BoolTensor | None = None) -> torch.Tensor:
+    def append(self, cache, x: torch.Tensor, parents: torch.LongTensor, valid: torch.BoolTensor) -> torch.Tensor:
         """Run the decoder layer over new entries ``x`` [B, T, H] appended to ``cache`` as pending nodes
-        (``parents``/``valid``/``ancestors`` as in ``SpecKVCache.prepare_append``); returns the features [B, T, H].
+        (``parents``/``valid`` as in ``SpecKVCache.prepare_append``); returns the features [B, T, H].
         The same stock modules as ``self.body(...)``, called directly: the drafter runs several times per
         step, and the model-level wrappers (output capture, mask construction) cost more than the layer."""
-        positions, mask = cache.prepare_append(parents, valid, ancestors)
+        positions, mask = cache.prepare_append(parents, valid)
         mask = to_model_mask(mask, self.body, x.dtype)  # None for a decode step: SDPA's faster unmasked path
         if self.lean:
             # the same function in a few tensor ops (mmspec.drafters.lean_layer): the drafter runs five or six

@@ -186,16 +186,6 @@ def prefill_parents(attention_mask: torch.LongTensor) -> torch.LongTensor:
     return parents
 
 
-def prefill_ancestors(valid: torch.BoolTensor) -> torch.BoolTensor:
-    """``ancestor_mask(prefill_parents(valid))`` of a left-padded prompt ([B, T] real tokens), built directly: each
-    real token sees the real tokens up to itself, a padding token only itself. Pointer doubling over a
-    150-token prompt costs about a millisecond on a CPU, which is what mmspec's prefill paid over HF's."""
-    T = valid.shape[1]
-    eye = torch.eye(T, dtype=torch.bool, device=valid.device)
-    causal = torch.ones(T, T, dtype=torch.bool, device=valid.device).tril()
-    return (causal & valid[:, None, :] & valid[:, :, None]) | eye
-
-
 @torch.no_grad()
 def prefill_cache(model, state, max_len: int) -> SpecKVCache:
     """A drafter's own cache holding the (left-padded) prompt of ``state``, committed."""
@@ -204,7 +194,7 @@ def prefill_cache(model, state, max_len: int) -> SpecKVCache:
     cache = SpecKVCache.for_model(model, B, max_len)
     prompt = state.tokens[:, :P].to(dev)
     valid = torch.arange(P, device=dev)[None, :] >= state.starts[:, None].to(dev)
-    tree_forward(model, cache, prompt, prefill_parents(valid.long()), valid, ancestors=prefill_ancestors(valid))
+    tree_forward(model, cache, prompt, prefill_parents(valid.long()), valid)
     cache.commit(torch.arange(P, device=dev).expand(B, P), torch.full((B,), P, device=dev))
     cache.starts = state.starts.to(dev).clone()
     return cache

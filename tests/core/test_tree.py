@@ -3,7 +3,7 @@ import torch
 
 from mmspec import DEFAULT_TREE, DraftTree, TreeTemplate
 from mmspec.tree import ancestor_mask, select_best_nodes, subtree
-from mmspec.verifiers.tree_forward import prefill_ancestors, prefill_parents
+from mmspec.verifiers.tree_forward import prefill_parents
 
 
 def test_derived_views():
@@ -121,10 +121,28 @@ def test_greedy_chain_fast_path_equals_general_rule():
         assert torch.equal(fast.paths[b, :n], general.paths[b, :n])
 
 
-def test_prefill_ancestors_are_the_prompt_chains_ancestor_mask():
-    """The prefill's ancestor mask built directly is pointer doubling's over ``prefill_parents`` (left padding of
-    every width, a one-token prompt, a row with no padding)."""
+def _walked_ancestors(parents: torch.LongTensor) -> torch.BoolTensor:
+    """The ancestor-or-self mask by walking each node's parents one by one (the definition)."""
+    B, N = parents.shape
+    out = torch.zeros(B, N, N, dtype=torch.bool)
+    for b in range(B):
+        for i in range(N):
+            j = i
+            while j >= 0:
+                out[b, i, j] = True
+                j = int(parents[b, j])
+    return out
+
+
+def test_ancestor_mask_of_chains_and_trees_is_the_walked_one():
+    """Chains (a left-padded prompt of every padding width, a one-token prompt, chains restarting mid-row) take
+    the direct construction, trees pointer doubling: both give the walked ancestor mask."""
     for T in (1, 2, 7):
         pads = torch.arange(T)  # row b has b padding slots on the left
         valid = torch.arange(T)[None, :] >= pads[:, None]
-        assert torch.equal(prefill_ancestors(valid), ancestor_mask(prefill_parents(valid.long())))
+        parents = prefill_parents(valid.long())
+        assert torch.equal(ancestor_mask(parents), _walked_ancestors(parents))
+    restarts = torch.tensor([[-1, 0, 1, -1, 3, 4], [-1, -1, 1, 2, -1, 4]])
+    tree = torch.tensor([[-1, 0, 0, 1, 1, 2], [-1, 0, 1, 1, 3, 0]])
+    for parents in (restarts, tree):
+        assert torch.equal(ancestor_mask(parents), _walked_ancestors(parents))

@@ -32,7 +32,7 @@ from mmspec.kernels import (
 )
 from mmspec.tiny import tiny_model
 from mmspec.verifiers.acceptance import greedy_accept
-from mmspec.verifiers.tree_forward import prefill_ancestors, prefill_parents, to_model_mask, tree_forward
+from mmspec.verifiers.tree_forward import prefill_parents, to_model_mask, tree_forward
 from tests.tiny_models import sharpen, text_pair
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -246,7 +246,7 @@ def test_prefer_tree_attention_verifies_a_tree_bit_for_bit_as_sdpa(arch):
 
     def verify(model, direct):
         cache = SpecKVCache.for_model(model, 2, 32)
-        tree_forward(model, cache, ids, prefill_parents(valid.long()), valid, ancestors=prefill_ancestors(valid))
+        tree_forward(model, cache, ids, prefill_parents(valid.long()), valid)
         cache.commit_first(torch.full((2,), 9))
         cache.starts = (~valid).sum(1)
         if direct == "bool":  # the stock forward given the cache's bool mask as it is
