@@ -21,6 +21,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
+from ..kernels.tree_attention import tree_attention_reference
 from ..layer_masks import attention_layout
 from ..verifiers.tree_forward import draft_forward, model_dtype, to_model_mask
 
@@ -88,14 +89,8 @@ def decoder_layer(layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, 
     cos, sin = cos[:, None], sin[:, None]
     q, k = _rotate(q.transpose(1, 2), cos, sin), _rotate(k.transpose(1, 2), cos, sin)
     k, v = keys_values(k, v)
-    grouped = k.shape[1] != q.shape[1]
-    if grouped and q.device.type != "cpu":  # grouped K/V heads: CUDA's fused kernels take no mask with enable_gqa
-        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
-    # on a CPU the kernel reads each query head's K/V group in place (bit for bit the repeated heads' result),
-    # instead of a copy of the whole context's keys and values per layer and draft
-    o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling,
-                                       enable_gqa=grouped and q.device.type == "cpu")
+    # SDPA with grouped K/V heads read in place on a CPU (repeated elsewhere): the tree attention's reference
+    o = tree_attention_reference(q, k, v, mask, attn.scaling)
     h = h + F.linear(o.transpose(1, 2).reshape(B, T, -1), attn.o_proj.weight)
     x = rms_norm(layer.post_attention_layernorm, h)
     return h + F.linear(F.silu(F.linear(x, mlp.gate_proj.weight)) * F.linear(x, mlp.up_proj.weight),

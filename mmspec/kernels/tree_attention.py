@@ -27,8 +27,9 @@ ATTENTION_NAME = "mmspec_tree"
 def tree_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.BoolTensor,
                              scale: float | None = None) -> torch.Tensor:
     """``q`` [B, H, T, D], ``k`` [B, H_kv, S, D], ``v`` [B, H_kv, S, Dv], ``mask`` bool, broadcastable to
-    [B, H, T, S] (True = visible), or the same additive (0 / −inf) -> [B, H, T, Dv]. A query that sees nothing
-    gets zeros (a bool mask; an additive one gives NaN there, as SDPA does)."""
+    [B, H, T, S] (True = visible), or the same additive (0 / −inf), or None (every query sees every key) ->
+    [B, H, T, Dv]. A query that sees nothing gets zeros (a bool mask; an additive one gives NaN there, as SDPA
+    does)."""
     group = q.shape[1] // k.shape[1]
     if group > 1 and q.device.type == "cpu":
         # the CPU kernel reads each query head's K/V group in place: bit for bit the repeated heads' result,
