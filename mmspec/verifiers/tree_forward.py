@@ -34,8 +34,7 @@ def to_model_mask(mask, model, dtype: torch.dtype | None = None):
     impl = attn_implementation(model)
     if impl in ("sdpa", ATTENTION_NAME) and hides_nothing(mask):
         return None
-    first = next(iter(mask.values())) if isinstance(mask, dict) else mask
-    if impl == ATTENTION_NAME and backend_for(first) == "triton":
+    if impl == ATTENTION_NAME and backend_for(*(mask.values() if isinstance(mask, dict) else [mask])) == "triton":
         return mask  # the Triton kernel reads the bool mask
     dtype = dtype if dtype is not None else model_dtype(model)
     # SDPA turns a bool mask into an additive one (0 / −inf, two `where`s) inside every layer's call: done once
@@ -45,7 +44,7 @@ def to_model_mask(mask, model, dtype: torch.dtype | None = None):
     fill = float("-inf") if impl in ("sdpa", ATTENTION_NAME) else torch.finfo(dtype).min
 
     def additive(m):
-        return torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill(~m, fill)
+        return torch.full(m.shape, fill, dtype=dtype, device=m.device).masked_fill(m, 0.0)
 
     return map_masks(mask, additive)
 
