@@ -32,9 +32,13 @@ def load(name: str, path: Path) -> ZooEntry:
                         PreTrainedTokenizerFast.from_pretrained(path), read_json(path / "zoo.json"), path)
     if name in DIFFUSION_NAMES:
         return _load_diffusion(name, path)
-    model = prefer_tree_attention(LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval())
-    tok = PreTrainedTokenizerFast.from_pretrained(path)
-    return ZooEntry(name=name, model=model, tokenizer=tok, config=read_json(path / "zoo.json"), path=path)
+    return ZooEntry(name=name, model=_llama(path), tokenizer=PreTrainedTokenizerFast.from_pretrained(path),
+                    config=read_json(path / "zoo.json"), path=path)
+
+
+def _llama(path: Path):
+    """A zoo Llama model in float32, on the tree attention where its grouped K/V heads make that faster."""
+    return prefer_tree_attention(LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval())
 
 
 def _load_diffusion(name: str, path: Path) -> ZooEntry:
@@ -42,8 +46,7 @@ def _load_diffusion(name: str, path: Path) -> ZooEntry:
     tok = PreTrainedTokenizerFast.from_pretrained(path)
     if name == "code-ngram":
         return ZooEntry(name, NGramLM.from_pretrained(path), tok, cfg, path)
-    model = prefer_tree_attention(LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval())
-    return ZooEntry(name, model, tok, cfg, path)
+    return ZooEntry(name, _llama(path), tok, cfg, path)
 
 
 __all__ = ["BASE_NAMES", "DIFFUSION_NAMES", "DFLASH_NAMES", "FEATURE_NAMES", "NAMES", "load"]
