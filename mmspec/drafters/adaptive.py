@@ -21,7 +21,12 @@ measured) for four measured steps, takes one plain step to measure it, and re-tr
 acceptance would not clearly win either), so a change in acceptance or load is seen. The first drafted step after plain ones
 catches the drafter up on the tokens it did not draft; it is measured with the others (what a switch costs is a
 cost of drafting). A later call at the same batch size starts where the last one stopped: its measurements, the
-kind in use, the probe interval and the steps since the last switch (what a server learns over time). A plain step
+kind in use, the probe interval and the steps since the last switch (what a server learns over time) — unless
+drafting won somewhere in the last call (its measured rate beat plain steps'): then the call keeps the plain steps'
+measurements but measures drafting afresh from its opening, as a first call does. A new prompt is often text the
+drafter knows again, while the last call may have ended on text it could not guess (a VLM's answer generated past its
+end: at batch 1 resuming on plain steps kept 85% of always drafting's speedup); where drafting never wins (a large
+batch) a call still starts on plain steps, with no probe at its opening. A plain step
 is the root alone (what :class:`~mmspec.drafters.no_draft.NoDrafter` verifies), and the inner drafter still
 observes it, so the output is exactly what plain decoding gives under greedy and the target's distribution under
 sampling, whatever the choices.
@@ -127,6 +132,7 @@ class _AdaptiveRun:
     begun: bool = True  # the inner drafter's begin has run (deferred to its first drafted step when it can be)
     fixed: bool = False  # a sampling call with when_sampling=False: every step drafts, nothing is measured
     active_before: list = field(default_factory=list)  # the rows generating when the drafted step in flight began
+    won: bool = False  # drafting's measured rate beat plain steps' at some step of this call
 
 
 class AdaptiveDrafter(Drafter):
@@ -177,10 +183,13 @@ class AdaptiveDrafter(Drafter):
             run.fixed = True  # every step drafts, as the inner drafter alone would
             return run
         known = self._memory.get(rows)
-        if known is not None:  # start where the last call at this batch size stopped
-            run.drafted.samples, run.plain.samples = list(known["drafted"]), list(known["plain"])
-            run.drafting, run.since_switch, run.probe_every = known["drafting"], known["since_switch"], \
-                known["probe_every"]
+        if known is not None:
+            run.plain.samples = list(known["plain"])
+            if not known["won"]:  # start where the last call at this batch size stopped
+                run.drafted.samples = list(known["drafted"])
+                run.drafting, run.since_switch, run.probe_every = known["drafting"], known["since_switch"], \
+                    known["probe_every"]
+            # else drafting paid in the last call: its first FIRST_DRAFTED measured steps draft, judged afresh
         return run
 
     def _choose(self, run: _AdaptiveRun) -> bool:
@@ -214,12 +223,14 @@ class AdaptiveDrafter(Drafter):
                 run.probe_every = MAX_PROBE_EVERY
             else:
                 run.probe_every = min(2 * run.probe_every, MAX_PROBE_EVERY)
+            run.won |= better
             return better
         # a drafted probe costs what a drafted step costs: probe as much less often as it is dearer than a plain step
         dearer = max(1.0, run.drafted.seconds / max(run.plain.seconds, 1e-9)) if not run.drafting else 1.0
         if run.since_switch >= run.probe_every * dearer:
             run.probing = True
             return not run.drafting  # re-try the other kind now and then
+        run.won |= better
         return better
 
     def propose(self, context: DraftContext, run: _AdaptiveRun) -> DraftTree:
@@ -264,7 +275,7 @@ class AdaptiveDrafter(Drafter):
             # the sample lists are replaced, never changed in place, on every add: no copy needed
             self._memory[run.rows] = {"drafted": run.drafted.samples, "plain": run.plain.samples,
                                       "drafting": run.drafting, "since_switch": run.since_switch,
-                                      "probe_every": run.probe_every}
+                                      "probe_every": run.probe_every, "won": run.won}
 
 
 def unwrap(drafter):

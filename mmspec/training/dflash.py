@@ -91,24 +91,34 @@ class Responses:
 
 @torch.no_grad()
 def greedy_responses(target, prompts: list[list[int]], max_new_tokens: int, eos, pad_id: int, partial=None,
-                     batch_size: int = 32, progress: bool = True, inputs=None) -> list[list[int]]:
+                     batch_size: int = 32, progress: bool = True, inputs=None, temperature: float | None = None,
+                     seed: int = 0) -> list[list[int]]:
     """The target's greedy response to every prompt (token ids), ``max_new_tokens`` each or up to ``eos`` (None:
     EOS does not stop, as the benchmark suites decode). Prompts are batched by length (left padded, with the
     attention mask: the padded positions change nothing but rounding) so a CPU spends one forward per step on a
     whole batch; with ``partial`` each finished batch is saved and a later call goes on from the next.
-    ``inputs(indices, ids)``: the other inputs of those prompts, laid out as ``ids`` (a VLM's ``pixel_values``)."""
+    ``inputs(indices, ids)``: the other inputs of those prompts, laid out as ``ids`` (a VLM's ``pixel_values``).
+    With ``temperature``, responses sampled from the target at that temperature instead (no top-k / top-p), each
+    batch from its own seed (``seed`` + the batch's index), so a resumed call draws what an uninterrupted one does:
+    the rows a drafter for sampling calls learns from (a root the target did not rank first, a sampled context)."""
+    if temperature is not None and not temperature > 0:
+        raise ValueError(f"temperature must be > 0 (None: greedy), got {temperature}")
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     identity = {"prompts": hashlib.sha256(json.dumps(prompts).encode()).hexdigest(), "batch_size": batch_size,
                 "max_new_tokens": max_new_tokens, "eos": eos}
+    if temperature is not None:
+        identity.update(temperature=float(temperature), seed=int(seed))
     saved = load_checkpoint(partial) if partial is not None else None
     if saved is not None and saved.get("identity") != identity:
         raise ValueError(f"partial responses {partial} were made for other prompts or settings; delete the file to "
                          "start over")
     done: dict[int, list[int]] = dict(saved["responses"]) if saved is not None else {}
     batches = [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
-    todo = [b for b in batches if not all(i in done for i in b)]
+    todo = [(n, b) for n, b in enumerate(batches) if not all(i in done for i in b)]
     target.eval()
-    for group in tqdm(todo, desc="target responses", disable=not progress):
+    how = dict(do_sample=False) if temperature is None else dict(do_sample=True, temperature=float(temperature),
+                                                                   top_k=0, top_p=1.0)
+    for n, group in tqdm(todo, desc="target responses", disable=not progress):
         width = max(len(prompts[i]) for i in group)
         ids = torch.full((len(group), width), pad_id, dtype=torch.long)
         mask = torch.zeros(len(group), width, dtype=torch.long)
@@ -116,7 +126,9 @@ def greedy_responses(target, prompts: list[list[int]], max_new_tokens: int, eos,
             ids[row, width - len(prompts[i]):] = torch.tensor(prompts[i])
             mask[row, width - len(prompts[i]):] = 1
         more = on_model(inputs(group, ids), target) if inputs is not None else {}
-        out = target.generate(on_model(ids, target), attention_mask=on_model(mask, target), do_sample=False,
+        if temperature is not None:
+            torch.manual_seed(int(seed) + n)
+        out = target.generate(on_model(ids, target), attention_mask=on_model(mask, target), **how,
                               max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad_id, **more)
         for row, i in enumerate(group):
             new = out[row, width:].tolist()

@@ -158,7 +158,7 @@ def test_a_later_call_resumes_the_kind_in_use_and_the_probe_interval(code):
     ids = code_prompts(code.tokenizer, 1)[0]
     gen = SpeculativeGenerator(code.model, policy)
     gen.generate(ids, max_new_tokens=48, eos_token_id=[])
-    policy._memory[1].update(drafting=False, since_switch=3, probe_every=MAX_PROBE_EVERY,
+    policy._memory[1].update(drafting=False, since_switch=3, probe_every=MAX_PROBE_EVERY, won=False,
                              drafted=[(1.0, [1])] * 8)  # as if drafting had measured far slower than plain steps
     # the next call starts with plain steps (the remembered kind) and keeps the remembered interval: no probe in
     # 12 tokens, so every step emits exactly one token
@@ -183,6 +183,35 @@ def test_the_routes_adaptive_option_wraps_the_drafter_and_keeps_the_output():
         mmspec.pipeline("zoo:code-target", adaptive="yes")
 
 
+def test_a_call_after_one_where_drafting_won_measures_drafting_afresh(code):
+    """The last call ended on plain steps, far apart probes, but drafting had won in it (a VLM answer's tail the
+    drafter could not guess): the next call drafts its opening steps and judges drafting on them, against the
+    remembered plain steps. After a call where drafting never won, the next resumes on plain steps (no probe)."""
+    draft = load("code-drafter").model
+    inner = build_drafter("chain", draft, num_tokens=8, confidence=CHAIN_CONFIDENCE)
+    drafted = []
+    original = type(inner).propose
+    inner.propose = lambda context, run: drafted.append(1) or original(inner, context, run)
+    policy = AdaptiveDrafter(inner)
+    ids = code_prompts(code.tokenizer, 1)[0]
+    gen = SpeculativeGenerator(code.model, policy)
+    gen.generate(ids, max_new_tokens=48, eos_token_id=[])
+    assert policy._memory[1]["won"] is True  # this chain beats plain steps on the suite's prompts
+    lost = dict(drafting=False, since_switch=3, probe_every=MAX_PROBE_EVERY, drafted=[(1.0, [1])] * 8,
+                plain=[(0.015, 1.0)] * 8)
+    policy._memory[1].update(lost, won=True)
+    drafted.clear()
+    out = gen.generate(ids, max_new_tokens=24, eos_token_id=[])
+    steps = len(out.stats.accept_lengths[0])
+    assert len(drafted) >= min(steps, 5)  # the feeding step and four measured ones drafted
+    assert policy._memory[1]["plain"][:8] == [(0.015, 1.0)] * 8  # the plain steps' measurements were kept
+    assert (1.0, [1]) not in policy._memory[1]["drafted"]  # drafting was judged on this call's steps alone
+    policy._memory[1].update(lost, won=False)
+    drafted.clear()
+    out = gen.generate(ids, max_new_tokens=12, eos_token_id=[])
+    assert out.stats.accept_lengths[0] == [1] * 12 and drafted == []
+
+
 def test_a_drafter_that_catches_up_begins_only_when_it_first_drafts(code):
     """A call resumed on plain steps does not run the drafter's begin (its prompt prefill) until a probe drafts,
     mid-call; the output is still plain decoding's."""
@@ -201,7 +230,7 @@ def test_a_drafter_that_catches_up_begins_only_when_it_first_drafts(code):
     gen = SpeculativeGenerator(code.model, policy)
     gen.generate(batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=32, eos_token_id=[])
     assert len(begins) == 1  # the first call drafts from its first step
-    policy._memory[2].update(drafting=False, since_switch=0, probe_every=2,
+    policy._memory[2].update(drafting=False, since_switch=0, probe_every=2, won=False,
                              drafted=[(0.06, [1, 1])] * 8, plain=[(0.015, 1.0)] * 8)  # plain wins; probe at step 8
     prompt_len = batch["input_ids"].shape[1]
     out = gen.generate(batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=40, eos_token_id=[])

@@ -238,6 +238,43 @@ def test_greedy_responses_batched_equal_one_at_a_time_and_resume(target, tmp_pat
         greedy_responses(target, prompts[::-1], 6, None, 0, partial=partial, batch_size=3, progress=False)
 
 
+def test_sampled_responses_are_reproducible_resumable_and_not_the_greedy_ones(target, tmp_path, monkeypatch):
+    """With a temperature the answers are draws from the target (not its greedy ones), the same draws again for the
+    same seed, others for another seed, and a run killed after its first batch goes on to the draws an uninterrupted
+    run makes; a greedy run's saved batches are never taken for sampled ones."""
+    g = torch.Generator().manual_seed(6)
+    prompts = [torch.randint(3, V, (n,), generator=g).tolist() for n in (3, 9, 5, 7, 4, 11, 6)]
+    greedy = greedy_responses(target, prompts, 8, None, 0, batch_size=3, progress=False)
+    drawn = greedy_responses(target, prompts, 8, None, 0, batch_size=3, progress=False, temperature=1.0, seed=3)
+    assert drawn != greedy and all(len(d) == 8 for d in drawn)
+    assert greedy_responses(target, prompts, 8, None, 0, batch_size=3, progress=False, temperature=1.0,
+                            seed=3) == drawn
+    assert greedy_responses(target, prompts, 8, None, 0, batch_size=3, progress=False, temperature=1.0,
+                            seed=4) != drawn
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        greedy_responses(target, prompts, 8, None, 0, temperature=0.0, progress=False)
+
+    partial = tmp_path / "sampled.partial.pt"
+    real = type(target).generate
+    calls = []
+
+    def dies_second(self, *a, **kw):
+        if len(calls) == 1:
+            raise RuntimeError("killed")
+        calls.append(1)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(type(target), "generate", dies_second)
+    with pytest.raises(RuntimeError, match="killed"):
+        greedy_responses(target, prompts, 8, None, 0, partial=partial, batch_size=3, progress=False, temperature=1.0,
+                         seed=3)
+    monkeypatch.setattr(type(target), "generate", real)
+    assert greedy_responses(target, prompts, 8, None, 0, partial=partial, batch_size=3, progress=False,
+                            temperature=1.0, seed=3) == drawn
+    with pytest.raises(ValueError, match="other prompts or settings"):
+        greedy_responses(target, prompts, 8, None, 0, partial=partial, batch_size=3, progress=False)
+
+
 def test_validation_anchors_stay_inside_a_batch_of_uneven_rows(target):
     """A row with a long prompt and a short answer beside one with a long answer: the shared anchor offsets would run
     past the batch's width; they are kept inside it and count only where they have labels."""
