@@ -412,6 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "from --corpus (default: the zoo's code corpus)")
     tdf.add_argument("--corpus", default=None, help="with --generate: glob of text files to cut prefixes from")
     tdf.add_argument("--max-new-tokens", type=int, default=64, help="length of generated responses")
+    tdf.add_argument("--temperature", type=float, default=None, help="with --data: rows without a response get one "
+                     "sampled from the target at this temperature instead of its greedy one (a drafter for sampling "
+                     "calls learns roots the target did not rank first)")
     tdf.add_argument("--init", default=None, help="start from this DFlash drafter's weights (zoo:code-dflash or a "
                      "directory in either layout) instead of a fresh init: fine-tuning; its shape must match")
     tdf.add_argument("--layers", type=int, default=2, help="draft layers (as wide as the target)")

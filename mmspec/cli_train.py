@@ -186,14 +186,15 @@ def dflash_rows(path: str, tok) -> list[tuple[list[int], list[int] | None]]:
 
 
 def _respond(target, rows, max_new_tokens: int, eos, pad: int, partial: Path, progress: bool = True,
-             pictures: list[dict] | None = None):
-    """The target's greedy response for every row without one (batched by prompt length, each finished batch saved
-    so a killed run goes on from the next: :func:`~mmspec.training.dflash.greedy_responses`), with each row's
-    picture inputs where the target is a VLM."""
+             pictures: list[dict] | None = None, temperature: float | None = None):
+    """The target's greedy response (or one sampled at ``temperature``) for every row without one (batched by prompt
+    length, each finished batch saved so a killed run goes on from the next:
+    :func:`~mmspec.training.dflash.greedy_responses`), with each row's picture inputs where the target is a VLM."""
     todo = [i for i, (_, r) in enumerate(rows) if r is None]
     inputs = stacked_inputs([pictures[i] for i in todo], target) if pictures is not None and todo else None
     answers = dict(zip(todo, greedy_responses(target, [rows[i][0] for i in todo], max_new_tokens, eos, pad,
-                                              partial=partial, progress=progress, inputs=inputs)))
+                                              partial=partial, progress=progress, inputs=inputs,
+                                              temperature=temperature)))
     return [(p, r if r is not None else answers[i]) for i, (p, r) in enumerate(rows)]
 
 
@@ -289,6 +290,10 @@ def cli_train_dflash(args) -> int:
         raise ValueError("--block-size must be >= 2 and --generate >= 8")
     if args.lr <= 0 or args.budget_s <= 0 or args.kl_weight < 0:
         raise ValueError("--lr and --budget-s must be > 0, --kl-weight >= 0")
+    temperature = getattr(args, "temperature", None)
+    if temperature is not None and (args.data is None or not temperature > 0):
+        raise ValueError(f"--temperature samples the responses of --data rows that have none: it needs --data and a "
+                         f"value > 0, got {temperature}")
     layer_ids = [int(x) for x in args.target_layers.split(",")] if args.target_layers else None
     loaded = load_target(args.target)
     target, tok = loaded.model, loaded.tokenizer
@@ -344,7 +349,8 @@ def cli_train_dflash(args) -> int:
     begin_run(ckpt, settings)  # every check passed: training starts
     features = val_features = None
     if rows is not None:
-        rows = _respond(target, rows, args.max_new_tokens, eos, pad, ckpt / "responses.partial.pt", pictures=pictures)
+        rows = _respond(target, rows, args.max_new_tokens, eos, pad, ckpt / "responses.partial.pt", pictures=pictures,
+                        temperature=temperature)
         n_val = max(2, len(rows) // 20)
         train, val = Responses.from_rows(rows[n_val:], pad), Responses.from_rows(rows[:n_val], pad)
     else:

@@ -15,7 +15,6 @@ of 4096 rows a few minutes, and a training step at 16 rows x 8 anchors about 0.6
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from pathlib import Path
 
@@ -68,22 +67,11 @@ TRAIN3 = dataclasses.replace(TRAIN, steps=3000, budget_s=45 * 60.0, anchors=32, 
 # costs more than its last slots earn
 TRAIN4 = dataclasses.replace(TRAIN, steps=1900, budget_s=55 * 60.0, anchors=32, lr=3e-4, warmup=50, seed=2605,
                              block_choices=(8, 12, 16))
-# stage 5 goes on from stage 4's weights on stage 3's rows and as many answers *sampled* from the target at T = 1 to the
-# same prompts. Trained on greedy answers only, the drafter had never seen a root the target did not rank first nor a
-# sampled context: under sampling at T = 1 its first slot's argmax had target probability 0.22 on average (EAGLE's:
-# 0.33) and its q overlapped the target's p by 0.31 (EAGLE 0.62), 0.25 / 0.51 argmax agreement where the root was /
-# was not the target's first choice (8 and 16 suite prompts, 2026-11-26); the CE on sampled tokens is, in
-# expectation, the cross-entropy to the target's whole distribution
-TRAIN5 = dataclasses.replace(TRAIN, steps=1200, budget_s=30 * 60.0, anchors=32, lr=3e-4, warmup=50, seed=2606,
-                             block_choices=(8, 12, 16))
-SAMPLE_TEMPERATURE = 1.0
-SAMPLE_SEED = 2607
 PACKAGE_PROMPTS = 1600  # per group (the corpus's packages, unseen packages)
 PER_PACKAGE = 300
 MICRO_TRAIN2 = dataclasses.replace(MICRO_TRAIN, steps=10, seed=2603)
 MICRO_TRAIN3 = dataclasses.replace(MICRO_TRAIN, steps=10, seed=2604)
 MICRO_TRAIN4 = dataclasses.replace(MICRO_TRAIN, steps=10, seed=2605, block_choices=(8, 12, 16))
-MICRO_TRAIN5 = dataclasses.replace(MICRO_TRAIN, steps=10, seed=2606, block_choices=(8, 12, 16))
 MICRO_PACKAGE_PROMPTS = 6
 MICRO_PACKAGES = (("packaging",), ("einops",))  # small ones: a micro build scans two packages, not thirty-five
 MICRO_N_TRAIN, MICRO_N_VAL, MICRO_N_TRAIN2 = 32, 8, 48
@@ -155,12 +143,10 @@ def cached_features(work: Path, name: str, target, net, data, progress: bool,
     return features, time.perf_counter() - t0
 
 
-def completion_data(home: Path, target, tok, micro: bool, progress: bool = True,
-                    temperature: float | None = None) -> tuple[Responses, Responses]:
+def completion_data(home: Path, target, tok, micro: bool, progress: bool = True) -> tuple[Responses, Responses]:
     """(train, val) rows of stage 3: the target's greedy answers to completion prompts (train: the training split's
     functions cut after the docstring and inside the body; val: the validation split's, cut after the docstring),
-    cached under ``.build/code-dflash`` with each finished batch saved (a killed build resumes). With ``temperature``
-    (stage 5), answers sampled at that temperature to the same prompts instead."""
+    cached under ``.build/code-dflash`` with each finished batch saved (a killed build resumes)."""
     corpus = load_corpus(micro=micro)
     work = build_dir(home, "code-dflash")
     tag = "-micro" if micro else ""
@@ -169,24 +155,21 @@ def completion_data(home: Path, target, tok, micro: bool, progress: bool = True,
     if micro:  # a micro corpus may hold few functions: the rows only have to exist
         texts = {"train": texts["train"][:MICRO_COMPLETIONS] or ["def f(x):\n    return x"] * 4,
                  "val": texts["val"][:MICRO_N_VAL] or texts["train"][-2:] or ["def g(y):\n    return y"] * 2}
-    kind = "completions" if temperature is None else f"sampled-t{temperature:g}"
-    return tuple(answered(work / f"{kind}-{split}{tag}", target, tok, texts[split], micro, progress, temperature)
+    return tuple(answered(work / f"completions-{split}{tag}", target, tok, texts[split], micro, progress)
                  for split in ("train", "val"))
 
 
-def answered(stem: Path, target, tok, texts: list[str], micro: bool, progress: bool,
-             temperature: float | None = None) -> Responses:
+def answered(stem: Path, target, tok, texts: list[str], micro: bool, progress: bool) -> Responses:
     """The target's greedy answers (the suites' length, EOS not stopping) to the ``texts`` of at most ``MAX_PROMPT``
-    tokens, or answers sampled at ``temperature``, cached as ``<stem>.pt`` with each finished batch saved to
-    ``<stem>.partial.pt`` (a killed build resumes)."""
+    tokens, cached as ``<stem>.pt`` with each finished batch saved to ``<stem>.partial.pt`` (a killed build
+    resumes)."""
     prompts = [ids for ids in tok(texts, add_special_tokens=False).input_ids if 0 < len(ids) <= MAX_PROMPT]
     partial = stem.with_name(stem.name + ".partial.pt")
     pad = tok.pad_token_id or 0
 
     def answer():
         answers = greedy_responses(target, prompts, code_distill.MICRO_TAU_TOKENS if micro else COMPLETION_TOKENS,
-                                   None, pad, partial=partial, progress=progress, temperature=temperature,
-                                   seed=SAMPLE_SEED)
+                                   None, pad, partial=partial, progress=progress)
         return Responses.from_rows(list(zip(prompts, answers)), pad)
 
     out = cached(stem.with_name(stem.name + ".pt"), answer)
@@ -245,9 +228,7 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
     plan = ((MICRO_TRAIN if micro else TRAIN, MICRO_N_TRAIN if micro else N_TRAIN, "train.pt"),
             (MICRO_TRAIN2 if micro else TRAIN2, MICRO_N_TRAIN2 if micro else N_TRAIN2, "train2.pt"),
             (MICRO_TRAIN3 if micro else TRAIN3, "completions", "train3.pt"),
-            (MICRO_TRAIN4 if micro else TRAIN4, "packages", "train4.pt"),
-            (MICRO_TRAIN5 if micro else TRAIN5, "sampled", "train5.pt"))
-    go_on_from_shipped(home, work, len(plan), micro_tag)
+            (MICRO_TRAIN4 if micro else TRAIN4, "packages", "train4.pt"))
     stages, feature_seconds = {}, 0.0
     for stage, (cfg_s, n_rows, ckpt) in enumerate(plan, 1):
         done = load_checkpoint(work / f"stage{stage}{micro_tag}.pt")  # a finished stage: its report and weights
@@ -265,10 +246,6 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
             if n_rows == "packages":
                 train = Responses.from_rows(train.rows() + package_data(home, target, tok, micro, progress).rows(),
                                             tok.pad_token_id or 0)
-            elif n_rows == "sampled":  # stage 3's greedy rows and the sampled answers to the same prompts
-                drawn = completion_data(home, target, tok, micro, progress, SAMPLE_TEMPERATURE)
-                train, val = (Responses.from_rows(a.rows() + b.rows(), tok.pad_token_id or 0)
-                              for a, b in zip((train, val), drawn))
             name = f"features-{n_rows}{micro_tag}.pt"
         features, secs = cached_features(work, name, target, net, train, progress)
         feature_seconds += secs
@@ -281,15 +258,13 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
         save_checkpoint(work / f"stage{stage}{micro_tag}.pt", {"state": net.state_dict(), "report": stages[stage]})
     tok = ensure_tokenizer(home, micro)
     train, val = completion_data(home, target, tok, micro, progress)
-    drawn_val = completion_data(home, target, tok, micro, progress, SAMPLE_TEMPERATURE)[1]
     report = {"stages": stages, "steps": sum(r["steps"] for r in stages.values()),
               "seconds": sum(r["seconds"] for r in stages.values()),
               "tokens_seen": sum(r["tokens_seen"] for r in stages.values()),
               "blocks_seen": sum(r["blocks_seen"] for r in stages.values()),
               "heldout_before": stages[len(plan)]["heldout_before"], "heldout_after": stages[len(plan)]["heldout_after"],
-              "heldout_set": "the last stage's validation rows: the target's greedy answers to the validation split's "
-                             "completion prompts and (stage 5) answers sampled at T = 1 to the same prompts",
-              "feature_seconds": feature_seconds}
+              "heldout_set": "stages 3-4's validation rows: the target's answers to the validation split's completion "
+                             "prompts", "feature_seconds": feature_seconds}
     out, info, shipped = ship(net, tok, home, "code-dflash", "code", micro, SEED, target)
     metrics = {"layers": LAYERS, "hidden": cfg.hidden_size, "block_size": BLOCK,
                "target_layer_ids": shipped.target_layer_ids,
@@ -297,11 +272,7 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
                "train_rows": stages[len(plan)]["train_rows"], "val_rows": len(val), **report,
                "heldout_shipped": block_acceptance(shipped, target, [on_model(b, shipped) for b in
                                                                      validation_batches(val, plan[-1][0], BLOCK)]),
-               "heldout_shipped_sampled": block_acceptance(shipped, target, [on_model(b, shipped) for b in
-                                                                             validation_batches(drawn_val, plan[-1][0],
-                                                                                                BLOCK)]),
-               "tau_decode": _decode_tau(target, shipped, tok, micro),
-               "tau_decode_sampled": _decode_tau(target, shipped, tok, micro, SAMPLE_TEMPERATURE)}
+               "tau_decode": _decode_tau(target, shipped, tok, micro)}
     metrics["wall_seconds"] = time.perf_counter() - t0
     write_json(out / "metrics.json", metrics)
     info["checksum"] = checksum(ZooEntry("code-dflash", shipped.cpu(), tok, info, out))
@@ -309,35 +280,11 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
     return {"code-dflash": metrics}
 
 
-def go_on_from_shipped(home: Path, work: Path, stages: int, micro_tag: str) -> None:
-    """Without any stage checkpoint in ``work`` (a fresh clone: ``.build`` is not shipped) but with a shipped
-    ``code-dflash`` trained by fewer stages than ``stages``, write that drafter's stages as done (their reports from
-    its ``metrics.json``, its weights as the last one's), so the build goes on with the next stage instead of
-    retraining every one: the shipped weights are that stage's own (each stage ends rounded to float16, as shipped)."""
-    if any((work / f"stage{k}{micro_tag}.pt").exists() for k in range(1, stages + 1)):
-        return
-    shipped = home / "code-dflash"
-    if not (shipped / "metrics.json").exists() or not (shipped / "model.safetensors").exists():
-        return
-    info = json.loads((shipped / "zoo.json").read_text()) if (shipped / "zoo.json").exists() else {}
-    if bool(info.get("micro")) != bool(micro_tag):
-        return
-    reports = json.loads((shipped / "metrics.json").read_text()).get("stages", {})
-    done = len(reports)
-    if not 1 <= done < stages or sorted(reports, key=int) != [str(k) for k in range(1, done + 1)]:
-        return
-    state = load_dflash(shipped).float().state_dict()
-    for k in range(1, done + 1):
-        save_checkpoint(work / f"stage{k}{micro_tag}.pt",
-                        {"state": state if k == done else None, "report": reports[str(k)]})
-
-
-def _decode_tau(target, net, tok, micro: bool, temperature: float | None = None) -> dict:
-    """τ of real decoding through the engine on held-out validation prompts (not teacher-forced): greedy, or sampled
-    at ``temperature`` (the chain of draws from each slot's q, verified losslessly)."""
+def _decode_tau(target, net, tok, micro: bool) -> dict:
+    """τ of real greedy decoding through the engine on held-out validation prompts (not teacher-forced)."""
     prompts = code_distill.tau_prompts(tok, micro)
     return {f"chain{k}": code_distill.decode_tau(target, lambda k=k: DFlashDrafter(net, target, num_tokens=k),
-                                                 prompts, micro, temperature)
+                                                 prompts, micro)
             for k in (TAU_BLOCK, 8)}
 
 

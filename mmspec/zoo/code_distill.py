@@ -98,16 +98,12 @@ def tau_prompts(tokenizer, micro: bool) -> list[torch.Tensor]:
 
 
 @torch.no_grad()
-def decode_tau(target, make_drafter: Callable[[], object], prompts: list[torch.Tensor], micro: bool,
-               temperature: float | None = None) -> float:
-    """Σ new tokens / Σ target forwards over the prompts (exactly ``TAU_TOKENS`` tokens each): greedy, or sampled at
-    ``temperature`` (prompt i from seed i)."""
+def decode_tau(target, make_drafter: Callable[[], object], prompts: list[torch.Tensor], micro: bool) -> float:
+    """Σ new tokens / Σ target forwards over the prompts (greedy, exactly ``TAU_TOKENS`` tokens each)."""
     gen = SpeculativeGenerator(target, make_drafter())
     new = forwards = 0
-    for i, ids in enumerate(prompts):
-        how = {} if temperature is None else dict(do_sample=True, temperature=temperature,
-                                                  generator=torch.Generator().manual_seed(i))
-        out = gen.generate(ids, max_new_tokens=MICRO_TAU_TOKENS if micro else TAU_TOKENS, eos_token_id=[], **how)
+    for ids in prompts:
+        out = gen.generate(ids, max_new_tokens=MICRO_TAU_TOKENS if micro else TAU_TOKENS, eos_token_id=[])
         new += out.stats.new_tokens
         forwards += out.stats.target_forwards
     return new / max(forwards, 1)

@@ -165,6 +165,34 @@ def test_cli_trains_a_drafter_the_pipeline_runs_exactly(tmp_path):
     assert torch.equal(got.sequences, ref)
 
 
+def test_cli_samples_the_missing_responses_at_the_temperature_given(tmp_path, monkeypatch, capsys):
+    """``--temperature``: the rows without a response get one sampled from the target at that temperature (the
+    responses the run trains on, not its greedy ones); it is refused without --data rows to answer."""
+    import mmspec.cli_train as cli_train
+    from mmspec.cli import main
+
+    rows = [{"prompt": f"def f{i}(x):\n", "response": f"    return x + {i}\n\n"} for i in range(6)]
+    rows += [{"prompt": "def g(a, b):\n"}, {"prompt": "def h(c):\n"}]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    asked = []
+    real = cli_train.greedy_responses
+
+    def recording(target, prompts, *a, **kw):
+        asked.append((len(prompts), kw.get("temperature")))
+        return real(target, prompts, *a, **kw)
+
+    monkeypatch.setattr(cli_train, "greedy_responses", recording)
+    assert main(["train", "dflash", "--data", str(data), "--steps", "1", "--batch-size", "2", "--anchors", "2",
+                 "--layers", "1", "--block-size", "4", "--max-new-tokens", "6", "--temperature", "0.8",
+                 "--out", str(tmp_path / "drafter")]) == 0
+    assert asked == [(2, 0.8)]
+    capsys.readouterr()
+    assert main(["train", "dflash", "--generate", "8", "--temperature", "1.0", "--out", str(tmp_path / "o")]) == 2
+    assert "--temperature samples the responses of --data rows" in capsys.readouterr().err
+    assert not (tmp_path / "o.ckpt").exists()
+
+
 def test_cli_reports_bad_rows_by_line(tmp_path, capsys):
     from mmspec.cli import main
 

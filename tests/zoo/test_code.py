@@ -117,37 +117,11 @@ def test_micro_build_loads_and_matches_checksum(tmp_path, greedy_reference):
     from mmspec.drafters.feature import FeatureDrafter
 
     block = read_json(tmp_path / "code-dflash" / "metrics.json")
-    # corpus windows x2, answers, answers to packages, greedy and sampled answers
-    assert set(block["stages"]) == {"1", "2", "3", "4", "5"}
+    assert set(block["stages"]) == {"1", "2", "3", "4"}  # corpus windows x2, answers, answers to packages
     assert block["stages"]["2"]["train_rows"] > block["stages"]["1"]["train_rows"] and block["stages"]["3"]["steps"] > 0
-    assert block["stages"]["5"]["train_rows"] > block["stages"]["3"]["train_rows"]
-    assert block["heldout_set"].startswith("the last stage's validation rows")
-    for key in ("tau_decode", "tau_decode_sampled"):
-        assert {"chain15", "chain8"} <= set(block[key]) and all(t >= 1.0 for t in block[key].values())
+    assert block["heldout_set"].startswith("stages 3-4's validation rows")
+    assert {"chain15", "chain8"} <= set(block["tau_decode"]) and all(t >= 1.0 for t in block["tau_decode"].values())
     assert len(block["heldout_shipped"]["slot_agreement"]) == 15
-    assert len(block["heldout_shipped_sampled"]["slot_agreement"]) == 15
-
-    # a clone has the shipped drafter but no .build: the build goes on from the shipped weights at the next stage
-    from mmspec.drafters.dflash_io import load_dflash
-    from mmspec.training.loop import load_checkpoint
-    from mmspec.zoo.code_dflash import go_on_from_shipped
-
-    work = tmp_path / ".build" / "code-dflash"
-    kept = {k: load_checkpoint(work / f"stage{k}-micro.pt") for k in range(1, 6)}
-    for k in range(1, 6):
-        (work / f"stage{k}-micro.pt").unlink()
-    go_on_from_shipped(tmp_path, work, 5, "-micro")  # the shipped one has every stage: nothing to go on from
-    assert not any((work / f"stage{k}-micro.pt").exists() for k in range(1, 6))
-    go_on_from_shipped(tmp_path, work, 6, "")  # a full build never goes on from a micro drafter
-    assert not any((work / f"stage{k}.pt").exists() for k in range(1, 7))
-    go_on_from_shipped(tmp_path, work, 6, "-micro")  # a sixth stage would start from the shipped five
-    shipped = load_dflash(tmp_path / "code-dflash").float().state_dict()
-    for k in range(1, 6):
-        got = load_checkpoint(work / f"stage{k}-micro.pt")
-        assert got["report"] == block["stages"][str(k)]
-        assert (got["state"] is None) == (k < 5)
-    for name, w in load_checkpoint(work / "stage5-micro.pt")["state"].items():
-        assert torch.equal(w, kept[5]["state"][name]) and torch.equal(w, shipped[name]), name
     assert "tau_chain8" in read_json(tmp_path / "code-eagle" / "metrics.json")
     for drafter in (DFlashDrafter(load("code-dflash", home=tmp_path).model, target.model, tree_nodes=6),
                     FeatureDrafter(load("code-eagle", home=tmp_path).model, target.model, num_tokens=4)):
