@@ -133,6 +133,9 @@ class _AdaptiveRun:
     fixed: bool = False  # a sampling call with when_sampling=False: every step drafts, nothing is measured
     active_before: list = field(default_factory=list)  # the rows generating when the drafted step in flight began
     won: bool = False  # drafting's measured rate beat plain steps' at some step of this call
+    open_drafted: bool = False  # a call resumed on plain steps drafts its first step all the same
+    opening: bool = False  # the step in flight is such an opening
+    opening_won: bool = True  # the call's first drafted step emitted tokens faster than plain steps do
 
 
 class AdaptiveDrafter(Drafter):
@@ -185,10 +188,12 @@ class AdaptiveDrafter(Drafter):
         known = self._memory.get(rows)
         if known is not None:
             run.plain.samples = list(known["plain"])
+            run.opening_won = known["opening_won"]
             if not known["won"]:  # start where the last call at this batch size stopped
                 run.drafted.samples = list(known["drafted"])
                 run.drafting, run.since_switch, run.probe_every = known["drafting"], known["since_switch"], \
                     known["probe_every"]
+                run.open_drafted = not run.drafting and run.opening_won
             # else drafting paid in the last call: its first FIRST_DRAFTED measured steps draft, judged afresh
         return run
 
@@ -236,9 +241,13 @@ class AdaptiveDrafter(Drafter):
     def propose(self, context: DraftContext, run: _AdaptiveRun) -> DraftTree:
         if run.fixed:
             return self.inner.propose(context, run.inner)
-        drafting = self._choose(run)
-        run.since_switch = run.since_switch + 1 if drafting == run.drafting else 0
-        run.drafting = drafting
+        run.opening = run.open_drafted and run.step == 0
+        if run.opening:  # drafted outside the policy's windows and counters: the resumed kind goes on after it
+            drafting = True
+        else:
+            drafting = self._choose(run)
+            run.since_switch = run.since_switch + 1 if drafting == run.drafting else 0
+            run.drafting = drafting
         if drafting:
             run.active_before = context.state.active.tolist()  # the rows this step generates for
         t0 = time.perf_counter()
@@ -258,7 +267,14 @@ class AdaptiveDrafter(Drafter):
         if run.fixed:
             return
         observed = time.perf_counter() - t0
-        if run.drafting and not run.fed:
+        drafted = run.drafting or run.opening
+        if drafted and run.step == 0:
+            # the call's first step drafted: did it beat plain steps, its drafter prefill paid? (an answer the
+            # drafter knows often comes whole in its first block: the next call's opening then drafts as well)
+            seconds = run.t_draft + verified + observed
+            tokens = [n for n, a in zip((result.num_accepted.cpu() + 1).tolist(), run.active_before) if a]
+            run.opening_won = run.plain.rate is None or min(tokens or [1]) / seconds >= run.plain.rate
+        if drafted and not run.fed:
             # the call's first drafted step feeds the prompt to the drafter: a one-off, not what a step costs
             run.fed = True
         elif run.drafting:
@@ -275,7 +291,8 @@ class AdaptiveDrafter(Drafter):
             # the sample lists are replaced, never changed in place, on every add: no copy needed
             self._memory[run.rows] = {"drafted": run.drafted.samples, "plain": run.plain.samples,
                                       "drafting": run.drafting, "since_switch": run.since_switch,
-                                      "probe_every": run.probe_every, "won": run.won}
+                                      "probe_every": run.probe_every, "won": run.won,
+                                      "opening_won": run.opening_won}
 
 
 def unwrap(drafter):

@@ -1,10 +1,13 @@
 """The adaptive policy (drafts only where it pays) never changes the output: greedy equals plain decoding whatever
 the steps it drafts, for every kind of inner drafter and ragged batches; and it picks the faster kind of step."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from mmspec.drafters import PromptLookupDrafter
+from mmspec.drafters import adaptive
 from mmspec.drafters.adaptive import MAX_PROBE_EVERY, AdaptiveDrafter, _AdaptiveRun
 from mmspec.eval.batch_sweep import collate
 from mmspec.eval.code_suite import code_prompts, diffusion_factories
@@ -159,6 +162,7 @@ def test_a_later_call_resumes_the_kind_in_use_and_the_probe_interval(code):
     gen = SpeculativeGenerator(code.model, policy)
     gen.generate(ids, max_new_tokens=48, eos_token_id=[])
     policy._memory[1].update(drafting=False, since_switch=3, probe_every=MAX_PROBE_EVERY, won=False,
+                             opening_won=False,
                              drafted=[(1.0, [1])] * 8)  # as if drafting had measured far slower than plain steps
     # the next call starts with plain steps (the remembered kind) and keeps the remembered interval: no probe in
     # 12 tokens, so every step emits exactly one token
@@ -183,7 +187,7 @@ def test_the_routes_adaptive_option_wraps_the_drafter_and_keeps_the_output():
         mmspec.pipeline("zoo:code-target", adaptive="yes")
 
 
-def test_a_call_after_one_where_drafting_won_measures_drafting_afresh(code):
+def test_a_call_after_one_where_drafting_won_measures_drafting_afresh(code, monkeypatch):
     """The last call ended on plain steps, far apart probes, but drafting had won in it (a VLM answer's tail the
     drafter could not guess): the next call drafts its opening steps and judges drafting on them, against the
     remembered plain steps. After a call where drafting never won, the next resumes on plain steps (no probe)."""
@@ -206,10 +210,30 @@ def test_a_call_after_one_where_drafting_won_measures_drafting_afresh(code):
     assert len(drafted) >= min(steps, 5)  # the feeding step and four measured ones drafted
     assert policy._memory[1]["plain"][:8] == [(0.015, 1.0)] * 8  # the plain steps' measurements were kept
     assert (1.0, [1]) not in policy._memory[1]["drafted"]  # drafting was judged on this call's steps alone
-    policy._memory[1].update(lost, won=False)
+    policy._memory[1].update(lost, won=False, opening_won=False)
     drafted.clear()
     out = gen.generate(ids, max_new_tokens=12, eos_token_id=[])
     assert out.stats.accept_lengths[0] == [1] * 12 and drafted == []
+
+    # drafting lost, but the last call's first drafted step beat plain steps: the call drafts its first step (the
+    # block that often holds a known answer whole), outside the windows, then resumes on plain steps. A clock that
+    # ticks 1 ms a reading makes every step's measured time the same: a drafted step 3 ms, a plain one 2 ms
+    clock = iter(range(10**9))
+    monkeypatch.setattr(adaptive, "time", SimpleNamespace(perf_counter=lambda: next(clock) * 1e-3))
+    policy._memory[1].update(lost, won=False, opening_won=True)
+    drafted.clear()
+    out = gen.generate(ids, max_new_tokens=24, eos_token_id=[])
+    assert len(drafted) == 1 and set(out.stats.accept_lengths[0][1:]) == {1}
+    assert policy._memory[1]["drafted"] == [(1.0, [1])] * 8  # the opening was measured outside the window
+    assert policy._memory[1]["since_switch"] > 3 and policy._memory[1]["drafting"] is False
+    assert policy._memory[1]["opening_won"] is True  # >= 1 token in 3 ms beats 67 plain tokens a second
+    policy._memory[1].update(plain=[(1e-4, 1.0)] * 8)  # plain steps far faster: the opening loses, and is dropped
+    drafted.clear()
+    gen.generate(ids, max_new_tokens=24, eos_token_id=[])
+    assert len(drafted) == 1 and policy._memory[1]["opening_won"] is False
+    drafted.clear()
+    out = gen.generate(ids, max_new_tokens=24, eos_token_id=[])
+    assert drafted == [] and set(out.stats.accept_lengths[0]) == {1}
 
 
 def test_a_drafter_that_catches_up_begins_only_when_it_first_drafts(code):
@@ -230,7 +254,7 @@ def test_a_drafter_that_catches_up_begins_only_when_it_first_drafts(code):
     gen = SpeculativeGenerator(code.model, policy)
     gen.generate(batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=32, eos_token_id=[])
     assert len(begins) == 1  # the first call drafts from its first step
-    policy._memory[2].update(drafting=False, since_switch=0, probe_every=2, won=False,
+    policy._memory[2].update(drafting=False, since_switch=0, probe_every=2, won=False, opening_won=False,
                              drafted=[(0.06, [1, 1])] * 8, plain=[(0.015, 1.0)] * 8)  # plain wins; probe at step 8
     prompt_len = batch["input_ids"].shape[1]
     out = gen.generate(batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=40, eos_token_id=[])
