@@ -230,6 +230,19 @@ def test_init_takes_a_drafter_of_the_same_shape_and_names_a_mismatch(tmp_path):
         dflash_init(str(tmp_path / "missing"), same)
 
 
+def dies_on_second_batch(generate):
+    """``generate`` that answers one batch, then raises as a killed run would."""
+    calls = []
+
+    def dies(self, *a, **kw):
+        if calls:
+            raise RuntimeError("killed")
+        calls.append(1)
+        return generate(self, *a, **kw)
+
+    return dies
+
+
 def test_greedy_responses_batched_equal_one_at_a_time_and_resume(target, tmp_path, monkeypatch):
     """Batched by length with left padding, every answer is the target's own greedy one (as ``generate`` gives it for
     the prompt alone); EOS cuts an answer after it; a run killed after its first batch goes on from the second."""
@@ -245,16 +258,8 @@ def test_greedy_responses_batched_equal_one_at_a_time_and_resume(target, tmp_pat
     assert all(len(c) < len(a) if eos in a else c == a for c, a in zip(cut, alone))
 
     partial = tmp_path / "responses.partial.pt"
-    calls = []
     real = type(target).generate
-
-    def dies_second(self, *a, **kw):
-        if len(calls) == 1:
-            raise RuntimeError("killed")
-        calls.append(1)
-        return real(self, *a, **kw)
-
-    monkeypatch.setattr(type(target), "generate", dies_second)
+    monkeypatch.setattr(type(target), "generate", dies_on_second_batch(real))
     with pytest.raises(RuntimeError, match="killed"):
         greedy_responses(target, prompts, 6, None, 0, partial=partial, batch_size=3, progress=False)
     monkeypatch.setattr(type(target), "generate", real)
@@ -284,15 +289,7 @@ def test_sampled_responses_are_reproducible_resumable_and_not_the_greedy_ones(ta
 
     partial = tmp_path / "sampled.partial.pt"
     real = type(target).generate
-    calls = []
-
-    def dies_second(self, *a, **kw):
-        if len(calls) == 1:
-            raise RuntimeError("killed")
-        calls.append(1)
-        return real(self, *a, **kw)
-
-    monkeypatch.setattr(type(target), "generate", dies_second)
+    monkeypatch.setattr(type(target), "generate", dies_on_second_batch(real))
     with pytest.raises(RuntimeError, match="killed"):
         greedy_responses(target, prompts, 8, None, 0, partial=partial, batch_size=3, progress=False, temperature=1.0,
                          seed=3)
