@@ -276,7 +276,10 @@ class AdaptiveDrafter(Drafter):
             # drafter knows often comes whole in its first block: the next call's opening then drafts as well)
             seconds = run.t_draft + verified + observed
             tokens = [n for n, a in zip((result.num_accepted.cpu() + 1).tolist(), run.active_before) if a]
-            run.opening_won = run.plain.rate is None or min(tokens or [1]) / seconds >= run.plain.rate
+            # (by the margin a switch from plain steps to drafting needs: an opening that only breaks even, as a
+            # large batch's slowest row makes it, is not worth its drafter prefill's risk)
+            run.opening_won = run.plain.rate is None or \
+                min(tokens or [1]) / seconds >= self.margin * run.plain.rate * (1 + HYSTERESIS)
         if drafted and not run.fed:
             # the call's first drafted step feeds the prompt to the drafter: a one-off, not what a step costs
             run.fed = True
