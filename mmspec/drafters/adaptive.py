@@ -27,9 +27,9 @@ measurements but measures drafting afresh from its opening, as a first call does
 drafter knows again, while the last call may have ended on text it could not guess (a VLM's answer generated past its
 end: at batch 1 resuming on plain steps kept 85% of always drafting's speedup); where drafting never wins (a large
 batch) a call still starts on plain steps. Such a call's first step drafts all the same when the last call's first
-drafted step beat plain steps (its slowest row's tokens over its time, the drafter's prompt prefill included): a
-short answer the drafter knows often comes whole in the first block. That opening is judged on its own and kept out
-of the windows and counters, so the resumed kind goes on after it. A plain step
+drafted step beat plain steps by the margin a switch to drafting needs (its slowest row's tokens over its time, the
+drafter's prompt prefill included): a short answer the drafter knows often comes whole in the first block. That
+opening is judged on its own and kept out of the windows and counters, so the resumed kind goes on after it. A plain step
 is the root alone (what :class:`~mmspec.drafters.no_draft.NoDrafter` verifies), and the inner drafter still
 observes it, so the output is exactly what plain decoding gives under greedy and the target's distribution under
 sampling, whatever the choices.
