@@ -29,7 +29,7 @@ from .options import TRAIN, check_args
 from .targets import Target
 from .training.artifact import begin_run, cached, prepare_run, target_identity, write_artifact
 from .training.deer import DEERConfig, align, load_dlm, target_generations
-from .training.dflash import DFlashTrainConfig, Responses, greedy_responses, precompute_features, train_dflash
+from .training.dflash import DFlashTrainConfig, Responses, target_responses, precompute_features, train_dflash
 from .training.feature import FeatureTrainConfig, jsonl_batches, read_training_rows, train_feature_drafter
 from .training.image_feature import train_image_drafter
 from .verifiers.tree_forward import text_config
@@ -189,10 +189,10 @@ def _respond(target, rows, max_new_tokens: int, eos, pad: int, partial: Path, pr
              pictures: list[dict] | None = None, temperature: float | None = None):
     """The target's greedy response (or one sampled at ``temperature``) for every row without one (batched by prompt
     length, each finished batch saved so a killed run goes on from the next:
-    :func:`~mmspec.training.dflash.greedy_responses`), with each row's picture inputs where the target is a VLM."""
+    :func:`~mmspec.training.dflash.target_responses`), with each row's picture inputs where the target is a VLM."""
     todo = [i for i, (_, r) in enumerate(rows) if r is None]
     inputs = stacked_inputs([pictures[i] for i in todo], target) if pictures is not None and todo else None
-    answers = dict(zip(todo, greedy_responses(target, [rows[i][0] for i in todo], max_new_tokens, eos, pad,
+    answers = dict(zip(todo, target_responses(target, [rows[i][0] for i in todo], max_new_tokens, eos, pad,
                                               partial=partial, progress=progress, inputs=inputs,
                                               temperature=temperature)))
     return [(p, r if r is not None else answers[i]) for i, (p, r) in enumerate(rows)]
@@ -224,7 +224,7 @@ def dflash_image_rows(path: str, processor) -> list[tuple[list[int], list[int] |
 
 
 def stacked_inputs(pictures: list[dict], target):
-    """``inputs(rows, ids)`` for :func:`~mmspec.training.dflash.greedy_responses` / ``precompute_features``: those
+    """``inputs(rows, ids)`` for :func:`~mmspec.training.dflash.target_responses` / ``precompute_features``: those
     rows' picture inputs, concatenated in row order (one picture per row); an M-RoPE target (a picture's grid given)
     also gets the token types of ``ids`` as its processor lays them out (1 on the image placeholders)."""
     image_id = image_token_id(target)
@@ -290,10 +290,9 @@ def cli_train_dflash(args) -> int:
         raise ValueError("--block-size must be >= 2 and --generate >= 8")
     if args.lr <= 0 or args.budget_s <= 0 or args.kl_weight < 0:
         raise ValueError("--lr and --budget-s must be > 0, --kl-weight >= 0")
-    temperature = getattr(args, "temperature", None)
-    if temperature is not None and (args.data is None or not temperature > 0):
+    if args.temperature is not None and (args.data is None or not args.temperature > 0):
         raise ValueError(f"--temperature samples the responses of --data rows that have none: it needs --data and a "
-                         f"value > 0, got {temperature}")
+                         f"value > 0, got {args.temperature}")
     layer_ids = [int(x) for x in args.target_layers.split(",")] if args.target_layers else None
     loaded = load_target(args.target)
     target, tok = loaded.model, loaded.tokenizer
@@ -350,7 +349,7 @@ def cli_train_dflash(args) -> int:
     features = val_features = None
     if rows is not None:
         rows = _respond(target, rows, args.max_new_tokens, eos, pad, ckpt / "responses.partial.pt", pictures=pictures,
-                        temperature=temperature)
+                        temperature=args.temperature)
         n_val = max(2, len(rows) // 20)
         train, val = Responses.from_rows(rows[n_val:], pad), Responses.from_rows(rows[:n_val], pad)
     else:

@@ -137,8 +137,12 @@ class _AdaptiveRun:
     active_before: list = field(default_factory=list)  # the rows generating when the drafted step in flight began
     won: bool = False  # drafting's measured rate beat plain steps' at some step of this call
     open_drafted: bool = False  # a call resumed on plain steps drafts its first step all the same
-    opening: bool = False  # the step in flight is such an opening
     opening_won: bool = True  # the call's first drafted step emitted tokens faster than plain steps do
+
+    @property
+    def opening(self) -> bool:
+        """The step in flight is the drafted first step of a call resumed on plain steps."""
+        return self.open_drafted and self.step == 0
 
 
 class AdaptiveDrafter(Drafter):
@@ -244,7 +248,6 @@ class AdaptiveDrafter(Drafter):
     def propose(self, context: DraftContext, run: _AdaptiveRun) -> DraftTree:
         if run.fixed:
             return self.inner.propose(context, run.inner)
-        run.opening = run.open_drafted and run.step == 0
         if run.opening:  # drafted outside the policy's windows and counters: the resumed kind goes on after it
             drafting = True
         else:
@@ -271,11 +274,12 @@ class AdaptiveDrafter(Drafter):
             return
         observed = time.perf_counter() - t0
         drafted = run.drafting or run.opening
+        emitted = (result.num_accepted.cpu() + 1).tolist() if drafted else None
         if drafted and run.step == 0:
             # the call's first step drafted: did it beat plain steps, its drafter prefill paid? (an answer the
             # drafter knows often comes whole in its first block: the next call's opening then drafts as well)
             seconds = run.t_draft + verified + observed
-            tokens = [n for n, a in zip((result.num_accepted.cpu() + 1).tolist(), run.active_before) if a]
+            tokens = [n for n, a in zip(emitted, run.active_before) if a]
             # (by the margin a switch from plain steps to drafting needs: an opening that only breaks even, as a
             # large batch's slowest row makes it, is not worth its drafter prefill's risk)
             run.opening_won = run.plain.rate is None or \
@@ -285,7 +289,6 @@ class AdaptiveDrafter(Drafter):
             run.fed = True
         elif run.drafting:
             active = run.active_before
-            emitted = (result.num_accepted.cpu() + 1).tolist()
             run.drafted.add(run.t_draft + verified + observed,
                             [n if a else None for n, a in zip(emitted, active)])
             run.drafted_steps += 1

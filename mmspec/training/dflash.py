@@ -90,10 +90,11 @@ class Responses:
 
 
 @torch.no_grad()
-def greedy_responses(target, prompts: list[list[int]], max_new_tokens: int, eos, pad_id: int, partial=None,
+def target_responses(target, prompts: list[list[int]], max_new_tokens: int, eos, pad_id: int, partial=None,
                      batch_size: int = 32, progress: bool = True, inputs=None, temperature: float | None = None,
                      seed: int = 0) -> list[list[int]]:
-    """The target's greedy response to every prompt (token ids), ``max_new_tokens`` each or up to ``eos`` (None:
+    """The target's greedy response (or, with ``temperature``, a sampled one) to every prompt (token ids),
+    ``max_new_tokens`` each or up to ``eos`` (None:
     EOS does not stop, as the benchmark suites decode). Prompts are batched by length (left padded, with the
     attention mask: the padded positions change nothing but rounding) so a CPU spends one forward per step on a
     whole batch; with ``partial`` each finished batch is saved and a later call goes on from the next.
@@ -381,5 +382,5 @@ def train_dflash(net: DFlashDraftModel, target, train, val,
             **({"heldout_after_by_block": by_block} if cfg.block_choices else {})}
 
 
-__all__ = ["Responses", "greedy_responses", "row_lengths", "DFlashTrainConfig", "dflash_loss", "precompute_features", "target_outputs", "block_acceptance", "train_dflash", "sample_anchors", "make_batch", "compressed", "slot_logits",
+__all__ = ["Responses", "target_responses", "row_lengths", "DFlashTrainConfig", "dflash_loss", "precompute_features", "target_outputs", "block_acceptance", "train_dflash", "sample_anchors", "make_batch", "compressed", "slot_logits",
            "validation_batches"]

@@ -24,7 +24,7 @@ from ..drafters.dflash import DFlashDrafter
 from ..drafters.dflash_io import load_dflash, save_dflash
 from ..drafters.dflash_model import DFlashDraftModel, make_config
 from ..training.deer import target_generations
-from ..training.dflash import DFlashTrainConfig, Responses, block_acceptance, greedy_responses, \
+from ..training.dflash import DFlashTrainConfig, Responses, block_acceptance, target_responses, \
     precompute_features, train_dflash, validation_batches
 from ..training.artifact import cached
 from ..training.loop import load_checkpoint, model_device, on_model, save_checkpoint
@@ -168,7 +168,7 @@ def answered(stem: Path, target, tok, texts: list[str], micro: bool, progress: b
     pad = tok.pad_token_id or 0
 
     def answer():
-        answers = greedy_responses(target, prompts, code_distill.MICRO_TAU_TOKENS if micro else COMPLETION_TOKENS,
+        answers = target_responses(target, prompts, code_distill.MICRO_TAU_TOKENS if micro else COMPLETION_TOKENS,
                                    None, pad, partial=partial, progress=progress)
         return Responses.from_rows(list(zip(prompts, answers)), pad)
 

@@ -29,7 +29,7 @@ import torch
 from ..drafters.dflash import DFlashDrafter
 from ..drafters.dflash_model import DFlashDraftModel, make_config
 from ..generator import SpeculativeGenerator
-from ..training.dflash import DFlashTrainConfig, Responses, block_acceptance, greedy_responses, \
+from ..training.dflash import DFlashTrainConfig, Responses, block_acceptance, target_responses, \
     tau_of, train_dflash, validation_batches
 from ..training.artifact import cached
 from ..training.loop import load_checkpoint, on_model, save_checkpoint
@@ -93,7 +93,7 @@ def answered(target, enc: Encoder, pool: ScenePool, rows, work: Path, name: str,
     run to the budget instead, so that the rows exist."""
     def answer():
         prompts = [p for p, _ in rows]
-        answers = greedy_responses(target, prompts, MICRO_ANSWER_TOKENS if micro else ANSWER_TOKENS,
+        answers = target_responses(target, prompts, MICRO_ANSWER_TOKENS if micro else ANSWER_TOKENS,
                                    None if micro else enc.eos_id, enc.pad_id, partial=work / f"{name}.partial.pt",
                                    progress=progress, inputs=lambda idx, ids: {
                                        "pixel_values": to_pixels(pool.images[[rows[i][1] for i in idx]])})

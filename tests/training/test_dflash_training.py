@@ -12,7 +12,7 @@ from mmspec.drafters.dflash_model import DFlashDraftModel, make_config, teacher_
 from mmspec.tiny import tiny_model
 from mmspec.training import dflash as dflash_training
 from mmspec.training.deer import DEERConfig, target_generations
-from mmspec.training.dflash import DFlashTrainConfig, Responses, block_acceptance, greedy_responses, train_dflash, \
+from mmspec.training.dflash import DFlashTrainConfig, Responses, block_acceptance, target_responses, train_dflash, \
     validation_batches
 from tests.tiny_models import sharpen
 
@@ -176,13 +176,13 @@ def test_cli_samples_the_missing_responses_at_the_temperature_given(tmp_path, mo
     data = tmp_path / "rows.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in rows))
     asked = []
-    real = cli_train.greedy_responses
+    real = cli_train.target_responses
 
     def recording(target, prompts, *a, **kw):
         asked.append((len(prompts), kw.get("temperature")))
         return real(target, prompts, *a, **kw)
 
-    monkeypatch.setattr(cli_train, "greedy_responses", recording)
+    monkeypatch.setattr(cli_train, "target_responses", recording)
     assert main(["train", "dflash", "--data", str(data), "--steps", "1", "--batch-size", "2", "--anchors", "2",
                  "--layers", "1", "--block-size", "4", "--max-new-tokens", "6", "--temperature", "0.8",
                  "--out", str(tmp_path / "drafter")]) == 0
@@ -243,7 +243,7 @@ def dies_on_second_batch(generate):
     return dies
 
 
-def test_greedy_responses_batched_equal_one_at_a_time_and_resume(target, tmp_path, monkeypatch):
+def test_target_responses_batched_equal_one_at_a_time_and_resume(target, tmp_path, monkeypatch):
     """Batched by length with left padding, every answer is the target's own greedy one (as ``generate`` gives it for
     the prompt alone); EOS cuts an answer after it; a run killed after its first batch goes on from the second."""
     g = torch.Generator().manual_seed(5)
@@ -251,9 +251,9 @@ def test_greedy_responses_batched_equal_one_at_a_time_and_resume(target, tmp_pat
     alone = [target.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
                              do_sample=False, max_new_tokens=6, eos_token_id=None, pad_token_id=0)[0, len(p):].tolist()
              for p in prompts]
-    assert greedy_responses(target, prompts, 6, None, 0, batch_size=3, progress=False) == alone
+    assert target_responses(target, prompts, 6, None, 0, batch_size=3, progress=False) == alone
     eos = alone[1][2]  # a token some answer emits: that answer stops after it
-    cut = greedy_responses(target, prompts, 6, eos, 0, batch_size=3, progress=False)
+    cut = target_responses(target, prompts, 6, eos, 0, batch_size=3, progress=False)
     assert cut[1] == alone[1][: alone[1].index(eos) + 1]
     assert all(len(c) < len(a) if eos in a else c == a for c, a in zip(cut, alone))
 
@@ -261,14 +261,14 @@ def test_greedy_responses_batched_equal_one_at_a_time_and_resume(target, tmp_pat
     real = type(target).generate
     monkeypatch.setattr(type(target), "generate", dies_on_second_batch(real))
     with pytest.raises(RuntimeError, match="killed"):
-        greedy_responses(target, prompts, 6, None, 0, partial=partial, batch_size=3, progress=False)
+        target_responses(target, prompts, 6, None, 0, partial=partial, batch_size=3, progress=False)
     monkeypatch.setattr(type(target), "generate", real)
     seen = []
     monkeypatch.setattr(type(target), "generate", lambda self, *a, **kw: seen.append(1) or real(self, *a, **kw))
-    assert greedy_responses(target, prompts, 6, None, 0, partial=partial, batch_size=3, progress=False) == alone
+    assert target_responses(target, prompts, 6, None, 0, partial=partial, batch_size=3, progress=False) == alone
     assert len(seen) == 2  # three batches of the seven prompts; the first was saved before the kill
     with pytest.raises(ValueError, match="other prompts or settings"):  # never another run's answers
-        greedy_responses(target, prompts[::-1], 6, None, 0, partial=partial, batch_size=3, progress=False)
+        target_responses(target, prompts[::-1], 6, None, 0, partial=partial, batch_size=3, progress=False)
 
 
 def test_sampled_responses_are_reproducible_resumable_and_not_the_greedy_ones(target, tmp_path, monkeypatch):
@@ -277,27 +277,27 @@ def test_sampled_responses_are_reproducible_resumable_and_not_the_greedy_ones(ta
     run makes; a greedy run's saved batches are never taken for sampled ones."""
     g = torch.Generator().manual_seed(6)
     prompts = [torch.randint(3, V, (n,), generator=g).tolist() for n in (3, 9, 5, 7, 4, 11, 6)]
-    greedy = greedy_responses(target, prompts, 8, None, 0, batch_size=3, progress=False)
-    drawn = greedy_responses(target, prompts, 8, None, 0, batch_size=3, progress=False, temperature=1.0, seed=3)
+    greedy = target_responses(target, prompts, 8, None, 0, batch_size=3, progress=False)
+    drawn = target_responses(target, prompts, 8, None, 0, batch_size=3, progress=False, temperature=1.0, seed=3)
     assert drawn != greedy and all(len(d) == 8 for d in drawn)
-    assert greedy_responses(target, prompts, 8, None, 0, batch_size=3, progress=False, temperature=1.0,
+    assert target_responses(target, prompts, 8, None, 0, batch_size=3, progress=False, temperature=1.0,
                             seed=3) == drawn
-    assert greedy_responses(target, prompts, 8, None, 0, batch_size=3, progress=False, temperature=1.0,
+    assert target_responses(target, prompts, 8, None, 0, batch_size=3, progress=False, temperature=1.0,
                             seed=4) != drawn
     with pytest.raises(ValueError, match="temperature must be > 0"):
-        greedy_responses(target, prompts, 8, None, 0, temperature=0.0, progress=False)
+        target_responses(target, prompts, 8, None, 0, temperature=0.0, progress=False)
 
     partial = tmp_path / "sampled.partial.pt"
     real = type(target).generate
     monkeypatch.setattr(type(target), "generate", dies_on_second_batch(real))
     with pytest.raises(RuntimeError, match="killed"):
-        greedy_responses(target, prompts, 8, None, 0, partial=partial, batch_size=3, progress=False, temperature=1.0,
+        target_responses(target, prompts, 8, None, 0, partial=partial, batch_size=3, progress=False, temperature=1.0,
                          seed=3)
     monkeypatch.setattr(type(target), "generate", real)
-    assert greedy_responses(target, prompts, 8, None, 0, partial=partial, batch_size=3, progress=False,
+    assert target_responses(target, prompts, 8, None, 0, partial=partial, batch_size=3, progress=False,
                             temperature=1.0, seed=3) == drawn
     with pytest.raises(ValueError, match="other prompts or settings"):
-        greedy_responses(target, prompts, 8, None, 0, partial=partial, batch_size=3, progress=False)
+        target_responses(target, prompts, 8, None, 0, partial=partial, batch_size=3, progress=False)
 
 
 def test_validation_anchors_stay_inside_a_batch_of_uneven_rows(target):
