@@ -24,6 +24,7 @@ For models mixing sliding-window and full-attention layers it returns one mask p
 from __future__ import annotations
 
 import weakref
+from dataclasses import replace
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
@@ -368,6 +369,44 @@ class SpecKVCache(Cache):
         """Forget committed tokens beyond ``lengths[b]`` (slots are simply overwritten later)."""
         self.discard_pending()
         self.lengths = torch.minimum(self.lengths, lengths.to(self.lengths))
+
+    def select_rows(self, keep: torch.LongTensor) -> None:
+        """Keep only rows ``keep`` (ascending indices), in that order: the loop drops rows that finished, so that
+        later forwards stop computing them. Between steps only (nothing pending). A model that runs each row
+        several times (classifier-free guidance) keeps the same rows of each copy."""
+        if self.num_pending:
+            raise ValueError("select_rows drops rows between steps: commit or discard pending nodes first")
+        B, keep = self.batch_size_, keep.to(self.device)
+
+        def pick(t: torch.Tensor) -> torch.Tensor:
+            rep = t.shape[0] // B
+            rows = keep if rep == 1 else (keep[None, :] + B * torch.arange(rep, device=keep.device)[:, None]).flatten()
+            return t.index_select(0, rows.to(t.device))
+
+        in_store = [layer.is_initialized and self._store is not None and layer.keys is self._store_views[i]
+                    for i, layer in enumerate(self.layers)]
+        if self._store is not None:
+            self._store = pick(self._store)
+        H = self._store.shape[1] // (2 * len(self.layers)) if self._store is not None else 0
+        for i, layer in enumerate(self.layers):
+            if in_store[i]:
+                layer.keys = self._store[:, 2 * i * H: (2 * i + 1) * H]
+                layer.values = self._store[:, (2 * i + 1) * H: (2 * i + 2) * H]
+                self._store_views[i] = layer.keys
+            elif layer.is_initialized:
+                layer.keys, layer.values = pick(layer.keys), pick(layer.values)
+        n = keep.shape[0]
+        self.batch_size_ = n
+        self.lengths = self.lengths.index_select(0, keep)
+        self.starts = self.starts.index_select(0, keep)
+        self._prefix_key, self._prefix = None, None
+        self._pending_parents = self._pending_parents.new_zeros(n, 0)
+        self._pending_valid = self._pending_valid.new_zeros(n, 0)
+        self._pending_pos = self._pending_pos.new_zeros(n, 0)
+        self._pending_anc = self._pending_anc.new_zeros(n, 0, 0)
+        shift = self.position_shift
+        if shift is not None:
+            self.position_shift = replace(shift, shift=shift.shift.index_select(0, keep.to(shift.shift.device)))
 
     # ------------------------------------------------------------------ inspection
     def committed_kv(self, layer_idx: int, row: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -121,6 +121,8 @@ class _Call:
     context: DraftContext | None = None  # what the drafter is offered
     run: Any = None  # the drafter's own state for this call (what its begin returned)
     streamer: Any = None  # HF streamer protocol (put / end): each step's committed tokens, batch 1 only
+    rows: torch.LongTensor | None = None  # the call's row of each row still in the batch, once rows were dropped
+    done: Any = None  # (tokens, lengths, generated) of every row of the call, for those dropped (_narrow)
 
 
 def check_streamer(streamer, input_ids: torch.Tensor) -> None:
@@ -215,9 +217,33 @@ class SpeculativeGenerator:
                 call.run = self.drafter.begin(call.context)
             self._step(call)  # the first step: its drafting counts as the drafter's prefill too
             stats.drafter_prefill_time = stats.draft_time - before
-        while call.state.active.any():
+        narrows = self.drafter.drops_rows and self.relaxation is None and not self.measure_output_tv
+        while live := int(call.state.active.sum()):
+            if narrows and 2 * live <= call.state.batch_size:
+                self._narrow(call)
             self._step(call)
         return self._finish(call, t_start)
+
+    def _narrow(self, call: _Call) -> None:
+        """Drop the rows that finished, once they are half the batch: their tokens are kept aside, and the target's
+        cache, the token buffer, the drafter's state and every later forward hold only the rows still generating
+        (HF's loop computes finished rows to the end, as padding). At most log2(batch) times a call; each row's
+        tokens are the same either way (greedy), or drawn from the same distributions (sampling)."""
+        state, ctx = call.state, call.context
+        keep = torch.nonzero(state.active).flatten()
+        if call.rows is None:
+            call.rows = torch.arange(state.batch_size, device=keep.device)
+            call.done = (state.tokens.clone(), state.lengths.clone(), call.generated.clone())
+        gone = torch.nonzero(~state.active).flatten()
+        tokens, lengths, generated = call.done
+        at = call.rows[gone]
+        tokens[at], lengths[at], generated[at] = state.tokens[gone], state.lengths[gone], call.generated[gone]
+        call.rows = call.rows[keep]
+        call.cache.select_rows(keep)
+        state.select_rows(keep)
+        ctx.select_rows(keep)
+        call.generated = call.generated[keep]
+        call.run = self.drafter.select_rows(call.run, keep)
 
     # ------------------------------------------------------------------ the loop, step by step
     def _start(self, request: Request) -> _Call:
@@ -290,7 +316,8 @@ class SpeculativeGenerator:
         counts, finished = self._cut(call, new, counts)
         call.cache.commit(result.paths, torch.minimum(result.path_lengths, counts))
         rows = torch.nonzero(state.active).flatten()
-        for b, n in zip(rows.tolist(), counts[rows].tolist()):  # one device sync, not one per row
+        names = rows if call.rows is None else call.rows[rows]  # the call's rows, once finished ones were dropped
+        for b, n in zip(names.tolist(), counts[rows].tolist()):  # one device sync, not one per row
             call.stats.accept_lengths[b].append(n)
             if call.streamer is not None and n:
                 call.streamer.put(new[b: b + 1, :n].cpu())
@@ -329,11 +356,15 @@ class SpeculativeGenerator:
         """The sequences laid out like HF's (left padding kept, rows that stopped early padded) and the stats,
         with the output-TV measurement's time kept out of the timings."""
         state, stats = call.state, call.stats
-        stats.new_tokens = int(call.generated.sum())
-        width = state.prompt_length + int(call.generated.max())
-        sequences = state.tokens[:, :width].clone()
+        tokens, lengths, generated = state.tokens, state.lengths, call.generated
+        if call.rows is not None:  # rows were dropped on the way: the kept ones go back among them
+            tokens, lengths, generated = call.done
+            tokens[call.rows], lengths[call.rows], generated[call.rows] = state.tokens, state.lengths, call.generated
+        stats.new_tokens = int(generated.sum())
+        width = state.prompt_length + int(generated.max())
+        sequences = tokens[:, :width].clone()
         j = torch.arange(width, device=sequences.device)[None, :]
-        sequences[j >= state.lengths[:, None]] = call.request.pad_token_id
+        sequences[j >= lengths[:, None]] = call.request.pad_token_id
         stats.output_tv_time = call.verifier.output_tv_time
         stats.verify_time -= stats.output_tv_time
         stats.total_time = time.perf_counter() - t_start - stats.output_tv_time

@@ -60,6 +60,12 @@ class DecodeState:
         positions = (seen[:, None] + j).clamp(max=self.tokens.shape[1] - 1)
         return UnseenTokens(self.tokens.to(dev).gather(1, positions), positions, j < counts[:, None], counts)
 
+    def select_rows(self, keep: torch.LongTensor) -> None:
+        """Keep only rows ``keep`` (in place: drafters hold this object)."""
+        keep = keep.to(self.tokens.device)
+        self.tokens, self.lengths = self.tokens.index_select(0, keep), self.lengths.index_select(0, keep)
+        self.starts, self.active = self.starts.index_select(0, keep), self.active.index_select(0, keep)
+
     def append(self, new_tokens: torch.LongTensor, counts: torch.LongTensor) -> None:
         """Append ``new_tokens[b, :counts[b]]`` to each row (one scatter; the buffer's last column is
         scratch for the padded entries and never part of a row)."""
@@ -88,6 +94,19 @@ class DraftContext:
     # by default the last layer's hidden states)
     image_embeds: torch.Tensor | None = None  # [n_image_tokens, H] projected image embeddings, in the
     # row-major order of image_mask (the order LLaVA scatters them into the prompt)
+
+    def select_rows(self, keep: torch.LongTensor) -> None:
+        """Keep only rows ``keep`` of the prompt, its features and its pictures' embeddings (in place, as
+        :meth:`DecodeState.select_rows`; the loop selects ``state`` itself)."""
+        if self.image_embeds is not None:
+            per_row = self.image_mask.sum(1)  # each row's pictures, row-major in image_embeds
+            ends = per_row.cumsum(0)
+            parts = [self.image_embeds[int(ends[b] - per_row[b]): int(ends[b])] for b in keep.tolist()]
+            self.image_embeds = torch.cat(parts) if parts else self.image_embeds[:0]
+        rows = keep.to(self.prompt_ids.device)
+        self.prompt_ids, self.attention_mask = self.prompt_ids.index_select(0, rows), self.attention_mask.index_select(0, rows)
+        if self.hidden is not None:
+            self.hidden = self.hidden.index_select(0, keep.to(self.hidden.device))
 
     @property
     def image_mask(self) -> torch.BoolTensor | None:

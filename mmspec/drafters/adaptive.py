@@ -138,6 +138,7 @@ class _AdaptiveRun:
     won: bool = False  # drafting's measured rate beat plain steps' at some step of this call
     open_drafted: bool = False  # a call resumed on plain steps drafts its first step all the same
     opening_won: bool = True  # the call's first drafted step emitted tokens faster than plain steps do
+    narrowed: bool = False  # the loop dropped finished rows: the windows no longer describe a call of `rows` rows
 
     @property
     def opening(self) -> bool:
@@ -174,6 +175,22 @@ class AdaptiveDrafter(Drafter):
     @property
     def max_nodes(self) -> int:
         return self.inner.max_nodes
+
+    @property
+    def drops_rows(self) -> bool:
+        return self.inner.drops_rows
+
+    def select_rows(self, run: _AdaptiveRun, keep: torch.LongTensor) -> _AdaptiveRun:
+        """The inner drafter's rows narrowed, and both kinds judged afresh: the loop dropped half the batch or more,
+        so every step time measured so far belongs to a batch that no longer runs (drafting, dearer per row, gains
+        the most). The memory of the call's batch size is no longer written: it describes the call's start."""
+        if run.inner is not None:
+            run.inner = self.inner.select_rows(run.inner, keep)
+        if not run.fixed:
+            run.drafted, run.plain = _Rate(DRAFTED_WINDOW), _Rate()
+            run.since_switch, run.probing, run.probe_every = 0, False, self.probe_every
+        run.active_before, run.narrowed = [], True
+        return run
 
     def target_features(self, hidden_states: tuple) -> torch.Tensor:
         return self.inner.target_features(hidden_states)
@@ -296,7 +313,7 @@ class AdaptiveDrafter(Drafter):
             run.plain.add(verified + observed, 1.0)
             run.plain_steps += 1
         run.step += 1
-        if run.drafted.samples and run.plain.samples:
+        if run.drafted.samples and run.plain.samples and not run.narrowed:
             # the sample lists are replaced, never changed in place, on every add: no copy needed
             self._memory[run.rows] = {"drafted": run.drafted.samples, "plain": run.plain.samples,
                                       "drafting": run.drafting, "since_switch": run.since_switch,

@@ -57,6 +57,7 @@ class AutoregressiveDrafter(Drafter):
     """
 
     catches_up_from_tokens = True  # it feeds itself what it has not seen (state.unseen) when it drafts
+    drops_rows = True  # select_rows narrows the drafter's cache
 
     def __init__(self, model, num_tokens: int = 4, tree: TreeTemplate | str | None = None, top_k: int = 4,
                  num_nodes: int | None = None, adaptive: bool = True, confidence: float | None = None):
@@ -124,6 +125,12 @@ class AutoregressiveDrafter(Drafter):
             # so a drafter that the target disagrees with stops wasting forwards.
             full = bool((n_acc[active.to(dev)] >= run.draft_length).any()) if active.any() else False
             run.draft_length = min(run.draft_length + 2, self.num_tokens) if full else max(run.draft_length - 1, 1)
+
+    def select_rows(self, run: AutoregressiveRun, keep: torch.LongTensor) -> AutoregressiveRun:
+        if run.cache is not None:
+            run.cache.select_rows(keep)
+        run.node_to_pending = None  # a step's own: the next proposal sets it
+        return run
 
     # ------------------------------------------------------------------ extension hooks
     def feed_unseen(self, context: DraftContext, run: AutoregressiveRun) -> torch.Tensor:

@@ -94,6 +94,16 @@ class Drafter:
     #: :class:`~mmspec.drafters.adaptive.AdaptiveDrafter` then defers ``begin`` (e.g. a drafter's own prompt
     #: prefill) until it first drafts, so a call it runs on plain steps only pays nothing for the drafter
     catches_up_from_tokens: bool = False
+    #: capability flag: :meth:`select_rows` keeps a subset of a call's rows in the drafter's per-call state, so the
+    #: loop can drop the rows that finished (their forwards then cost nothing) instead of computing them to the end
+    drops_rows: bool = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # not inherited: a subclass may keep per-row state of its own that its parent's select_rows does not narrow,
+        # so only a class that says so itself (or defines select_rows) lets the loop drop rows
+        if "drops_rows" not in cls.__dict__ and "select_rows" not in cls.__dict__:
+            cls.drops_rows = False
 
     @property
     def max_nodes(self) -> int:
@@ -118,3 +128,10 @@ class Drafter:
     def observe(self, context: DraftContext, run: Any, tree: DraftTree, result: AcceptResult,
                 hidden: torch.Tensor | None = None) -> None:
         """Called after the verifier accepted ``result`` and ``context.state`` was extended."""
+
+    def select_rows(self, run: Any, keep: torch.LongTensor) -> Any:
+        """This call's state with only rows ``keep`` (ascending) left, between two steps (``drops_rows`` drafters;
+        ``context`` has been narrowed already). A drafter with no per-row state returns ``run`` as it is."""
+        if not self.drops_rows:
+            raise NotImplementedError(f"{type(self).__name__} cannot drop rows from a call")
+        return run

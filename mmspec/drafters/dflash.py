@@ -97,6 +97,7 @@ class DFlashDrafter(Drafter):
     tree sampled from q."""
 
     needs_target_hidden = True
+    drops_rows = True  # select_rows narrows the feature buffer and the context cache
 
     def __init__(self, net: DFlashDraftModel, target, num_tokens: int | None = None, confidence: float | None = None,
                  tree_nodes: int | None = None, top_k: int = 4, sampled_drafts: bool = True,
@@ -209,6 +210,13 @@ class DFlashDrafter(Drafter):
         feats = run.features.gather(1, at[..., None].expand(-1, -1, run.features.shape[-1]))
         self._append(cache, self.net.fuse(feats), torch.arange(width, device=at.device)[None, :] < new[:, None])
         cache.commit_first(new)
+
+    def select_rows(self, run: DFlashRun, keep: torch.LongTensor) -> DFlashRun:
+        rows = keep.to(run.features.device)
+        if run.cache is not None:
+            run.cache.select_rows(rows)
+        run.features = run.features.index_select(0, rows)
+        return run
 
     def observe(self, context: DraftContext, run: DFlashRun, tree: DraftTree, result: AcceptResult,
                 hidden: torch.Tensor | None = None) -> None:

@@ -155,6 +155,16 @@ class FeatureDrafter(AutoregressiveDrafter):
             return self._flash_chain(run, roots, context.sampling, context.generator)
         return self._lattice(run, roots, context.sampling, context.generator)
 
+    drops_rows = True  # select_rows narrows the feature buffer and the drafter's cache
+
+    def select_rows(self, run: FeatureRun, keep: torch.LongTensor) -> FeatureRun:
+        super().select_rows(run, keep)
+        rows = keep.to(run.features.device)
+        run.features, run.fed = run.features.index_select(0, rows), run.fed.index_select(0, rows)
+        run.root_feature = run.slot_logits = None  # a step's own: the next proposal's feed sets them
+        run.tree_features = []
+        return run
+
     def observe(self, context: DraftContext, run: FeatureRun, tree: DraftTree, result: AcceptResult,
                 hidden: torch.Tensor | None = None) -> None:
         """Store the target's features along the accepted path; drop the draft-tree entries."""

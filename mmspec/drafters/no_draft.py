@@ -14,6 +14,7 @@ from .base import Drafter
 
 class NoDrafter(Drafter):
     vocab_size = None
+    drops_rows = True  # no per-row state: it reads context.state
 
     @property
     def max_nodes(self) -> int:

@@ -34,6 +34,7 @@ def lookup_continuation(context: torch.LongTensor, num_tokens: int, max_ngram: i
 
 class PromptLookupDrafter(Drafter):
     vocab_size = None
+    drops_rows = True  # no per-row state: it reads context.state
     catches_up_from_tokens = True  # it reads the tokens in context.state when it drafts: nothing to catch up
 
     def __init__(self, num_tokens: int = 10, max_ngram: int = 3, min_ngram: int = 1):

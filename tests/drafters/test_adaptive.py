@@ -347,3 +347,24 @@ def test_drafting_is_kept_only_while_it_is_at_least_as_fast():
     assert policy._choose(_run(drafted=(0.020, 2.2), plain=(0.010, 1.0), drafting=True)) is True
     assert policy._choose(_run(drafted=(0.020, 2.2), plain=(0.010, 1.0), drafting=False)) is False
     assert policy._choose(_run(drafted=(0.020, 2.4), plain=(0.010, 1.0), drafting=False)) is True  # 120: 20% faster
+
+
+def test_a_narrowed_batch_is_judged_afresh_and_not_remembered_for_the_calls_batch_size():
+    """The loop dropping finished rows halves the batch at least: steps measured on the wider batch no longer say
+    what a step costs, so both windows start over (drafting first, as at a call's start), and what this call
+    measures from then on is not stored as the memory of its starting batch size."""
+    policy = AdaptiveDrafter(PromptLookupDrafter(), probe_every=4)
+    run = _run(drafted=(0.060, 2.0), plain=(0.015, 1.0), since=3, drafting=False, probe_every=16)
+    run.rows = 8
+    assert policy._choose(run) is False  # plain steps win at the wide batch
+    run = policy.select_rows(run, torch.tensor([1, 5]))
+    assert run.narrowed and not run.drafted.samples and not run.plain.samples
+    assert run.probe_every == 4 and run.since_switch == 0
+    assert policy._choose(run) is True  # re-judged: drafting first
+    state = SimpleNamespace(active=torch.tensor([True, True]), roots=torch.tensor([3, 4]))
+    result = SimpleNamespace(num_accepted=torch.tensor([2, 1]))
+    run.active_before, run.drafting, run.fed, run.t_proposed, run.t_draft = [True, True], True, True, 0.0, 0.0
+    policy.observe(SimpleNamespace(state=state), run, None, result)
+    run.plain.add(0.01, 1.0)
+    policy.observe(SimpleNamespace(state=state), run, None, result)
+    assert run.drafted.samples and run.plain.samples and 8 not in policy._memory
