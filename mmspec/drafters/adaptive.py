@@ -57,6 +57,7 @@ class _Rate:
     (a shared machine, a first call's lazy set-up) that would swing an average for many steps."""
     window: int = 8
     samples: list = field(default_factory=list)
+    rows_leave: bool = False  # rows that finish leave the batch and a step costs per row: see `tokens`
 
     def add(self, seconds: float, tokens) -> None:
         """``tokens``: a float, or a per-row list of tokens emitted (None for a row that was not generating)."""
@@ -89,7 +90,12 @@ class _Rate:
     @property
     def tokens(self) -> float:
         """The window's tokens per step of its slowest row: per row, the mean over the steps it generated in;
-        then the lowest over the rows of the latest step that were generating (a plain step: 1)."""
+        then the lowest over the rows of the latest step that were generating (a plain step: 1).
+
+        With ``rows_leave``, what the batch gets under the loop's rule for dropping finished rows instead
+        (:func:`narrowed_tokens`): where a step's cost grows with its rows (a CPU), a row that runs ahead pays for
+        itself once half the batch has left with it (on a GPU at these sizes a step costs the same whatever rows
+        it holds, and the slowest row is what the call waits for)."""
         per_step = self._per_step()
         width = len(per_step[-1])
         if any(len(t) != width for t in per_step):
@@ -101,7 +107,26 @@ class _Rate:
             seen = [t[j] for t in per_step if t[j] is not None]
             if seen:
                 means.append(statistics.fmean(seen))
-        return min(means) if means else 1.0
+        if not means:
+            return 1.0
+        return narrowed_tokens(means) if self.rows_leave else min(means)
+
+
+def narrowed_tokens(per_row: list[float]) -> float:
+    """Tokens per step that rows emitting ``per_row`` tokens a step get together, when a step costs in proportion
+    to the rows it holds and the loop drops the finished rows once they are half the batch
+    (``SpeculativeGenerator._narrow``): every row generates the same tokens, so row b ends after 1 / per_row[b]
+    steps a token; until half the rows have ended the whole batch is computed. Between the slowest row's rate (no
+    rows dropped) and the rows' harmonic mean (every row dropped as it ends)."""
+    ends = sorted(1.0 / max(t, 1e-9) for t in per_row)
+    n, done, cost, last = len(ends), 0, 0.0, 0.0
+    rows = n
+    for end in ends:
+        done += 1
+        if 2 * (rows - done) <= rows or done == rows:
+            cost += rows * (end - last)
+            last, rows, done = end, rows - done, 0
+    return n / cost
 
 
 DRAFTED_WINDOW = 32
@@ -187,7 +212,7 @@ class AdaptiveDrafter(Drafter):
         if run.inner is not None:
             run.inner = self.inner.select_rows(run.inner, keep)
         if not run.fixed:
-            run.drafted, run.plain = _Rate(DRAFTED_WINDOW), _Rate()
+            run.drafted, run.plain = _Rate(DRAFTED_WINDOW, rows_leave=run.drafted.rows_leave), _Rate()
             run.since_switch, run.probing, run.probe_every = 0, False, self.probe_every
         run.active_before, run.narrowed = [], True
         return run
@@ -206,6 +231,7 @@ class AdaptiveDrafter(Drafter):
         # batch) then never pays for its prompt prefill
         run = _AdaptiveRun(None if lazy else self.inner.begin(context), rows=rows, probe_every=self.probe_every)
         run.begun = not lazy
+        run.drafted.rows_leave = self.inner.drops_rows and context.state.tokens.device.type == "cpu"
         if fixed:
             run.fixed = True  # every step drafts, as the inner drafter alone would
             return run
@@ -238,7 +264,7 @@ class AdaptiveDrafter(Drafter):
             if run.drafting and not better:
                 # the window still holds the steps drafted before the plain stretch: the probe's own two steps
                 # win it back on their own when they beat plain steps clearly (acceptance may have changed)
-                fresh = _Rate(PROBE_STEPS, run.drafted.samples[-PROBE_STEPS:])
+                fresh = _Rate(PROBE_STEPS, run.drafted.samples[-PROBE_STEPS:], run.drafted.rows_leave)
                 better = fresh.rate >= self.margin * run.plain.rate * (1 + HYSTERESIS)
             lost = better != run.drafting
             if not lost:
@@ -299,8 +325,8 @@ class AdaptiveDrafter(Drafter):
             tokens = [n for n, a in zip(emitted, run.active_before) if a]
             # (by the margin a switch from plain steps to drafting needs: an opening that only breaks even, as a
             # large batch's slowest row makes it, is not worth its drafter prefill's risk)
-            run.opening_won = run.plain.rate is None or \
-                min(tokens or [1]) / seconds >= self.margin * run.plain.rate * (1 + HYSTERESIS)
+            rows = _Rate(1, [(seconds, tokens or [1])], run.drafted.rows_leave)
+            run.opening_won = run.plain.rate is None or rows.rate >= self.margin * run.plain.rate * (1 + HYSTERESIS)
         if drafted and not run.fed:
             # the call's first drafted step feeds the prompt to the drafter: a one-off, not what a step costs
             run.fed = True
@@ -326,4 +352,4 @@ def unwrap(drafter):
     return drafter.inner if isinstance(drafter, AdaptiveDrafter) else drafter
 
 
-__all__ = ["AdaptiveDrafter", "unwrap"]
+__all__ = ["AdaptiveDrafter", "narrowed_tokens", "unwrap"]

@@ -8,7 +8,7 @@ import torch
 
 from mmspec.drafters import PromptLookupDrafter
 from mmspec.drafters import adaptive
-from mmspec.drafters.adaptive import MAX_PROBE_EVERY, AdaptiveDrafter, _AdaptiveRun
+from mmspec.drafters.adaptive import MAX_PROBE_EVERY, AdaptiveDrafter, _AdaptiveRun, _Rate, narrowed_tokens
 from mmspec.eval.batch_sweep import collate
 from mmspec.eval.code_suite import code_prompts, diffusion_factories
 from mmspec.generator import SpeculativeGenerator
@@ -368,3 +368,23 @@ def test_a_narrowed_batch_is_judged_afresh_and_not_remembered_for_the_calls_batc
     run.plain.add(0.01, 1.0)
     policy.observe(SimpleNamespace(state=state), run, None, result)
     assert run.drafted.samples and run.plain.samples and 8 not in policy._memory
+
+
+def test_where_finished_rows_leave_a_batch_is_rated_by_what_the_narrowing_loop_gets():
+    """Rows emitting 8 and 2 tokens a step: without dropping rows the pair waits for the slow one (2 a step); with
+    it, the fast row's 1/8 step a token is paid by both rows and the slow one's rest alone, 2 / (2/8 + 3/8) = 3.2.
+    Half a batch leaving at once is dropped at once; a lone straggler among four waits for the half."""
+    assert narrowed_tokens([2.0]) == 2.0
+    assert narrowed_tokens([8.0, 2.0]) == pytest.approx(3.2)
+    assert narrowed_tokens([8.0] * 8 + [2.0] * 8) == pytest.approx(16 / (16 / 8 + 8 * 3 / 8))
+    # four rows, one fast: nothing leaves until two have ended, so the fast row buys nothing until then
+    assert narrowed_tokens([8.0, 2.0, 2.0, 2.0]) == pytest.approx(4 / (4 * 0.5))
+    assert min([8.0, 2.0]) < narrowed_tokens([8.0, 2.0]) < (8.0 + 2.0) / 2
+    per_row = [(0.01, [8.0, 2.0])] * 3
+    assert _Rate(8, list(per_row)).tokens == 2.0
+    assert _Rate(8, list(per_row), rows_leave=True).tokens == pytest.approx(3.2)
+    # the loop drops rows for this drafter on a CPU: the policy rates drafted steps so
+    policy = AdaptiveDrafter(PromptLookupDrafter())
+    context = SimpleNamespace(state=SimpleNamespace(tokens=torch.zeros(2, 4, dtype=torch.long),
+                                                    sampling=SimpleNamespace(do_sample=False)))
+    assert policy.begin(context).drafted.rows_leave
