@@ -19,6 +19,7 @@ from mmspec.registry import build_drafter
 from mmspec.state import DecodeState, DraftContext
 from mmspec.tiny import tiny_model
 from mmspec.verifiers.logits import SamplingConfig
+from tests.drafters.test_dflash_vlm import CASES, make_net
 from tests.drafters.test_feature import batch_inputs, llava_hf_like
 from tests.tiny_models import VOCAB, sharpen
 
@@ -163,3 +164,20 @@ def test_the_context_keeps_each_kept_rows_own_pictures():
     assert torch.equal(context.prompt_ids, prompt[[0, 2]]) and context.hidden[:, 0, 0].tolist() == [0, 2]
     assert state.batch_size == 2 and state.active.tolist() == [True, True]
     assert int(context.image_mask.sum()) == context.image_embeds.shape[0]
+
+
+@pytest.mark.parametrize("family", ["qwen2-vl", "gemma3"])
+def test_m_rope_and_sliding_window_rows_leave_the_batch(greedy_reference, narrowings, family):
+    """Qwen2-VL's per-row M-RoPE shift and Gemma3's sliding-window layers are narrowed with the cache: a DFlash
+    DDTree on a ragged pair whose first row stops early (at a token only it emits) stays exact."""
+    target, ids, mask, inputs, _ = CASES[family]()
+    P = ids.shape[1]
+    free = greedy_reference(target, ids, 14, attention_mask=mask, **inputs)
+    eos = [next(int(t) for t in free[0, P + 1:] if int(t) not in free[1, P:].tolist())]  # row 0's alone
+    ref = greedy_reference(target, ids, 14, attention_mask=mask, eos_token_id=eos, **inputs)
+    narrowings.clear()
+    out = SpeculativeGenerator(target, DFlashDrafter(make_net(target), target, tree_nodes=6, top_k=2)).generate(
+        ids, attention_mask=mask, max_new_tokens=14, eos_token_id=eos, pad_token_id=0, **inputs)
+    assert torch.equal(out.sequences, ref), family
+    assert not bool((ref[1, P:] == eos[0]).any())  # the second row runs on, so the first one left the batch
+    assert narrowings, family
