@@ -39,9 +39,16 @@ class DEERDrafter(Drafter):
         self.confidence = confidence
         self.vocab_size = dlm.vocab_size
 
+    drops_rows = True  # select_rows narrows the diffusion LM's cache
+
     @property
     def max_nodes(self) -> int:
         return self.num_tokens + 1
+
+    def select_rows(self, cache: SpecKVCache | None, keep: torch.LongTensor) -> SpecKVCache | None:
+        if cache is not None:
+            cache.select_rows(keep)
+        return cache
 
     def begin(self, context: DraftContext) -> SpecKVCache | None:
         """The diffusion LM's cache for this call (None when it re-reads its context every step)."""

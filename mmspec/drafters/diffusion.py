@@ -193,7 +193,9 @@ class DiffusionLM:
         vis &= valid[:, None, :]
         depth = torch.where(col[None, :] < m, col[None, :], need[:, None] + (col[None, :] - m))
         parents = (col - 1).expand(B, T).contiguous()
-        first = int((need - 1).min()) if self.convention == "dream" else m  # earliest position read
+        # earliest position read; a finished row may have nothing unseen (need 0): its index -1 reads a position it
+        # ignores, and must not pull `first` below 0 (the head would then run at the last position only)
+        first = int((need - 1).clamp(min=0).min()) if self.convention == "dream" else m
         logits = drafter_logits(self.model, cache, ids, parents, valid, vis, depth, first)  # head: positions read
         cache.commit_first(need)  # the clean tokens (pending first); the slots are dropped
         return self._pick(logits, need - 1 - first, m - first, k)

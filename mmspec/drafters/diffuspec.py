@@ -155,6 +155,14 @@ class DiffuSpecDrafter(Drafter):
         k = self.adl.k_max if self.adl_on else self.k0
         return 1 + k * (self.cps.cfg.beam if self.lattice else 1)
 
+    drops_rows = True  # select_rows narrows the diffusion LM's cache (the ADL schedule is the call's, not a row's)
+
+    def select_rows(self, run: DiffuSpecRun, keep: torch.LongTensor) -> DiffuSpecRun:
+        if run.cache is not None:
+            run.cache.select_rows(keep)
+        run.gen_len = None  # a step's own: the next proposal sets it
+        return run
+
     def begin(self, context: DraftContext) -> DiffuSpecRun:
         max_slots = self.adl.k_max if self.adl_on else self.k0
         return DiffuSpecRun(self.dlm.begin(context.state, context.max_length, max_slots), self.k0)

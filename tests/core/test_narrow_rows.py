@@ -10,7 +10,9 @@ from mmspec import SpeculativeGenerator
 from mmspec.cache import SpecKVCache
 from mmspec.drafters.adaptive import AdaptiveDrafter
 from mmspec.drafters.base import Drafter
+from mmspec.drafters import DEERDrafter, DiffusionLM
 from mmspec.drafters.dflash import DFlashDrafter
+from mmspec.drafters.diffuspec import DiffuSpecDrafter
 from mmspec.drafters.dflash_model import DFlashDraftModel, make_config
 from mmspec.drafters.feature import FeatureDrafter
 from mmspec.drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
@@ -20,6 +22,7 @@ from mmspec.state import DecodeState, DraftContext
 from mmspec.tiny import tiny_model
 from mmspec.verifiers.logits import SamplingConfig
 from tests.drafters.test_dflash_vlm import CASES, make_net
+from tests.drafters.test_diffuspec import TableCausal
 from tests.drafters.test_feature import batch_inputs, llava_hf_like
 from tests.tiny_models import VOCAB, sharpen
 
@@ -55,6 +58,12 @@ DRAFTERS = {
     "dflash-tree-lookup": lambda t, d: _dflash(t, tree_nodes=6, top_k=2, lookup=3),
     "eagle": lambda t, d: _eagle(t),
     "chain-auto": lambda t, d: AdaptiveDrafter(build_drafter("chain", d, num_tokens=4)),
+    "deer-cache": lambda t, d: DEERDrafter(DiffusionLM(d, 2, context="cache"), num_tokens=4),
+    "deer-window": lambda t, d: DEERDrafter(DiffusionLM(d, 2, context="window", window=6), num_tokens=4),
+    "diffuspec-cps-adl": lambda t, d: DiffuSpecDrafter(DiffusionLM(d, 2), causal=TableCausal({}, vocab=VOCAB),
+                                                       eos_token_id=1, num_tokens=4),
+    "diffuspec-lattice": lambda t, d: DiffuSpecDrafter(DiffusionLM(d, 2), causal=TableCausal({}, vocab=VOCAB),
+                                                       eos_token_id=1, num_tokens=4, lattice=True, adl=False),
 }
 
 
