@@ -104,7 +104,8 @@ class DraftContext:
             parts = [self.image_embeds[int(ends[b] - per_row[b]): int(ends[b])] for b in keep.tolist()]
             self.image_embeds = torch.cat(parts) if parts else self.image_embeds[:0]
         rows = keep.to(self.prompt_ids.device)
-        self.prompt_ids, self.attention_mask = self.prompt_ids.index_select(0, rows), self.attention_mask.index_select(0, rows)
+        self.prompt_ids = self.prompt_ids.index_select(0, rows)
+        self.attention_mask = self.attention_mask.index_select(0, rows)
         if self.hidden is not None:
             self.hidden = self.hidden.index_select(0, keep.to(self.hidden.device))
 

@@ -12,7 +12,9 @@ over each kind's recent steps (the median time; drafted steps over their last 32
 plain ones over their last 8). A batch's call ends when its **slowest row** does, so τ_step
 of a batch is its slowest row's: the lowest, over the rows still generating, of a row's mean tokens per drafted
 step in the window (at batch 1 simply the mean). A batch whose rows accept unevenly gains less from drafting than
-its mean acceptance says: the rows that ran ahead wait, still computed, for the one that did not.
+its mean acceptance says: the rows that ran ahead wait for the one that did not. Where the loop drops finished rows
+and a step costs per row (a ``drops_rows`` drafter on a CPU), τ_step is what the batch gets under the loop's rule
+instead (:func:`narrowed_tokens`), and a narrowed batch judges both kinds afresh (:meth:`AdaptiveDrafter.select_rows`).
 
 It starts by drafting (the call's first drafted step, which also feeds the prompt to the drafter, is not
 measured) for four measured steps, takes one plain step to measure it, and re-tries the kind it is not using every ``probe_every`` steps
