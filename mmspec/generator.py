@@ -165,6 +165,9 @@ class SpeculativeGenerator:
         if isinstance(measure_output_tv, int) and measure_output_tv < 0:
             raise ValueError(f"measure_output_tv must be a bool or a row count >= 0, got {measure_output_tv}")
         self.measure_output_tv = measure_output_tv if isinstance(measure_output_tv, int) else bool(measure_output_tv)
+        # finished rows leave a call's batch (_narrow) when the drafter can follow; relaxed acceptance and the output
+        # TV measurement report per row of the call, so they keep every row
+        self._drops_rows = drafter.drops_rows and relaxation is None and not self.measure_output_tv
         self.vocab_size = text_config(target_model).vocab_size
         self._prefill_names = prefill_names(target_model)  # the forward's signature does not change: read it once
         if drafter.vocab_size is not None and drafter.vocab_size != self.vocab_size:
@@ -217,9 +220,8 @@ class SpeculativeGenerator:
                 call.run = self.drafter.begin(call.context)
             self._step(call)  # the first step: its drafting counts as the drafter's prefill too
             stats.drafter_prefill_time = stats.draft_time - before
-        narrows = self.drafter.drops_rows and self.relaxation is None and not self.measure_output_tv
         while live := int(call.state.active.sum()):
-            if narrows and 2 * live <= call.state.batch_size:
+            if call.context.rows_leave and 2 * live <= call.state.batch_size:
                 self._narrow(call)
             self._step(call)
         return self._finish(call, t_start)
@@ -290,7 +292,7 @@ class SpeculativeGenerator:
         self._retire(call, self._is_eos(call, first))
         call.context = DraftContext(call.state, ids, mask, capacity, image_token_id(self.target),
                                     hidden=self.drafter.target_features(out.hidden_states) if wants_features else None,
-                                    image_embeds=images.embeds)
+                                    image_embeds=images.embeds, rows_leave=self._drops_rows)
 
     def _step(self, call: _Call) -> None:
         """propose -> verify -> commit -> observe."""

@@ -94,16 +94,15 @@ class DraftContext:
     # by default the last layer's hidden states)
     image_embeds: torch.Tensor | None = None  # [n_image_tokens, H] projected image embeddings, in the
     # row-major order of image_mask (the order LLaVA scatters them into the prompt)
+    rows_leave: bool = False  # the loop drops finished rows from this call (drafters that can follow, see select_rows)
 
     def select_rows(self, keep: torch.LongTensor) -> None:
         """Keep only rows ``keep`` of the prompt, its features and its pictures' embeddings (in place, as
         :meth:`DecodeState.select_rows`; the loop selects ``state`` itself)."""
-        if self.image_embeds is not None:
-            per_row = self.image_mask.sum(1)  # each row's pictures, row-major in image_embeds
-            ends = per_row.cumsum(0)
-            parts = [self.image_embeds[int(ends[b] - per_row[b]): int(ends[b])] for b in keep.tolist()]
-            self.image_embeds = torch.cat(parts) if parts else self.image_embeds[:0]
         rows = keep.to(self.prompt_ids.device)
+        if self.image_embeds is not None:  # the kept rows' image tokens, row-major as before
+            token_rows = self.image_mask.nonzero()[:, 0]
+            self.image_embeds = self.image_embeds[torch.isin(token_rows, rows).to(self.image_embeds.device)]
         self.prompt_ids = self.prompt_ids.index_select(0, rows)
         self.attention_mask = self.attention_mask.index_select(0, rows)
         if self.hidden is not None:

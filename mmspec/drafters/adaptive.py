@@ -13,7 +13,7 @@ plain ones over their last 8). A batch's call ends when its **slowest row** does
 of a batch is its slowest row's: the lowest, over the rows still generating, of a row's mean tokens per drafted
 step in the window (at batch 1 simply the mean). A batch whose rows accept unevenly gains less from drafting than
 its mean acceptance says: the rows that ran ahead wait for the one that did not. Where the loop drops finished rows
-and a step costs per row (a ``drops_rows`` drafter on a CPU), τ_step is what the batch gets under the loop's rule
+and a step costs per row (``DraftContext.rows_leave`` on a CPU), τ_step is what the batch gets under the loop's rule
 instead (:func:`narrowed_tokens`), and a narrowed batch judges both kinds afresh (:meth:`AdaptiveDrafter.select_rows`).
 
 It starts by drafting (the call's first drafted step, which also feeds the prompt to the drafter, is not
@@ -125,7 +125,7 @@ def narrowed_tokens(per_row: list[float]) -> float:
     rows = n
     for end in ends:
         done += 1
-        if 2 * (rows - done) <= rows or done == rows:
+        if 2 * (rows - done) <= rows:  # (always so at the last row)
             cost += rows * (end - last)
             last, rows, done = end, rows - done, 0
     return n / cost
@@ -233,7 +233,7 @@ class AdaptiveDrafter(Drafter):
         # batch) then never pays for its prompt prefill
         run = _AdaptiveRun(None if lazy else self.inner.begin(context), rows=rows, probe_every=self.probe_every)
         run.begun = not lazy
-        run.drafted.rows_leave = self.inner.drops_rows and context.state.tokens.device.type == "cpu"
+        run.drafted.rows_leave = context.rows_leave and context.state.tokens.device.type == "cpu"
         if fixed:
             run.fixed = True  # every step drafts, as the inner drafter alone would
             return run
@@ -327,8 +327,9 @@ class AdaptiveDrafter(Drafter):
             tokens = [n for n, a in zip(emitted, run.active_before) if a]
             # (by the margin a switch from plain steps to drafting needs: an opening that only breaks even, as a
             # large batch's slowest row makes it, is not worth its drafter prefill's risk)
-            rows = _Rate(1, [(seconds, tokens or [1])], run.drafted.rows_leave)
-            run.opening_won = run.plain.rate is None or rows.rate >= self.margin * run.plain.rate * (1 + HYSTERESIS)
+            opening = _Rate(1, [(seconds, tokens or [1])], run.drafted.rows_leave)
+            run.opening_won = run.plain.rate is None or \
+                opening.rate >= self.margin * run.plain.rate * (1 + HYSTERESIS)
         if drafted and not run.fed:
             # the call's first drafted step feeds the prompt to the drafter: a one-off, not what a step costs
             run.fed = True

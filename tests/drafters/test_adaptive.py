@@ -386,5 +386,5 @@ def test_where_finished_rows_leave_a_batch_is_rated_by_what_the_narrowing_loop_g
     # the loop drops rows for this drafter on a CPU: the policy rates drafted steps so
     policy = AdaptiveDrafter(PromptLookupDrafter())
     context = SimpleNamespace(state=SimpleNamespace(tokens=torch.zeros(2, 4, dtype=torch.long),
-                                                    sampling=SimpleNamespace(do_sample=False)))
+                                                    sampling=SimpleNamespace(do_sample=False)), rows_leave=True)
     assert policy.begin(context).drafted.rows_leave
