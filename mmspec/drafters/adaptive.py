@@ -51,6 +51,7 @@ from ..state import DraftContext
 from ..tree import DraftTree
 from ..verifiers.acceptance import AcceptResult
 from .base import Drafter
+from .budgets import StepCost, emitted_by, target_continuation
 
 
 @dataclass
@@ -60,14 +61,26 @@ class _Rate:
     window: int = 8
     samples: list = field(default_factory=list)
     rows_leave: bool = False  # rows that finish leave the batch and a step costs per row: see `tokens`
+    plain_seconds: float | None = None  # a plain step's seconds, for the costs of tree sizes not run (see `add`)
 
-    def add(self, seconds: float, tokens) -> None:
-        """``tokens``: a float, or a per-row list of tokens emitted (None for a row that was not generating)."""
+    def add(self, seconds, tokens) -> None:
+        """``seconds``: a float, or ``(StepCost, width, largest)`` for a tree size ``width`` nodes wide measured in
+        a step that verified a tree of ``StepCost.width`` (the largest size if ``largest``); read off a larger
+        tree's step, its cost is estimated when the rate is asked for, from the plain step's cost then known.
+        ``tokens``: a float, or a per-row list of tokens emitted (None for a row that was not generating)."""
         self.samples = (self.samples + [(seconds, tokens)])[-self.window:]
+
+    def _seconds(self, cost) -> float:
+        return cost[0].at_width(cost[1], self.plain_seconds) if isinstance(cost, tuple) else cost
 
     @property
     def seconds(self) -> float | None:
-        return statistics.median(s for s, _ in self.samples) if self.samples else None
+        """The median step's seconds; for a tree size, over the steps that verified it where there are any (a
+        measurement beats an estimate)."""
+        if not self.samples:
+            return None
+        own = [c for c, _ in self.samples if isinstance(c, tuple) and c[0].width == c[1]]
+        return statistics.median(self._seconds(c) for c in (own or [c for c, _ in self.samples]))
 
     @property
     def rate(self) -> float | None:
@@ -136,6 +149,9 @@ FIRST_DRAFTED = 4  # measured drafted steps before the first plain one (one step
 PROBE_STEPS = 2  # a drafting probe: the step that catches the drafter up, and one more
 MAX_PROBE_EVERY = 64  # probes that keep losing space out to this many steps (times the drafted step's cost)
 HYSTERESIS = 0.15
+SIZE_HYSTERESIS = 0.05  # a tree size replaces the one in use when its rate is this much higher (no switching cost)
+LARGEST_EVERY = 4  # drafted steps at a smaller size between two steps at the largest (which measure every size)
+SIZE_WINDOW = 8  # steps at the largest size the sizes are compared over
 FAR_BEHIND = 0.75  # a drafting probe whose slowest row is this far behind plain steps' rate (and whose average row
 # does not clearly win either) backs off to the longest interval at once
 
@@ -145,9 +161,14 @@ class _AdaptiveRun:
     inner: Any  # the inner drafter's state for this call
     # acceptance comes in runs (a stretch of code the drafter knows, then one it does not): the drafted kind is
     # judged over its last 32 steps so that one bad stretch does not switch drafting off; a plain step's time is
-    # steady, eight suffice
-    drafted: _Rate = field(default_factory=lambda: _Rate(DRAFTED_WINDOW))
+    # steady, eight suffice. One window per tree size the inner drafter offers (``tree_budgets``, greedy calls;
+    # else one): every drafted step measures its own size and the smaller ones (mmspec.drafters.budgets)
+    arms: list = field(default_factory=lambda: [_Rate(DRAFTED_WINDOW)])
     plain: _Rate = field(default_factory=_Rate)
+    arm: int = 0  # the tree size drafted steps use (an index into the inner drafter's tree_budgets)
+    arm_run: int = 0  # the size of the step in flight
+    sized: list = field(default_factory=list)  # the step in flight's trees: its own, then every smaller size
+    since_largest: int = 0  # drafted steps since one at the largest size
     step: int = 0
     drafting: bool = True  # the kind of the step in flight
     since_switch: int = 0  # steps of the current kind since it was chosen
@@ -168,6 +189,11 @@ class _AdaptiveRun:
     narrowed: bool = False  # the loop dropped finished rows: the windows no longer describe a call of `rows` rows
 
     @property
+    def drafted(self) -> _Rate:
+        """The drafted kind's window: the tree size in use."""
+        return self.arms[self.arm]
+
+    @property
     def opening(self) -> bool:
         """The step in flight is the drafted first step of a call resumed on plain steps."""
         return self.open_drafted and self.step == 0
@@ -176,9 +202,13 @@ class _AdaptiveRun:
 class AdaptiveDrafter(Drafter):
     """``AdaptiveDrafter(inner)``: ``inner``'s drafts where they raise tokens per second, plain steps elsewhere.
     ``probe_every``: steps between two tries of the kind not in use; ``margin``: the drafted rate must beat the
-    plain one by this factor (> 1 keeps plain steps on a tie)."""
+    plain one by this factor (> 1 keeps plain steps on a tie); ``tree_sizes``: in greedy calls, also choose among the
+    inner drafter's tree sizes (``tree_budgets``) where it offers several. Off by default: on the zoo's code suite
+    (2 CPU threads, 2026-11-27) a DDTree step's rate is within a few percent across its sizes, and choosing cost
+    8% at one row and 9% at sixteen in an interleaved run (README, "Batch scaling")."""
 
-    def __init__(self, inner: Drafter, probe_every: int = 8, margin: float = 1.0, when_sampling: bool = True):
+    def __init__(self, inner: Drafter, probe_every: int = 8, margin: float = 1.0, when_sampling: bool = True,
+                 tree_sizes: bool = False):
         if not isinstance(inner, Drafter):
             raise ValueError(f"AdaptiveDrafter wraps a Drafter (e.g. mmspec.pipeline(...).drafter), got "
                              f"{type(inner).__name__}")
@@ -188,6 +218,9 @@ class AdaptiveDrafter(Drafter):
             raise ValueError(f"margin must be a finite number > 0, got {margin!r}")
         if not isinstance(when_sampling, bool):
             raise ValueError(f"when_sampling must be true or false, got {when_sampling!r}")
+        if not isinstance(tree_sizes, bool):
+            raise ValueError(f"tree_sizes must be true or false, got {tree_sizes!r}")
+        self.tree_sizes = tree_sizes
         self.inner, self.probe_every, self.margin = inner, probe_every, margin
         # the choices follow the clock, so under sampling they change which random numbers each step draws: the
         # output keeps the target's distribution but a seed no longer fixes it. when_sampling=False drafts every
@@ -214,7 +247,8 @@ class AdaptiveDrafter(Drafter):
         if run.inner is not None:
             run.inner = self.inner.select_rows(run.inner, keep)
         if not run.fixed:
-            run.drafted, run.plain = _Rate(DRAFTED_WINDOW, rows_leave=run.drafted.rows_leave), _Rate()
+            run.arms = [_Rate(DRAFTED_WINDOW, rows_leave=run.drafted.rows_leave) for _ in run.arms]
+            run.plain, run.arm = _Rate(), 0
             run.since_switch, run.probing, run.probe_every = 0, False, self.probe_every
         run.active_before, run.narrowed = [], True
         return run
@@ -233,7 +267,11 @@ class AdaptiveDrafter(Drafter):
         # batch) then never pays for its prompt prefill
         run = _AdaptiveRun(None if lazy else self.inner.begin(context), rows=rows, probe_every=self.probe_every)
         run.begun = not lazy
-        run.drafted.rows_leave = context.rows_leave and context.state.tokens.device.type == "cpu"
+        rows_leave = context.rows_leave and context.state.tokens.device.type == "cpu"
+        # tree sizes are chosen in greedy calls only: a smaller tree's acceptance is read off a larger one's step
+        # from the target's continuation, which a sampled step does not give
+        sizes = len(self.inner.tree_budgets) if self.tree_sizes and not context.state.sampling.do_sample else 0
+        run.arms = [_Rate(DRAFTED_WINDOW, rows_leave=rows_leave) for _ in range(max(sizes, 1))]
         if fixed:
             run.fixed = True  # every step drafts, as the inner drafter alone would
             return run
@@ -241,16 +279,45 @@ class AdaptiveDrafter(Drafter):
         if known is not None:
             run.plain.samples = list(known["plain"])
             run.opening_won = known["opening_won"]
-            if not known["won"]:  # start where the last call at this batch size stopped
-                run.drafted.samples = list(known["drafted"])
+            # start where the last call at this batch size stopped (its tree sizes: a greedy call after a sampling
+            # one has sizes that call did not measure, and judges them afresh)
+            if not known["won"] and len(known["arms"]) == len(run.arms):
+                for arm, samples in zip(run.arms, known["arms"]):
+                    arm.samples = list(samples)
+                run.arm = known["arm"]
                 run.drafting, run.since_switch, run.probe_every = known["drafting"], known["since_switch"], \
                     known["probe_every"]
                 run.open_drafted = not run.drafting and run.opening_won
             # else drafting paid in the last call: its first FIRST_DRAFTED measured steps draft, judged afresh
         return run
 
+    @staticmethod
+    def _choose_size(run: _AdaptiveRun) -> None:
+        """The tree size with the highest rate (tokens a row per second) becomes the one drafted steps use.
+
+        The sizes are compared on the same steps, the last ``SIZE_WINDOW`` at the largest size (which measure every
+        size; a smaller size's own steps cannot tell what a larger tree would have accepted, and acceptance comes in
+        runs), each at its cost (:attr:`_Rate.seconds`: measured where it ran, else estimated, which needs a plain
+        step's cost)."""
+        plain = run.plain.seconds
+        for arm in run.arms:
+            arm.plain_seconds = plain
+        if len(run.arms) == 1 or plain is None:
+            return
+        rates = []
+        for arm in run.arms:
+            same = [x for x in arm.samples if x[0][2]][-SIZE_WINDOW:]
+            if len(same) < FIRST_DRAFTED:
+                rates.append(None)
+                continue
+            rates.append(_Rate(len(same), same, arm.rows_leave).tokens / max(arm.seconds, 1e-9))
+        best = max((i for i, r in enumerate(rates) if r is not None), key=lambda i: rates[i], default=run.arm)
+        if rates[run.arm] is None or rates[best] > (1 + SIZE_HYSTERESIS) * rates[run.arm]:
+            run.arm = best
+
     def _choose(self, run: _AdaptiveRun) -> bool:
-        """Whether the next step drafts."""
+        """Whether the next step drafts (and at which tree size)."""
+        self._choose_size(run)
         if len(run.drafted.samples) < FIRST_DRAFTED:
             return True  # draft first (the call's first drafted step also feeds the prompt: not measured)
         if run.plain.seconds is None:
@@ -266,7 +333,8 @@ class AdaptiveDrafter(Drafter):
             if run.drafting and not better:
                 # the window still holds the steps drafted before the plain stretch: the probe's own two steps
                 # win it back on their own when they beat plain steps clearly (acceptance may have changed)
-                fresh = _Rate(PROBE_STEPS, run.drafted.samples[-PROBE_STEPS:], run.drafted.rows_leave)
+                fresh = _Rate(PROBE_STEPS, run.drafted.samples[-PROBE_STEPS:], run.drafted.rows_leave,
+                              run.plain.seconds)
                 better = fresh.rate >= self.margin * run.plain.rate * (1 + HYSTERESIS)
             lost = better != run.drafting
             if not lost:
@@ -304,7 +372,18 @@ class AdaptiveDrafter(Drafter):
         t0 = time.perf_counter()
         if drafting and not run.begun:
             run.inner, run.begun = self.inner.begin(context), True
-        tree = self.inner.propose(context, run.inner) if drafting else DraftTree.root_only(context.state.roots)
+        if not drafting:
+            tree = DraftTree.root_only(context.state.roots)
+        elif len(run.arms) == 1:
+            tree = self.inner.propose(context, run.inner)
+        else:
+            # now and then a step at the largest size, which measures every size (the smaller ones' windows are
+            # read off it); the others run the chosen size and measure the sizes below it
+            largest = run.arm == 0 or run.since_largest >= LARGEST_EVERY
+            run.arm_run = 0 if largest else run.arm
+            run.since_largest = 0 if largest else run.since_largest + 1
+            run.sized = self.inner.propose_sized(context, run.inner, list(range(run.arm_run, len(run.arms))))
+            tree = run.sized[0]
         run.t_proposed = time.perf_counter()
         run.t_draft = run.t_proposed - t0 if drafting else 0.0
         return tree
@@ -335,8 +414,15 @@ class AdaptiveDrafter(Drafter):
             run.fed = True
         elif run.drafting:
             active = run.active_before
-            run.drafted.add(run.t_draft + verified + observed,
-                            [n if a else None for n, a in zip(emitted, active)])
+            if len(run.arms) == 1:
+                run.drafted.add(run.t_draft + verified + observed,
+                                [n if a else None for n, a in zip(emitted, active)])
+            else:
+                cost = StepCost(run.t_draft, verified + observed, tree.num_nodes)
+                follows = target_continuation(tree, result)
+                for arm, sized in zip(run.arms[run.arm_run:], run.sized):
+                    got = emitted if sized is tree else emitted_by(sized, follows)
+                    arm.add((cost, sized.num_nodes, run.arm_run == 0), [n if a else None for n, a in zip(got, active)])
             run.drafted_steps += 1
         else:
             run.plain.add(verified + observed, 1.0)
@@ -344,10 +430,10 @@ class AdaptiveDrafter(Drafter):
         run.step += 1
         if run.drafted.samples and run.plain.samples and not run.narrowed:
             # the sample lists are replaced, never changed in place, on every add: no copy needed
-            self._memory[run.rows] = {"drafted": run.drafted.samples, "plain": run.plain.samples,
-                                      "drafting": run.drafting, "since_switch": run.since_switch,
-                                      "probe_every": run.probe_every, "won": run.won,
-                                      "opening_won": run.opening_won}
+            self._memory[run.rows] = {
+                "arms": [arm.samples for arm in run.arms], "arm": run.arm, "plain": run.plain.samples,
+                "drafting": run.drafting, "since_switch": run.since_switch, "probe_every": run.probe_every,
+                "won": run.won, "opening_won": run.opening_won}
 
 
 def unwrap(drafter):

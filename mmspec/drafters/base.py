@@ -110,6 +110,16 @@ class Drafter:
         """Upper bound on tree nodes per step, root included (sizes the target cache)."""
         raise NotImplementedError
 
+    @property
+    def tree_budgets(self) -> tuple:
+        """The sizes of deterministic tree :meth:`propose_sized` can propose from one draft, largest (the drafter's
+        own) first, each lying inside the larger ones (:mod:`mmspec.drafters.budgets`); () = one size only."""
+        return ()
+
+    def propose_sized(self, context: DraftContext, run: Any, which: list[int]) -> list[DraftTree]:
+        """The trees of sizes ``tree_budgets[i]`` for i in ``which`` (ascending), from one draft."""
+        raise NotImplementedError(f"{type(self).__name__} proposes trees of one size only")
+
     def target_features(self, hidden_states: tuple) -> torch.Tensor:
         """What this drafter reads of the target's ``hidden_states`` tuple (prefill and verification alike): the
         last layer's by default; a drafter conditioned on several layers (DFlash) concatenates the ones it names."""

@@ -148,6 +148,20 @@ class DFlashDrafter(Drafter):
     def max_nodes(self) -> int:
         return (self.tree_nodes if self.tree_nodes is not None else self.num_tokens) + 1 + (self.lookup or 0)
 
+    @property
+    def tree_budgets(self) -> tuple:
+        """The DDTree's sizes, its own first: (nodes, lookup tokens) halved down to two nodes, each tree the first
+        nodes of the larger one's best-first order with the first tokens of its lookup branch, so it lies inside
+        every larger one (:mod:`mmspec.drafters.budgets`). A chain offers its own size only."""
+        if self.tree_nodes is None:
+            return ()
+        sizes, n = [], self.tree_nodes
+        while True:
+            sizes.append((n, 0 if self.lookup is None else max(1, -(-self.lookup * n // self.tree_nodes))))
+            if n <= 2:
+                return tuple(sizes)
+            n //= 2
+
     def target_features(self, hidden_states: tuple) -> torch.Tensor:
         return self.net.select_features(hidden_states)
 
@@ -265,21 +279,44 @@ class DFlashDrafter(Drafter):
 
     @torch.no_grad()
     def propose(self, context: DraftContext, run: DFlashRun) -> DraftTree:
-        self._catch_up(context, run)
         state = context.state
-        roots = state.roots.to(self.net.device)
         sampling = state.sampling
         if sampling.do_sample and not self.sampled_drafts:
             # the greedy block under sampling: deterministic drafts (no q), each verified as a point mass — accepted
             # with the target's probability of it, the residual p without it: lossless all the same
             sampling = _GREEDY
+        if self.tree_nodes is not None and not sampling.do_sample:
+            return self.propose_sized(context, run, [0])[0]
+        self._catch_up(context, run)
+        roots = state.roots.to(self.net.device)
         if self.tree_nodes is not None:
-            tree = self._ddtree(roots, self.head(self.slot_hidden(context, run)), sampling, state.generator)
-            if self.lookup is not None and not sampling.do_sample:
-                tree = tree.grafted([lookup_continuation(state.row(b), self.lookup, LOOKUP_NGRAM[1], LOOKUP_NGRAM[0])
-                                     if bool(state.active[b]) else [] for b in range(state.batch_size)])
-            return tree
+            return self._ddtree(roots, self.head(self.slot_hidden(context, run)), sampling, state.generator,
+                                self.tree_nodes)
         return self._chain(roots, self.slot_hidden(context, run), state, sampling)
+
+    @torch.no_grad()
+    def propose_sized(self, context: DraftContext, run: DFlashRun, which: list[int]) -> list[DraftTree]:
+        """Deterministic trees (the slots' top tokens) of the sizes ``tree_budgets[i]`` for i in ``which``
+        (ascending: largest first), from one draft forward and one best-first search: each size keeps the first
+        nodes of the largest one's search and the first tokens of its prompt-lookup branch."""
+        if self.tree_nodes is None:
+            raise ValueError("only a DDTree drafter proposes trees of several sizes (set tree_nodes)")
+        self._catch_up(context, run)
+        state = context.state
+        sizes = [self.tree_budgets[i] for i in which]
+        nodes = max(n for n, _ in sizes)
+        full = self._ddtree(state.roots.to(self.net.device), self.head(self.slot_hidden(context, run)), _GREEDY,
+                            state.generator, nodes)
+        longest = max(L for _, L in sizes)
+        if longest:
+            branches = [lookup_continuation(state.row(b), longest, LOOKUP_NGRAM[1], LOOKUP_NGRAM[0]).tolist()
+                        if bool(state.active[b]) else [] for b in range(state.batch_size)]
+        trees = []
+        for n, L in sizes:
+            tree = full if n == nodes else DraftTree(full.tokens[:, :n + 1], full.parents[:, :n + 1],
+                                                     full.valid[:, :n + 1])
+            trees.append(tree.grafted([c[:L] for c in branches]) if L else tree)
+        return trees
 
     def _chain(self, roots: torch.LongTensor, h: torch.Tensor, state, sampling=None) -> DraftTree:
         """The confident chain. The LM head (slots × vocabulary: on a CPU as costly as the block itself) runs on
@@ -320,7 +357,7 @@ class DFlashDrafter(Drafter):
             return DraftTree.chain(roots, drafts)
         return DraftTree.chain(roots, drafts, q=torch.cat(qs, 1))
 
-    def _ddtree(self, roots: torch.LongTensor, logits: torch.Tensor, sampling, generator) -> DraftTree:
+    def _ddtree(self, roots: torch.LongTensor, logits: torch.Tensor, sampling, generator, nodes: int) -> DraftTree:
         """DDTree's best-first tree under the node budget, per row (see the module docstring), from the slots' float
         logits [B, k, V]. (:meth:`propose` sends every slot through the LM head in one call: on a CPU that costs
         less than the calls of a few slots each that a search reaching the slots level by level makes, 0.75
@@ -333,7 +370,7 @@ class DFlashDrafter(Drafter):
         top_v, top_i = logp.topk(K, dim=-1)  # [B, k, K]
         scores = top_v.cpu().tolist()  # per row, per slot: the top-K log-probabilities
 
-        N = self.tree_nodes + 1
+        N = nodes + 1
         # the search runs on Python lists (a tensor write per node costs more than the heap itself)
         parents_l, slots_l, ranks_l, sizes = [], [], [], []
         for b in range(B):

@@ -380,7 +380,7 @@ def to_markdown(report: dict) -> str:
         f"{', EAGLE / MSD chains ' + str(cfg['feature_tokens']) if cfg.get('feature_tokens') else ''}, "
         f"{'sampling T=' + str(cfg['temperature']) if cfg['do_sample'] else 'greedy'}, torch {cfg['torch']}, "
         f"{cfg['threads']} threads, on {cfg.get('device', 'cpu')}. Speedup = plain HF decoding time / method time, same process, after warm-up.",
-        *([f"", f"Prompts: {cfg['prompts']}."] if cfg.get("prompts") else []),
+        *(["", f"Prompts: {cfg['prompts']}."] if cfg.get("prompts") else []),
         "",
         "| method | τ (mean accepted) | speedup vs plain | exact | drafter share | time (s) |",
         "|---|---|---|---|---|---|",

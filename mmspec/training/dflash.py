@@ -30,11 +30,9 @@ import time
 from dataclasses import asdict, dataclass
 
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from ..drafters.dflash_model import DFlashDraftModel, check_block, emitted, teacher_forced_logits
-from .deer import Generations
 from .loop import load_checkpoint, model_device, on_model, save_checkpoint, train_loop
 
 

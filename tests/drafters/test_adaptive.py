@@ -126,7 +126,7 @@ def test_a_later_call_at_the_same_batch_size_remembers(code):
     policy = AdaptiveDrafter(build_drafter("chain", draft, num_tokens=8, confidence=CHAIN_CONFIDENCE))
     ids = code_prompts(code.tokenizer, 1)[0]
     SpeculativeGenerator(code.model, policy).generate(ids, max_new_tokens=48, eos_token_id=[])
-    assert 1 in policy._memory and policy._memory[1]["drafted"] and policy._memory[1]["plain"]
+    assert 1 in policy._memory and policy._memory[1]["arms"][0] and policy._memory[1]["plain"]
 
 
 def test_a_batch_is_rated_by_its_slowest_row():
@@ -163,7 +163,7 @@ def test_a_later_call_resumes_the_kind_in_use_and_the_probe_interval(code):
     gen.generate(ids, max_new_tokens=48, eos_token_id=[])
     policy._memory[1].update(drafting=False, since_switch=3, probe_every=MAX_PROBE_EVERY, won=False,
                              opening_won=False,
-                             drafted=[(1.0, [1])] * 8)  # as if drafting had measured far slower than plain steps
+                             arms=[[(1.0, [1])] * 8])  # as if drafting had measured far slower than plain steps
     # the next call starts with plain steps (the remembered kind) and keeps the remembered interval: no probe in
     # 12 tokens, so every step emits exactly one token
     out = gen.generate(ids, max_new_tokens=12, eos_token_id=[])
@@ -201,7 +201,7 @@ def test_a_call_after_one_where_drafting_won_measures_drafting_afresh(code, monk
     gen = SpeculativeGenerator(code.model, policy)
     gen.generate(ids, max_new_tokens=48, eos_token_id=[])
     assert policy._memory[1]["won"] is True  # this chain beats plain steps on the suite's prompts
-    lost = dict(drafting=False, since_switch=3, probe_every=MAX_PROBE_EVERY, drafted=[(1.0, [1])] * 8,
+    lost = dict(drafting=False, since_switch=3, probe_every=MAX_PROBE_EVERY, arms=[[(1.0, [1])] * 8],
                 plain=[(0.015, 1.0)] * 8)
     policy._memory[1].update(lost, won=True)
     drafted.clear()
@@ -209,7 +209,7 @@ def test_a_call_after_one_where_drafting_won_measures_drafting_afresh(code, monk
     steps = len(out.stats.accept_lengths[0])
     assert len(drafted) >= min(steps, 5)  # the feeding step and four measured ones drafted
     assert policy._memory[1]["plain"][:8] == [(0.015, 1.0)] * 8  # the plain steps' measurements were kept
-    assert (1.0, [1]) not in policy._memory[1]["drafted"]  # drafting was judged on this call's steps alone
+    assert (1.0, [1]) not in policy._memory[1]["arms"][0]  # drafting was judged on this call's steps alone
     policy._memory[1].update(lost, won=False, opening_won=False)
     drafted.clear()
     out = gen.generate(ids, max_new_tokens=12, eos_token_id=[])
@@ -224,7 +224,7 @@ def test_a_call_after_one_where_drafting_won_measures_drafting_afresh(code, monk
     drafted.clear()
     out = gen.generate(ids, max_new_tokens=24, eos_token_id=[])
     assert len(drafted) == 1 and set(out.stats.accept_lengths[0][1:]) == {1}
-    assert policy._memory[1]["drafted"] == [(1.0, [1])] * 8  # the opening was measured outside the window
+    assert policy._memory[1]["arms"][0] == [(1.0, [1])] * 8  # the opening was measured outside the window
     assert policy._memory[1]["since_switch"] > 3 and policy._memory[1]["drafting"] is False
     assert policy._memory[1]["opening_won"] is True  # >= 1 token in 3 ms beats 67 plain tokens a second
     policy._memory[1].update(plain=[(1e-4, 1.0)] * 8)  # plain steps far faster: the opening loses, and is dropped
@@ -255,7 +255,7 @@ def test_a_drafter_that_catches_up_begins_only_when_it_first_drafts(code):
     gen.generate(batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=32, eos_token_id=[])
     assert len(begins) == 1  # the first call drafts from its first step
     policy._memory[2].update(drafting=False, since_switch=0, probe_every=2, won=False, opening_won=False,
-                             drafted=[(0.06, [1, 1])] * 8, plain=[(0.015, 1.0)] * 8)  # plain wins; probe at step 8
+                             arms=[[(0.06, [1, 1])] * 8], plain=[(0.015, 1.0)] * 8)  # plain wins; probe at step 8
     prompt_len = batch["input_ids"].shape[1]
     out = gen.generate(batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=40, eos_token_id=[])
     ref = code.model.generate(batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=40,

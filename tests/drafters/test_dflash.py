@@ -206,7 +206,7 @@ def test_ddtree_is_best_first_over_slot_top_k(target):
         logits[0, slot, pairs[0]], logits[0, slot, pairs[2]] = torch.tensor([pairs[1], pairs[3]]).log()
     from mmspec.verifiers.logits import SamplingConfig
 
-    tree = drafter._ddtree(torch.tensor([5]), logits, SamplingConfig(False), None)
+    tree = drafter._ddtree(torch.tensor([5]), logits, SamplingConfig(False), None, drafter.tree_nodes)
     # scores: 10 (.6), 10-20 (.54), 11 (.4), 11-20 (.36), 10-20-30 (.27) ... -> the first four
     assert tree.tokens[0].tolist() == [5, 10, 20, 11, 20]
     assert tree.parents[0].tolist() == [-1, 0, 1, 0, 3]
