@@ -164,14 +164,18 @@ def build_runner(method: str, target, draft, num_tokens: int, max_new_tokens: in
 
 
 AUTO = "-auto"  # "<method>-auto": that method's drafter under the adaptive policy (drafts only where it pays)
+AUTO_SIZES = "-auto-sizes"  # the same, also choosing among the drafter's tree sizes per step (tree_sizes=True)
 
 
 def auto_factories(methods: list[str], extra: dict, draft, num_tokens: int | None) -> dict:
-    """Factories for the ``<method>-auto`` names among ``methods``: the method's drafter (from ``extra``, or an AR
-    chain / tree / prompt lookup over ``draft``) wrapped in :class:`~mmspec.drafters.adaptive.AdaptiveDrafter`."""
+    """Factories for the ``<method>-auto`` (and ``-auto-sizes``) names among ``methods``: the method's drafter (from
+    ``extra``, or an AR chain / tree / prompt lookup over ``draft``) wrapped in
+    :class:`~mmspec.drafters.adaptive.AdaptiveDrafter`."""
     out = {}
     for m in methods:
-        base = m[: -len(AUTO)] if m.endswith(AUTO) else None
+        sizes = m.endswith(AUTO_SIZES)
+        suffix = AUTO_SIZES if sizes else AUTO
+        base = m[: -len(suffix)] if m.endswith(suffix) else None
         if base is None or m in extra:
             continue
         if base in extra:
@@ -181,7 +185,7 @@ def auto_factories(methods: list[str], extra: dict, draft, num_tokens: int | Non
                 return build_drafter(base, draft, num_tokens=num_tokens, confidence=CHAIN_CONFIDENCE)
         else:
             continue  # left to the unknown-method error
-        out[m] = lambda inner=inner: AdaptiveDrafter(inner())
+        out[m] = lambda inner=inner, sizes=sizes: AdaptiveDrafter(inner(), tree_sizes=sizes)
     return out
 
 
@@ -303,7 +307,8 @@ def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str]
     unknown = set(methods) - set(ALL_METHODS) - set(extra)
     if unknown:
         raise ValueError(f"unknown methods {sorted(unknown)}; choose from {ALL_METHODS + list(extra)} (and "
-                         f"<method>{AUTO} for any drafting one: that method under the adaptive policy)")
+                         f"<method>{AUTO} for any drafting one: that method under the adaptive policy; <method>{AUTO_SIZES}: "
+                         f"choosing its tree size too)")
     if "plain" not in methods:
         methods = ["plain"] + list(methods)
     sampling = dict(do_sample=do_sample, temperature=temperature, seed=seed)

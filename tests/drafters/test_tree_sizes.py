@@ -10,6 +10,7 @@ import torch
 from mmspec.drafters.adaptive import FIRST_DRAFTED, AdaptiveDrafter, _AdaptiveRun, _Rate
 from mmspec.drafters.budgets import StepCost, emitted_by, target_continuation
 from mmspec.eval.batch_sweep import collate
+from mmspec.eval.bench import auto_factories
 from mmspec.eval.code_suite import code_prompts, diffusion_factories
 from mmspec.generator import SpeculativeGenerator
 from mmspec.registry import DFLASH_TREE_LOOKUP, build_drafter
@@ -204,3 +205,9 @@ def test_sizes_are_chosen_only_when_asked_and_in_greedy_calls(code, dflash_looku
     assert asked == []  # sampling: one size, the sampled DDTree
     with pytest.raises(ValueError, match="tree_sizes"):
         AdaptiveDrafter(inner, tree_sizes=1)
+
+
+def test_bench_names_a_method_that_chooses_its_tree_size_too():
+    made = auto_factories(["prompt-lookup-auto", "prompt-lookup-auto-sizes"], {}, None, None)
+    assert made["prompt-lookup-auto"]().tree_sizes is False
+    assert made["prompt-lookup-auto-sizes"]().tree_sizes is True
