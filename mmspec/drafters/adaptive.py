@@ -152,6 +152,7 @@ HYSTERESIS = 0.15
 SIZE_HYSTERESIS = 0.05  # a tree size replaces the one in use when its rate is this much higher (no switching cost)
 LARGEST_EVERY = 4  # drafted steps at a smaller size between two steps at the largest (which measure every size)
 SIZE_WINDOW = 8  # steps at the largest size the sizes are compared over
+CUT_DEARER = 3.0  # a drafted step this many plain steps' cost or more: a trial far behind stops after two steps
 FAR_BEHIND = 0.75  # a drafting probe whose slowest row is this far behind plain steps' rate (and whose average row
 # does not clearly win either) backs off to the longest interval at once
 
@@ -187,6 +188,7 @@ class _AdaptiveRun:
     open_drafted: bool = False  # a call resumed on plain steps drafts its first step all the same
     opening_won: bool = True  # the call's first drafted step emitted tokens faster than plain steps do
     narrowed: bool = False  # the loop dropped finished rows: the windows no longer describe a call of `rows` rows
+    cut_short: bool = False  # the call's first drafted steps lost so clearly that it stopped them early
 
     @property
     def drafted(self) -> _Rate:
@@ -248,7 +250,7 @@ class AdaptiveDrafter(Drafter):
             run.inner = self.inner.select_rows(run.inner, keep)
         if not run.fixed:
             run.arms = [_Rate(DRAFTED_WINDOW, rows_leave=run.drafted.rows_leave) for _ in run.arms]
-            run.plain, run.arm = _Rate(), 0
+            run.plain, run.arm, run.cut_short = _Rate(), 0, False
             run.since_switch, run.probing, run.probe_every = 0, False, self.probe_every
         run.active_before, run.narrowed = [], True
         return run
@@ -318,7 +320,18 @@ class AdaptiveDrafter(Drafter):
     def _choose(self, run: _AdaptiveRun) -> bool:
         """Whether the next step drafts (and at which tree size)."""
         self._choose_size(run)
-        if len(run.drafted.samples) < FIRST_DRAFTED:
+        if len(run.drafted.samples) < FIRST_DRAFTED and not run.cut_short:
+            if len(run.drafted.samples) >= PROBE_STEPS and run.plain.seconds is not None and \
+                    run.drafted.seconds >= CUT_DEARER * run.plain.seconds and \
+                    run.drafted.rate < FAR_BEHIND * run.plain.rate:
+                # judging drafting afresh against plain steps it remembers (a call after one where drafting won
+                # somewhere), two measured steps far behind them end the trial as a lost probe would, where a
+                # drafted step is dear: at 16 rows on a CPU (five plain steps' cost) a full trial's five drafted
+                # steps cost a fifth of a call. Not where it is cheap (one row: 2.4 plain steps), where a prompt's
+                # first steps say little about the rest and a cut turned the next calls to plain steps
+                run.cut_short = True
+                run.probe_every = min(2 * run.probe_every, MAX_PROBE_EVERY)
+                return False
             return True  # draft first (the call's first drafted step also feeds the prompt: not measured)
         if run.plain.seconds is None:
             return False  # then one plain step

@@ -388,3 +388,24 @@ def test_where_finished_rows_leave_a_batch_is_rated_by_what_the_narrowing_loop_g
     context = SimpleNamespace(state=SimpleNamespace(tokens=torch.zeros(2, 4, dtype=torch.long),
                                                     sampling=SimpleNamespace(do_sample=False)), rows_leave=True)
     assert policy.begin(context).drafted.rows_leave
+
+
+def test_a_dear_trial_far_behind_plain_steps_stops_after_two_steps():
+    """A call judging drafting afresh against remembered plain steps stops its trial after two measured steps when
+    they are far behind and each costs three plain steps or more (a large batch); a cheap trial runs to its end."""
+    policy = AdaptiveDrafter(PromptLookupDrafter(), probe_every=8)
+    run = _AdaptiveRun(None)
+    for _ in range(8):
+        run.plain.add(0.020, 1.0)  # 50 tokens/s
+    run.drafted.add(0.100, [3, 1])
+    assert policy._choose(run) is True  # one measured step: the trial goes on
+    run.drafted.add(0.100, [4, 2])  # the slowest row's 1.5 tokens in 100 ms: 15 tokens/s, five plain steps' cost
+    assert policy._choose(run) is False and run.cut_short and run.probe_every == 16
+    run.drafting, run.since_switch = False, 0
+    assert policy._choose(run) is False  # plain steps go on (the trial's remaining steps are not drafted)
+    cheap = _AdaptiveRun(None)
+    for _ in range(8):
+        cheap.plain.add(0.020, 1.0)
+    for _ in range(2):
+        cheap.drafted.add(0.050, [1, 1])  # 20 tokens/s, but only 2.5 plain steps' cost
+    assert policy._choose(cheap) is True and not cheap.cut_short
