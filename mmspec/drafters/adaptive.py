@@ -321,14 +321,15 @@ class AdaptiveDrafter(Drafter):
         """Whether the next step drafts (and at which tree size)."""
         self._choose_size(run)
         if len(run.drafted.samples) < FIRST_DRAFTED and not run.cut_short:
-            if len(run.drafted.samples) >= PROBE_STEPS and run.plain.seconds is not None and \
+            if run.rows > 1 and len(run.drafted.samples) >= PROBE_STEPS and run.plain.seconds is not None and \
                     run.drafted.seconds >= CUT_DEARER * run.plain.seconds and \
                     run.drafted.rate < FAR_BEHIND * run.plain.rate:
                 # judging drafting afresh against plain steps it remembers (a call after one where drafting won
                 # somewhere), two measured steps far behind them end the trial as a lost probe would, where a
                 # drafted step is dear: at 16 rows on a CPU (five plain steps' cost) a full trial's five drafted
-                # steps cost a fifth of a call. Not where it is cheap (one row: 2.4 plain steps), where a prompt's
-                # first steps say little about the rest and a cut turned the next calls to plain steps
+                # steps cost a fifth of a call. Not at one row, where a step is cheap (2.4 plain steps), a prompt's
+                # first steps say little about the rest, and a noisy cut turned a call to plain steps (a code sweep's
+                # one-row column lost 11% against always drafting)
                 run.cut_short = True
                 run.probe_every = min(2 * run.probe_every, MAX_PROBE_EVERY)
                 return False

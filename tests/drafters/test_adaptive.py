@@ -392,9 +392,10 @@ def test_where_finished_rows_leave_a_batch_is_rated_by_what_the_narrowing_loop_g
 
 def test_a_dear_trial_far_behind_plain_steps_stops_after_two_steps():
     """A call judging drafting afresh against remembered plain steps stops its trial after two measured steps when
-    they are far behind and each costs three plain steps or more (a large batch); a cheap trial runs to its end."""
+    they are far behind and each costs three plain steps or more (a large batch); a cheap trial, or one at one row,
+    runs to its end."""
     policy = AdaptiveDrafter(PromptLookupDrafter(), probe_every=8)
-    run = _AdaptiveRun(None)
+    run = _AdaptiveRun(None, rows=2)
     for _ in range(8):
         run.plain.add(0.020, 1.0)  # 50 tokens/s
     run.drafted.add(0.100, [3, 1])
@@ -403,9 +404,15 @@ def test_a_dear_trial_far_behind_plain_steps_stops_after_two_steps():
     assert policy._choose(run) is False and run.cut_short and run.probe_every == 16
     run.drafting, run.since_switch = False, 0
     assert policy._choose(run) is False  # plain steps go on (the trial's remaining steps are not drafted)
-    cheap = _AdaptiveRun(None)
+    cheap = _AdaptiveRun(None, rows=2)
     for _ in range(8):
         cheap.plain.add(0.020, 1.0)
     for _ in range(2):
         cheap.drafted.add(0.050, [1, 1])  # 20 tokens/s, but only 2.5 plain steps' cost
     assert policy._choose(cheap) is True and not cheap.cut_short
+    one_row = _AdaptiveRun(None, rows=1)  # never at one row
+    for _ in range(8):
+        one_row.plain.add(0.020, 1.0)
+    for _ in range(2):
+        one_row.drafted.add(0.100, [1])
+    assert policy._choose(one_row) is True and not one_row.cut_short
