@@ -31,8 +31,11 @@ end: at batch 1 resuming on plain steps kept 85% of always drafting's speedup); 
 batch) a call still starts on plain steps. Such a call's first step drafts all the same when the last call's first
 drafted step beat plain steps by the margin a switch to drafting needs (its slowest row's tokens over its time, the
 drafter's prompt prefill included): a short answer the drafter knows often comes whole in the first block. That
-opening is judged on its own and kept out of the windows and counters, so the resumed kind goes on after it. A plain step
-is the root alone (what :class:`~mmspec.drafters.no_draft.NoDrafter` verifies), and the inner drafter still
+opening is judged on its own and kept out of the windows and counters, so the resumed kind goes on after it. A call
+that judges drafting afresh (at two rows or more) stops the trial after two measured steps that are far behind the
+plain steps it remembers when each costs three plain steps or more. With ``tree_sizes`` (off by default) it also
+picks among the inner drafter's nested tree sizes per step (:mod:`mmspec.drafters.budgets`). A plain step is the
+root alone (what :class:`~mmspec.drafters.no_draft.NoDrafter` verifies), and the inner drafter still
 observes it, so the output is exactly what plain decoding gives under greedy and the target's distribution under
 sampling, whatever the choices.
 """
@@ -329,7 +332,7 @@ class AdaptiveDrafter(Drafter):
                 # drafted step is dear: at 16 rows on a CPU (five plain steps' cost) a full trial's five drafted
                 # steps cost a fifth of a call. Not at one row, where a step is cheap (2.4 plain steps), a prompt's
                 # first steps say little about the rest, and a noisy cut turned a call to plain steps (a code sweep's
-                # one-row column lost 11% against always drafting)
+                # one-row column fell to 89% of always drafting's)
                 run.cut_short = True
                 run.probe_every = min(2 * run.probe_every, MAX_PROBE_EVERY)
                 return False
