@@ -342,7 +342,11 @@ class AdaptiveDrafter(Drafter):
         # hysteresis, on the side of drafting only: plain steps are kept until drafting is 15% faster (the estimates
         # are noisy, and switching costs a catch-up), drafting only while it is at least as fast as plain steps (a
         # band below 1.0 kept batches drafting at up to 15% loss where the two kinds ran close: 4-row VLM batches)
-        better = run.drafted.rate >= self.margin * run.plain.rate * (1.0 if run.drafting else 1 + HYSTERESIS)
+        # (the band follows the kind in use: during a probe, the step in flight is of the other kind. It followed
+        # the probe's kind until 2026-11-27, which inverted it at probes: a drafting probe won a tie, and a plain
+        # probe took drafting off unless it was 15% faster)
+        drafting_in_use = run.drafting != run.probing
+        better = run.drafted.rate >= self.margin * run.plain.rate * (1.0 if drafting_in_use else 1 + HYSTERESIS)
         if run.probing:  # a probe of the kind not in use just ran: did it win?
             if run.drafting and run.since_switch == 0:
                 return True  # a drafted probe's first step only brings the drafter up to date: measure the next

@@ -416,3 +416,17 @@ def test_a_dear_trial_far_behind_plain_steps_stops_after_two_steps():
     for _ in range(2):
         one_row.drafted.add(0.100, [1])
     assert policy._choose(one_row) is True and not one_row.cut_short
+
+
+def test_a_probe_is_judged_by_the_band_of_the_kind_in_use():
+    """A drafting probe (plain steps in use) wins only when drafting is 15% faster; a plain probe (drafting in use)
+    takes drafting off only when drafting is slower than plain steps."""
+    policy = AdaptiveDrafter(PromptLookupDrafter(), probe_every=64)
+    for tokens, wins in ((2.2, False), (2.4, True)):  # 110 and 120 tokens/s against plain steps' 100
+        run = _run(drafted=(0.020, tokens), plain=(0.010, 1.0), since=1, drafting=True)
+        run.probing = True  # the drafting probe's measured step just ran
+        assert policy._choose(run) is wins
+    for tokens, keeps in ((2.2, True), (1.9, False)):  # 110 and 95 tokens/s
+        run = _run(drafted=(0.020, tokens), plain=(0.010, 1.0), since=0, drafting=False)
+        run.probing = True  # the plain probe just ran
+        assert policy._choose(run) is keeps
