@@ -74,7 +74,10 @@ class _Rate:
         self.samples = (self.samples + [(seconds, tokens)])[-self.window:]
 
     def _seconds(self, cost) -> float:
-        return cost[0].at_width(cost[1], self.plain_seconds) if isinstance(cost, tuple) else cost
+        if not isinstance(cost, tuple):
+            return cost
+        step, width, _ = cost
+        return step.at_width(width, self.plain_seconds)
 
     @property
     def seconds(self) -> float | None:
@@ -82,8 +85,9 @@ class _Rate:
         measurement beats an estimate)."""
         if not self.samples:
             return None
-        own = [c for c, _ in self.samples if isinstance(c, tuple) and c[0].width == c[1]]
-        return statistics.median(self._seconds(c) for c in (own or [c for c, _ in self.samples]))
+        costs = [c for c, _ in self.samples]
+        own = [c for c in costs if isinstance(c, tuple) and c[0].width == c[1]]  # (step, width, _): its own width
+        return statistics.median(self._seconds(c) for c in (own or costs))
 
     @property
     def rate(self) -> float | None:
@@ -311,7 +315,7 @@ class AdaptiveDrafter(Drafter):
             return
         rates = []
         for arm in run.arms:
-            same = [x for x in arm.samples if x[0][2]][-SIZE_WINDOW:]
+            same = [(cost, tokens) for cost, tokens in arm.samples if cost[2]][-SIZE_WINDOW:]  # at the largest
             if len(same) < FIRST_DRAFTED:
                 rates.append(None)
                 continue

@@ -143,6 +143,7 @@ class DFlashDrafter(Drafter):
         self.vocab_size = int(net.config.vocab_size)
         self.sampled_drafts = bool(sampled_drafts)
         self.compress_to = None if compress_to is None else int(compress_to)
+        self._budgets = self._halved_budgets()  # (tree_budgets: fixed by tree_nodes and lookup, read every step)
 
     @property
     def max_nodes(self) -> int:
@@ -153,6 +154,9 @@ class DFlashDrafter(Drafter):
         """The DDTree's sizes, its own first: (nodes, lookup tokens) halved down to two nodes, each tree the first
         nodes of the larger one's best-first order with the first tokens of its lookup branch, so it lies inside
         every larger one (:mod:`mmspec.drafters.budgets`). A chain offers its own size only."""
+        return self._budgets
+
+    def _halved_budgets(self) -> tuple:
         if self.tree_nodes is None:
             return ()
         sizes, n = [], self.tree_nodes
@@ -303,7 +307,7 @@ class DFlashDrafter(Drafter):
             raise ValueError("only a DDTree drafter proposes trees of several sizes (set tree_nodes)")
         self._catch_up(context, run)
         state = context.state
-        sizes = [self.tree_budgets[i] for i in which]
+        sizes = [self._budgets[i] for i in which]
         nodes = max(n for n, _ in sizes)
         full = self._ddtree(state.roots.to(self.net.device), self.head(self.slot_hidden(context, run)), _GREEDY,
                             state.generator, nodes)

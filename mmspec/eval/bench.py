@@ -175,9 +175,9 @@ def auto_factories(methods: list[str], extra: dict, draft, num_tokens: int | Non
     for m in methods:
         sizes = m.endswith(AUTO_SIZES)
         suffix = AUTO_SIZES if sizes else AUTO
-        base = m[: -len(suffix)] if m.endswith(suffix) else None
-        if base is None or m in extra:
+        if not m.endswith(suffix) or m in extra:
             continue
+        base = m[: -len(suffix)]
         if base in extra:
             inner = extra[base]
         elif base == "prompt-lookup" or (base in CAUSAL_METHODS and draft is not None):
@@ -307,8 +307,8 @@ def compare(target, draft_model, prompts: list[torch.Tensor], methods: list[str]
     unknown = set(methods) - set(ALL_METHODS) - set(extra)
     if unknown:
         raise ValueError(f"unknown methods {sorted(unknown)}; choose from {ALL_METHODS + list(extra)} (and "
-                         f"<method>{AUTO} for any drafting one: that method under the adaptive policy; <method>{AUTO_SIZES}: "
-                         f"choosing its tree size too)")
+                         f"<method>{AUTO} for any drafting one: that method under the adaptive policy; "
+                         f"<method>{AUTO_SIZES}: choosing its tree size too)")
     if "plain" not in methods:
         methods = ["plain"] + list(methods)
     sampling = dict(do_sample=do_sample, temperature=temperature, seed=seed)
