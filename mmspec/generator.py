@@ -123,6 +123,7 @@ class _Call:
     streamer: Any = None  # HF streamer protocol (put / end): each step's committed tokens, batch 1 only
     rows: torch.LongTensor | None = None  # the call's row of each row still in the batch, once rows were dropped
     done: Any = None  # (tokens, lengths, generated) of every row of the call, for those dropped (_narrow)
+    features: bool = False  # the drafter reads the target's features in this call (Drafter.reads_features)
 
 
 def check_streamer(streamer, input_ids: torch.Tensor) -> None:
@@ -256,7 +257,8 @@ class SpeculativeGenerator:
         return _Call(request, SpecKVCache.for_model(self.target, B, cache_len),
                      TreeVerifier(request.sampling, self.relaxation, self.measure_output_tv),
                      GenerationStats(accept_lengths=[[] for _ in range(B)],
-                                     kernel_backend=backend_for_device(request.input_ids.device)))
+                                     kernel_backend=backend_for_device(request.input_ids.device)),
+                     features=self.drafter.reads_features(B))
 
     def _prefill(self, call: _Call) -> None:
         """The whole prompt through the target, then the first token (which becomes the first tree root); the
@@ -264,7 +266,7 @@ class SpeculativeGenerator:
         req, cache, stats = call.request, call.cache, call.stats
         ids, mask = req.input_ids, req.attention_mask
         (B, P), dev = ids.shape, ids.device
-        wants_features = self.drafter.needs_target_hidden
+        wants_features = call.features
         with timed(stats, "prefill_time", "verify_time"):
             # what the model would derive itself from the processor's outputs: M-RoPE positions, prefix blocks
             positions, cache.position_shift = prompt_positions(self.target, ids, mask, req.prefill_inputs)
@@ -301,7 +303,7 @@ class SpeculativeGenerator:
             tree = self.drafter.propose(call.context, call.run)
         with timed(stats, "verify_time"):
             check = call.verifier.verify(self.target, call.cache, tree, state.generator,
-                                         output_hidden_states=self.drafter.needs_target_hidden)
+                                         output_hidden_states=call.features)
         stats.record_forward(int(state.active.sum()))
         stats.record_relaxation(check.result, state.active)
         self._commit(call, tree, check.result)

@@ -33,7 +33,17 @@ drafted step beat plain steps by the margin a switch to drafting needs (its slow
 drafter's prompt prefill included): a short answer the drafter knows often comes whole in the first block. That
 opening is judged on its own and kept out of the windows and counters, so the resumed kind goes on after it. A call
 that judges drafting afresh (at two rows or more) stops the trial after two measured steps that are far behind the
-plain steps it remembers when each costs three plain steps or more. With ``tree_sizes`` (off by default) it also
+plain steps it remembers when each costs three plain steps or more.
+
+Where the inner drafter can draft on a plain step without the draft being verified (``shadow_drafts``: DFlash,
+prompt lookup) and the call is greedy, a drafting probe is screened first (:mod:`mmspec.drafters.shadow`): a draft
+proposed on a plain step is read against the tokens the plain steps then emit, which tells exactly what a drafted
+step would have emitted there, at a drafter forward's cost instead of two drafted steps' (at 8–16 rows on a CPU a
+drafted step costs five or six plain ones); only where it would have beaten plain steps at the drafted steps' measured
+cost does the probe run. A call after one where drafting won resumes then too, with such a draft at once, where a
+drafted step is dear. And at a batch size where drafting is hopeless (the last call ended on plain steps, never won,
+its probes at the longest interval), three calls in four read no target features at all (:meth:`reads_features`):
+they cost what the loop without a drafter costs. With ``tree_sizes`` (off by default) it also
 picks among the inner drafter's nested tree sizes per step (:mod:`mmspec.drafters.budgets`). A plain step is the
 root alone (what :class:`~mmspec.drafters.no_draft.NoDrafter` verifies), and the inner drafter still
 observes it, so the output is exactly what plain decoding gives under greedy and the target's distribution under
@@ -55,6 +65,7 @@ from ..tree import DraftTree
 from ..verifiers.acceptance import AcceptResult
 from .base import Drafter
 from .budgets import StepCost, emitted_by, target_continuation
+from .shadow import ShadowDraft
 
 
 @dataclass
@@ -160,6 +171,7 @@ SIZE_HYSTERESIS = 0.05  # a tree size replaces the one in use when its rate is t
 LARGEST_EVERY = 4  # drafted steps at a smaller size between two steps at the largest (which measure every size)
 SIZE_WINDOW = 8  # steps at the largest size the sizes are compared over
 CUT_DEARER = 3.0  # a drafted step this many plain steps' cost or more: a trial far behind stops after two steps
+CHECK_EVERY = 4  # where drafting is hopeless at a batch size, one call in this many reads the target's features
 FAR_BEHIND = 0.75  # a drafting probe whose slowest row is this far behind plain steps' rate (and whose average row
 # does not clearly win either) backs off to the longest interval at once
 
@@ -194,8 +206,17 @@ class _AdaptiveRun:
     won: bool = False  # drafting's measured rate beat plain steps' at some step of this call
     open_drafted: bool = False  # a call resumed on plain steps drafts its first step all the same
     opening_won: bool = True  # the call's first drafted step emitted tokens faster than plain steps do
+    opening_rate: float | None = None  # its rate, judged once plain steps are measured (a first call has none yet)
     narrowed: bool = False  # the loop dropped finished rows: the windows no longer describe a call of `rows` rows
     cut_short: bool = False  # the call's first drafted steps lost so clearly that it stopped them early
+    shadows: bool = False  # drafting probes are screened by unverified drafts (greedy, one tree size, shadow_drafts)
+    shadow: ShadowDraft | None = None  # an unverified draft waiting for the target's continuation
+    shadow_now: bool = False  # the plain step in flight proposes an unverified draft
+    since_shadow: int = 0  # plain steps since the last unverified draft
+    shadow_seconds: float | None = None  # what the last unverified draft cost
+    verdict: bool | None = None  # the last unverified draft's verdict, for the next choice
+    featureless: bool = False  # the loop hands no target features this call: every step is plain
+    plain_calls: int = 0  # calls at this batch size since drafting became hopeless there
 
     @property
     def drafted(self) -> _Rate:
@@ -259,11 +280,26 @@ class AdaptiveDrafter(Drafter):
             run.arms = [_Rate(DRAFTED_WINDOW, rows_leave=run.drafted.rows_leave) for _ in run.arms]
             run.plain, run.arm, run.cut_short = _Rate(), 0, False
             run.since_switch, run.probing, run.probe_every = 0, False, self.probe_every
+            run.shadow, run.verdict = None, None  # its rows are no longer the batch's
         run.active_before, run.narrowed = [], True
         return run
 
     def target_features(self, hidden_states: tuple) -> torch.Tensor:
         return self.inner.target_features(hidden_states)
+
+    def reads_features(self, rows: int) -> bool:
+        """No target features for a call at a batch size where drafting is hopeless (the last call there ended on
+        plain steps, never won, its probes at the longest interval), but for one call in ``CHECK_EVERY``, which
+        looks again: the target's hidden states at the prefill and every step, the drafter's feature buffer and
+        its unverified drafts cost a plain call 5–7% at 8–16 rows on a CPU (SGLang turns speculation off under
+        load the same way)."""
+        if not self.inner.needs_target_hidden:
+            return False
+        known = self._memory.get(rows)
+        if known is None or not _hopeless(known):
+            return True
+        known["plain_calls"] += 1
+        return known["plain_calls"] % CHECK_EVERY == 0
 
     def check_inputs(self, prefill_inputs: dict) -> None:
         self.inner.check_inputs(prefill_inputs)
@@ -274,8 +310,11 @@ class AdaptiveDrafter(Drafter):
         lazy = self.inner.catches_up_from_tokens and not fixed
         # a drafter that catches up from tokens begins when it first drafts: a call of plain steps only (a large
         # batch) then never pays for its prompt prefill
+        # a call the loop hands no features (reads_features) runs on plain steps alone, the drafter never begun
+        featureless = self.inner.needs_target_hidden and context.hidden is None
+        lazy = lazy or featureless
         run = _AdaptiveRun(None if lazy else self.inner.begin(context), rows=rows, probe_every=self.probe_every)
-        run.begun = not lazy
+        run.begun, run.featureless = not lazy, featureless
         rows_leave = context.rows_leave and context.state.tokens.device.type == "cpu"
         # tree sizes are chosen in greedy calls only: a smaller tree's acceptance is read off a larger one's step
         # from the target's continuation, which a sampled step does not give
@@ -284,19 +323,25 @@ class AdaptiveDrafter(Drafter):
         if fixed:
             run.fixed = True  # every step drafts, as the inner drafter alone would
             return run
+        run.shadows = self.inner.shadow_drafts and not context.state.sampling.do_sample and len(run.arms) == 1
         known = self._memory.get(rows)
         if known is not None:
             run.plain.samples = list(known["plain"])
-            run.opening_won = known["opening_won"]
+            run.opening_won, run.plain_calls = known["opening_won"], known["plain_calls"]
+            # where a drafted step is dear and an unverified draft can tell whether drafting would win, a call after
+            # one where drafting won somewhere resumes too, with that draft due at once (instead of a trial of
+            # drafted steps: at 8 rows on a CPU each costs five or six plain steps)
+            dear = run.shadows and _dear(known["arms"][0], known["plain"])
             # start where the last call at this batch size stopped (its tree sizes: a greedy call after a sampling
             # one has sizes that call did not measure, and judges them afresh)
-            if not known["won"] and len(known["arms"]) == len(run.arms):
+            if (not known["won"] or dear) and len(known["arms"]) == len(run.arms):
                 for arm, samples in zip(run.arms, known["arms"]):
                     arm.samples = list(samples)
                 run.arm = known["arm"]
                 run.drafting, run.since_switch, run.probe_every = known["drafting"], known["since_switch"], \
                     known["probe_every"]
-                run.open_drafted = not run.drafting and run.opening_won
+                run.since_shadow = MAX_PROBE_EVERY * 1000 if known["won"] else known["since_shadow"]
+                run.open_drafted = not run.drafting and run.opening_won and not featureless
             # else drafting paid in the last call: its first FIRST_DRAFTED measured steps draft, judged afresh
         return run
 
@@ -326,6 +371,8 @@ class AdaptiveDrafter(Drafter):
 
     def _choose(self, run: _AdaptiveRun) -> bool:
         """Whether the next step drafts (and at which tree size)."""
+        if run.featureless:
+            return False
         self._choose_size(run)
         if len(run.drafted.samples) < FIRST_DRAFTED and not run.cut_short:
             if run.rows > 1 and len(run.drafted.samples) >= PROBE_STEPS and run.plain.seconds is not None and \
@@ -351,6 +398,14 @@ class AdaptiveDrafter(Drafter):
         # probe took drafting off unless it was 15% faster)
         drafting_in_use = run.drafting != run.probing
         better = run.drafted.rate >= self.margin * run.plain.rate * (1.0 if drafting_in_use else 1 + HYSTERESIS)
+        if run.verdict is not None:  # an unverified draft was read off the continuation: the probe it screens
+            won, run.verdict = run.verdict, None
+            if won:
+                run.probing = True
+                return True  # the drafting probe, judged as any other
+            self._lost_probe(run)
+            run.won |= better
+            return better
         if run.probing:  # a probe of the kind not in use just ran: did it win?
             if run.drafting and run.since_switch == 0:
                 return True  # a drafted probe's first step only brings the drafter up to date: measure the next
@@ -364,24 +419,37 @@ class AdaptiveDrafter(Drafter):
             lost = better != run.drafting
             if not lost:
                 run.probe_every = self.probe_every
-            elif run.drafting and len(run.drafted.samples) >= FIRST_DRAFTED and \
-                    run.drafted.rate < FAR_BEHIND * run.plain.rate and \
-                    run.drafted.best_rate < (1 + HYSTERESIS) * run.plain.rate:
-                # hopeless: the slowest row's rate is far behind plain steps', and even the rows' average
-                # acceptance would not clearly pay for a drafted step (a large batch on a busy device); a change
-                # that would make drafting win is unlikely
-                run.probe_every = MAX_PROBE_EVERY
+            elif run.drafting:
+                self._lost_probe(run)
             else:
                 run.probe_every = min(2 * run.probe_every, MAX_PROBE_EVERY)
             run.won |= better
             return better
-        # a drafted probe costs what a drafted step costs: probe as much less often as it is dearer than a plain step
-        dearer = max(1.0, run.drafted.seconds / max(run.plain.seconds, 1e-9)) if not run.drafting else 1.0
-        if run.since_switch >= run.probe_every * dearer:
-            run.probing = True
-            return not run.drafting  # re-try the other kind now and then
+        if run.shadows and not run.drafting:
+            # drafting probes are screened: an unverified draft on a plain step, as much less often as it is dearer
+            # than a plain step, and a probe only where it says drafting would win (the verdict above)
+            dearer = max(1.0, (run.shadow_seconds or 0.0) / max(run.plain.seconds, 1e-9))
+            run.shadow_now = run.shadow is None and run.since_shadow >= run.probe_every * dearer
+        else:
+            # a drafted probe costs what a drafted step costs: probe as much less often as it is dearer than a
+            # plain step
+            dearer = max(1.0, run.drafted.seconds / max(run.plain.seconds, 1e-9)) if not run.drafting else 1.0
+            if run.since_switch >= run.probe_every * dearer:
+                run.probing = True
+                return not run.drafting  # re-try the other kind now and then
         run.won |= better
         return better
+
+    def _lost_probe(self, run: _AdaptiveRun) -> None:
+        """A drafting probe (or the unverified draft screening one) lost: the next one waits twice as long, or the
+        longest where drafting is hopeless — the slowest row's rate far behind plain steps', and even the rows'
+        average acceptance not clearly paying for a drafted step (a large batch on a busy device): a change that
+        would make drafting win is unlikely."""
+        if len(run.drafted.samples) >= FIRST_DRAFTED and run.drafted.rate < FAR_BEHIND * run.plain.rate and \
+                run.drafted.best_rate < (1 + HYSTERESIS) * run.plain.rate:
+            run.probe_every = MAX_PROBE_EVERY
+        else:
+            run.probe_every = min(2 * run.probe_every, MAX_PROBE_EVERY)
 
     def propose(self, context: DraftContext, run: _AdaptiveRun) -> DraftTree:
         if run.fixed:
@@ -394,10 +462,18 @@ class AdaptiveDrafter(Drafter):
             run.drafting = drafting
         if drafting:
             run.active_before = context.state.active.tolist()  # the rows this step generates for
+            run.shadow_now = False
         t0 = time.perf_counter()
         if drafting and not run.begun:
             run.inner, run.begun = self.inner.begin(context), True
         if not drafting:
+            run.since_shadow += 1
+            if run.shadow_now:  # drafted, not verified: read off the continuation the plain steps give
+                if not run.begun:
+                    run.inner, run.begun = self.inner.begin(context), True
+                run.shadow = ShadowDraft(self.inner.propose(context, run.inner), context.state)
+                run.shadow_now, run.since_shadow, run.fed = False, 0, True  # (the drafter's prompt is fed)
+                run.shadow_seconds = time.perf_counter() - t0
             tree = DraftTree.root_only(context.state.roots)
         elif len(run.arms) == 1:
             tree = self.inner.propose(context, run.inner)
@@ -429,11 +505,8 @@ class AdaptiveDrafter(Drafter):
             # drafter knows often comes whole in its first block: the next call's opening then drafts as well)
             seconds = run.t_draft + verified + observed
             tokens = [n for n, a in zip(emitted, run.active_before) if a]
-            # (by the margin a switch from plain steps to drafting needs: an opening that only breaks even, as a
-            # large batch's slowest row makes it, is not worth its drafter prefill's risk)
-            opening = _Rate(1, [(seconds, tokens or [1])], run.drafted.rows_leave)
-            run.opening_won = run.plain.rate is None or \
-                opening.rate >= self.margin * run.plain.rate * (1 + HYSTERESIS)
+            run.opening_rate = _Rate(1, [(seconds, tokens or [1])], run.drafted.rows_leave).rate
+            self._judge_opening(run)
         if drafted and not run.fed:
             # the call's first drafted step feeds the prompt to the drafter: a one-off, not what a step costs
             run.fed = True
@@ -452,13 +525,65 @@ class AdaptiveDrafter(Drafter):
         else:
             run.plain.add(verified + observed, 1.0)
             run.plain_steps += 1
+        if run.shadow is not None:
+            self._read_shadow(context, run)
         run.step += 1
+        if run.opening_rate is not None:  # a first call's opening, judged at its first plain step
+            self._judge_opening(run)
         if run.drafted.samples and run.plain.samples and not run.narrowed:
             # the sample lists are replaced, never changed in place, on every add: no copy needed
             self._memory[run.rows] = {
                 "arms": [arm.samples for arm in run.arms], "arm": run.arm, "plain": run.plain.samples,
                 "drafting": run.drafting, "since_switch": run.since_switch, "probe_every": run.probe_every,
-                "won": run.won, "opening_won": run.opening_won}
+                "since_shadow": run.since_shadow, "won": run.won, "opening_won": run.opening_won,
+                "plain_calls": run.plain_calls if _hopeless_run(run) else 0}
+
+    def _judge_opening(self, run: _AdaptiveRun) -> None:
+        """Whether the call's first drafted step beat plain steps (the ones remembered, or, in a first call, the first
+        measured), by the margin a switch from plain steps to drafting needs: an opening that only breaks even, as a
+        large batch's slowest row makes it, is not worth its drafter prefill's risk."""
+        if run.plain.samples:
+            run.opening_won = run.opening_rate >= self.margin * run.plain.rate * (1 + HYSTERESIS)
+            run.opening_rate = None
+
+    def _read_shadow(self, context: DraftContext, run: _AdaptiveRun) -> None:
+        """Read the unverified draft against the continuation so far; once it settles whether a drafted step at that
+        point would have beaten plain steps (at the drafted steps' measured cost), keep what it would have emitted
+        as a drafted sample and leave the verdict for the next choice. A draft overtaken by drafted steps (the
+        policy switched) is dropped: they measure what it would have."""
+        if run.drafting or run.drafted.seconds is None:
+            run.shadow = None
+            return
+        low, high, known = run.shadow.bounds(context.state)
+        cost = run.drafted.seconds
+        need = self.margin * run.plain.rate  # a screen: the probe it lets through is judged with the band
+        rows_leave = run.drafted.rows_leave
+        if _Rate(1, [(cost, low)], rows_leave).rate >= need:
+            run.verdict = True
+        elif known or _Rate(1, [(cost, high)], rows_leave).rate < need:
+            run.verdict = False
+        else:
+            return
+        run.drafted.add(cost, low)
+        run.shadow = None
+
+
+def _hopeless(known: dict) -> bool:
+    """Whether a batch size's memory says drafting is hopeless there: the last call ended on plain steps, drafting
+    never won in it, nor did its opening, and its probes were at the longest interval."""
+    return not (known["drafting"] or known["won"] or known["opening_won"]) and known["probe_every"] >= MAX_PROBE_EVERY
+
+
+def _hopeless_run(run: _AdaptiveRun) -> bool:
+    return not (run.drafting or run.won or run.opening_won) and run.probe_every >= MAX_PROBE_EVERY
+
+
+def _dear(drafted_samples: list, plain_samples: list) -> bool:
+    """Whether remembered drafted steps cost ``CUT_DEARER`` plain steps or more (medians of the two windows)."""
+    if not drafted_samples or not plain_samples or isinstance(drafted_samples[0][0], tuple):
+        return False
+    drafted = statistics.median(c for c, _ in drafted_samples)
+    return drafted >= CUT_DEARER * statistics.median(c for c, _ in plain_samples)
 
 
 def unwrap(drafter):

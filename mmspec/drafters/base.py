@@ -97,6 +97,11 @@ class Drafter:
     #: capability flag: :meth:`select_rows` keeps a subset of a call's rows in the drafter's per-call state, so the
     #: loop can drop the rows that finished (their forwards then cost nothing) instead of computing them to the end
     drops_rows: bool = False
+    #: capability flag: ``propose`` may run on a step that then verifies the root alone (the drafter keeps nothing
+    #: of a draft the target did not verify: it may catch up on verified tokens, and ``observe`` hands it what was
+    #: verified). :class:`~mmspec.drafters.adaptive.AdaptiveDrafter` then screens a drafting probe with such a draft
+    #: scored against the target's continuation (:mod:`mmspec.drafters.shadow`), at a drafter forward's cost
+    shadow_drafts: bool = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -124,6 +129,12 @@ class Drafter:
         """What this drafter reads of the target's ``hidden_states`` tuple (prefill and verification alike): the
         last layer's by default; a drafter conditioned on several layers (DFlash) concatenates the ones it names."""
         return hidden_states[-1]
+
+    def reads_features(self, rows: int) -> bool:
+        """Whether a call of ``rows`` rows hands this drafter the target's features (the loop then asks the target
+        for its hidden states at the prefill and every step): ``needs_target_hidden`` by default; the adaptive
+        policy declines them for a call it runs on plain steps alone."""
+        return self.needs_target_hidden
 
     def check_inputs(self, prefill_inputs: dict) -> None:
         """Refuse, before any forward, target inputs this drafter cannot draft for (raise ValueError)."""

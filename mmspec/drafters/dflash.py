@@ -98,6 +98,7 @@ class DFlashDrafter(Drafter):
 
     needs_target_hidden = True
     drops_rows = True  # select_rows narrows the feature buffer and the context cache
+    shadow_drafts = True  # a draft's block keys / values are dropped after its forward; the cache holds verified ones
 
     def __init__(self, net: DFlashDraftModel, target, num_tokens: int | None = None, confidence: float | None = None,
                  tree_nodes: int | None = None, top_k: int = 4, sampled_drafts: bool = True,

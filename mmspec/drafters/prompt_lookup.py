@@ -36,6 +36,7 @@ class PromptLookupDrafter(Drafter):
     vocab_size = None
     drops_rows = True  # no per-row state: it reads context.state
     catches_up_from_tokens = True  # it reads the tokens in context.state when it drafts: nothing to catch up
+    shadow_drafts = True  # nothing kept between steps
 
     def __init__(self, num_tokens: int = 10, max_ngram: int = 3, min_ngram: int = 1):
         if num_tokens < 1 or min_ngram < 1 or max_ngram < min_ngram:
