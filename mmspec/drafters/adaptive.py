@@ -287,7 +287,7 @@ class AdaptiveDrafter(Drafter):
     def target_features(self, hidden_states: tuple) -> torch.Tensor:
         return self.inner.target_features(hidden_states)
 
-    def reads_features(self, rows: int) -> bool:
+    def reads_features(self, rows: int, do_sample: bool = False) -> bool:
         """No target features for a call at a batch size where drafting is hopeless (the last call there ended on
         plain steps, never won, its probes at the longest interval), but for one call in ``CHECK_EVERY``, which
         looks again: the target's hidden states at the prefill and every step, the drafter's feature buffer and
@@ -295,6 +295,8 @@ class AdaptiveDrafter(Drafter):
         load the same way)."""
         if not self.inner.needs_target_hidden:
             return False
+        if do_sample and not self.when_sampling:
+            return True  # such a call drafts every step, as the inner drafter alone would
         known = self._memory.get(rows)
         if known is None or not _hopeless(known):
             return True

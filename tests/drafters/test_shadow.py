@@ -157,3 +157,20 @@ def test_where_drafting_is_hopeless_most_calls_read_no_features(code):
     assert seen == [False] * (CHECK_EVERY - 1) + [True]
     assert calls == []  # no draft was due in the featured call either (12 steps, an interval of 64)
     assert policy.reads_features(2) is True  # another batch size: nothing known, features read
+
+
+def test_a_sampling_call_that_drafts_every_step_reads_features_even_where_drafting_is_hopeless(code):
+    """``when_sampling=False``: a sampling call drafts every step, as the inner drafter alone would, so it reads the
+    target's features whatever the batch size's memory says (without them it could not draft)."""
+    extra = diffusion_factories()
+    if "dflash-tree" not in extra:
+        pytest.skip("zoo:code-dflash is not built")
+    policy = AdaptiveDrafter(extra["dflash-tree"](), when_sampling=False)
+    _remember(policy, 1, drafted_cost=1.0, probe_every=MAX_PROBE_EVERY, since_shadow=0)
+    ids = code_prompts(code.tokenizer, 1)[0]
+    gen = SpeculativeGenerator(code.model, policy)
+    for _ in range(CHECK_EVERY):
+        out = gen.generate(ids, max_new_tokens=12, eos_token_id=[], do_sample=True,
+                           generator=torch.Generator().manual_seed(0))
+        assert max(out.stats.accept_lengths[0][1:]) > 1 or len(out.stats.accept_lengths[0]) < 12
+    assert policy.reads_features(1, do_sample=True) and not policy.reads_features(1, do_sample=False)
