@@ -88,6 +88,13 @@ class DraftTree:
         """One node per row (what a plain step verifies)."""
         return self.tokens.shape[1] == 1
 
+    def child_maps(self) -> list[dict]:
+        """Per row, ``(parent node, token) -> node`` over the valid nodes: how a token path is followed down the tree
+        (a deterministic tree's siblings hold distinct tokens)."""
+        tokens, parents, valid = self.tokens.tolist(), self.parents.tolist(), self.valid.tolist()
+        return [{(par[n], tok[n]): n for n in range(1, len(tok)) if ok[n]}
+                for tok, par, ok in zip(tokens, parents, valid)]
+
     def grafted(self, chains) -> "DraftTree":
         """This deterministic tree with each row's chain of tokens (``chains[b]``, drafted after the root) merged
         in as a trie: the chain follows the tree's nodes while their tokens agree and goes on as new nodes where it
@@ -97,10 +104,9 @@ class DraftTree:
         N = self.tokens.shape[1]
         width = N + max((len(c) for c in chains), default=0)
         tokens, parents, valid = self.tokens.tolist(), self.parents.tolist(), self.valid.tolist()
-        for b, chain in enumerate(chains):
+        for b, (chain, children) in enumerate(zip(chains, self.child_maps())):
             n = sum(valid[b])  # a row's valid nodes come first
             tok, par = tokens[b][:n], parents[b][:n]
-            children: dict[tuple[int, int], int] = {(par[i], tok[i]): i for i in range(1, n)}
             at = 0
             for t in (int(x) for x in chain):
                 nxt = children.get((at, t))

@@ -333,7 +333,7 @@ class AdaptiveDrafter(Drafter):
             # where a drafted step is dear and an unverified draft can tell whether drafting would win, a call after
             # one where drafting won somewhere resumes too, with that draft due at once (instead of a trial of
             # drafted steps: at 8 rows on a CPU each costs five or six plain steps)
-            dear = run.shadows and _dear(known["arms"][0], known["plain"])
+            dear = run.shadows and _dear(_Rate(DRAFTED_WINDOW, known["arms"][0]), run.plain)
             # start where the last call at this batch size stopped (its tree sizes: a greedy call after a sampling
             # one has sizes that call did not measure, and judges them afresh)
             if (not known["won"] or dear) and len(known["arms"]) == len(run.arms):
@@ -342,7 +342,7 @@ class AdaptiveDrafter(Drafter):
                 run.arm = known["arm"]
                 run.drafting, run.since_switch, run.probe_every = known["drafting"], known["since_switch"], \
                     known["probe_every"]
-                run.since_shadow = MAX_PROBE_EVERY * 1000 if known["won"] else known["since_shadow"]
+                run.since_shadow = math.inf if known["won"] else known["since_shadow"]  # (won: a draft at once)
                 run.open_drafted = not run.drafting and run.opening_won and not featureless
             # else drafting paid in the last call: its first FIRST_DRAFTED measured steps draft, judged afresh
         return run
@@ -377,8 +377,7 @@ class AdaptiveDrafter(Drafter):
             return False
         self._choose_size(run)
         if len(run.drafted.samples) < FIRST_DRAFTED and not run.cut_short:
-            if run.rows > 1 and len(run.drafted.samples) >= PROBE_STEPS and run.plain.seconds is not None and \
-                    run.drafted.seconds >= CUT_DEARER * run.plain.seconds and \
+            if run.rows > 1 and len(run.drafted.samples) >= PROBE_STEPS and _dear(run.drafted, run.plain) and \
                     run.drafted.rate < FAR_BEHIND * run.plain.rate:
                 # judging drafting afresh against plain steps it remembers (a call after one where drafting won
                 # somewhere), two measured steps far behind them end the trial as a lost probe would, where a
@@ -466,13 +465,11 @@ class AdaptiveDrafter(Drafter):
             run.active_before = context.state.active.tolist()  # the rows this step generates for
             run.shadow_now = False
         t0 = time.perf_counter()
-        if drafting and not run.begun:
+        if (drafting or run.shadow_now) and not run.begun:
             run.inner, run.begun = self.inner.begin(context), True
         if not drafting:
             run.since_shadow += 1
             if run.shadow_now:  # drafted, not verified: read off the continuation the plain steps give
-                if not run.begun:
-                    run.inner, run.begun = self.inner.begin(context), True
                 run.shadow = ShadowDraft(self.inner.propose(context, run.inner), context.state)
                 run.shadow_now, run.since_shadow, run.fed = False, 0, True  # (the drafter's prompt is fed)
                 run.shadow_seconds = time.perf_counter() - t0
@@ -534,11 +531,11 @@ class AdaptiveDrafter(Drafter):
             self._judge_opening(run)
         if run.drafted.samples and run.plain.samples and not run.narrowed:
             # the sample lists are replaced, never changed in place, on every add: no copy needed
-            self._memory[run.rows] = {
-                "arms": [arm.samples for arm in run.arms], "arm": run.arm, "plain": run.plain.samples,
-                "drafting": run.drafting, "since_switch": run.since_switch, "probe_every": run.probe_every,
-                "since_shadow": run.since_shadow, "won": run.won, "opening_won": run.opening_won,
-                "plain_calls": run.plain_calls if _hopeless_run(run) else 0}
+            memory = {"arms": [arm.samples for arm in run.arms], "arm": run.arm, "plain": run.plain.samples,
+                      "drafting": run.drafting, "since_switch": run.since_switch, "probe_every": run.probe_every,
+                      "since_shadow": run.since_shadow, "won": run.won, "opening_won": run.opening_won}
+            memory["plain_calls"] = run.plain_calls if _hopeless(memory) else 0
+            self._memory[run.rows] = memory  # (one dict write: safe across threads)
 
     def _judge_opening(self, run: _AdaptiveRun) -> None:
         """Whether the call's first drafted step beat plain steps (the ones remembered, or, in a first call, the first
@@ -576,16 +573,11 @@ def _hopeless(known: dict) -> bool:
     return not (known["drafting"] or known["won"] or known["opening_won"]) and known["probe_every"] >= MAX_PROBE_EVERY
 
 
-def _hopeless_run(run: _AdaptiveRun) -> bool:
-    return not (run.drafting or run.won or run.opening_won) and run.probe_every >= MAX_PROBE_EVERY
-
-
-def _dear(drafted_samples: list, plain_samples: list) -> bool:
-    """Whether remembered drafted steps cost ``CUT_DEARER`` plain steps or more (medians of the two windows)."""
-    if not drafted_samples or not plain_samples or isinstance(drafted_samples[0][0], tuple):
-        return False
-    drafted = statistics.median(c for c, _ in drafted_samples)
-    return drafted >= CUT_DEARER * statistics.median(c for c, _ in plain_samples)
+def _dear(drafted: _Rate, plain: _Rate) -> bool:
+    """Whether a drafted step costs ``CUT_DEARER`` plain steps or more (the two windows' medians; False while either
+    is empty)."""
+    return drafted.seconds is not None and plain.seconds is not None and \
+        drafted.seconds >= CUT_DEARER * plain.seconds
 
 
 def unwrap(drafter):

@@ -131,9 +131,9 @@ class Drafter:
         return hidden_states[-1]
 
     def reads_features(self, rows: int, do_sample: bool = False) -> bool:
-        """Whether a call of ``rows`` rows (sampling or greedy) hands this drafter the target's features (the loop then asks the target
-        for its hidden states at the prefill and every step): ``needs_target_hidden`` by default; the adaptive
-        policy declines them for a call it runs on plain steps alone."""
+        """Whether a call of ``rows`` rows (sampling or greedy) hands this drafter the target's features (the loop
+        then asks the target for its hidden states at the prefill and every step): ``needs_target_hidden`` by
+        default; the adaptive policy declines them for a call it runs on plain steps alone."""
         return self.needs_target_hidden
 
     def check_inputs(self, prefill_inputs: dict) -> None:

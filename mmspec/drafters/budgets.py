@@ -34,18 +34,19 @@ def emitted_by(tree: DraftTree, continuation: list[list[int]]) -> list[int]:
     """Per row, the tokens a greedy step verifying ``tree`` emits when the target's continuation is
     ``continuation`` (its accepted drafts, then one token more): the nodes of the tree that follow it, plus the
     bonus. Exact while ``tree`` lies inside the tree that gave ``continuation``; a lower bound otherwise."""
-    tokens, parents, valid = tree.tokens.tolist(), tree.parents.tolist(), tree.valid.tolist()
-    out = []
-    for b, want in enumerate(continuation):
-        children = {(parents[b][n], tokens[b][n]): n for n in range(1, len(tokens[b])) if valid[b][n]}
-        at, got = 0, 0
-        for t in want[:-1]:
-            at = children.get((at, t))
-            if at is None:
-                break
-            got += 1
-        out.append(got + 1)
-    return out
+    return [follow(children, want[:-1])[1] + 1 for children, want in zip(tree.child_maps(), continuation)]
+
+
+def follow(children: dict, tokens) -> tuple[int, int, bool]:
+    """Walk ``tokens`` down a row's tree from the root (``children``: its :meth:`~mmspec.tree.DraftTree.child_maps`
+    entry): the node reached, how many tokens it holds in a row, and whether a token left the tree."""
+    at, got = 0, 0
+    for t in tokens:
+        nxt = children.get((at, t))
+        if nxt is None:
+            return at, got, True
+        at, got = nxt, got + 1
+    return at, got, False
 
 
 @dataclass(frozen=True)
@@ -65,4 +66,4 @@ class StepCost:
         return self.draft + plain + (self.verify - plain) * (width - 1) / (self.width - 1)
 
 
-__all__ = ["StepCost", "emitted_by", "target_continuation"]
+__all__ = ["StepCost", "emitted_by", "follow", "target_continuation"]

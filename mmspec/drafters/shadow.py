@@ -17,24 +17,22 @@ from __future__ import annotations
 
 from ..state import DecodeState
 from ..tree import DraftTree
+from .budgets import follow
 
 
 class ShadowDraft:
     """An unverified draft ``tree`` proposed when ``state`` held each row's root as its last token."""
 
     def __init__(self, tree: DraftTree, state: DecodeState):
-        tokens, parents, valid = tree.tokens.tolist(), tree.parents.tolist(), tree.valid.tolist()
         self.rows = state.active.tolist()  # the rows a drafted step would have generated for
         self.start = state.lengths.tolist()  # each row's continuation begins at this buffer position
-        self.children = []  # per row: (parent node, token) -> node
+        self.children = tree.child_maps()
         self.height = []  # per row: per node, the most nodes on a path below it
-        for b in range(len(tokens)):
-            kids = {(parents[b][n], tokens[b][n]): n for n in range(1, len(tokens[b])) if valid[b][n]}
-            below = [0] * len(tokens[b])
-            for n in range(len(tokens[b]) - 1, 0, -1):  # parents come before their children
-                if valid[b][n]:
-                    below[parents[b][n]] = max(below[parents[b][n]], below[n] + 1)
-            self.children.append(kids)
+        for parents, valid in zip(tree.parents.tolist(), tree.valid.tolist()):
+            below = [0] * len(parents)
+            for n in range(len(parents) - 1, 0, -1):  # parents come before their children
+                if valid[n]:
+                    below[parents[n]] = max(below[parents[n]], below[n] + 1)
             self.height.append(below)
         self.depth = max((h[0] for h in self.height), default=0)
 
@@ -42,7 +40,7 @@ class ShadowDraft:
         """Per row, the least and the most tokens a greedy step verifying the draft would have emitted, from the
         continuation ``state`` holds now (None for rows that were not generating), and whether every row's count
         is known (the two bounds equal)."""
-        end = min(max(s for s in self.start) + self.depth + 1, state.tokens.shape[1])
+        end = min(max(self.start) + self.depth + 1, state.tokens.shape[1])
         begin = min(self.start)
         window = state.tokens[:, begin:end].tolist()
         lengths, active = state.lengths.tolist(), state.active.tolist()
@@ -52,18 +50,11 @@ class ShadowDraft:
                 low.append(None), high.append(None)
                 continue
             seen = window[b][self.start[b] - begin: lengths[b] - begin]  # the continuation so far
-            at, got, known = 0, 0, False
-            for token in seen:
-                at = self.children[b].get((at, token))
-                if at is None:
-                    known = True  # the continuation left the tree: the next token is the bonus
-                    break
-                got += 1
-            else:
-                if not active[b]:  # the row ended (EOS or its budget) inside the draft: a step stops there too
-                    low.append(max(got, 1)), high.append(max(got, 1))
-                    continue
-                known = self.height[b][at] == 0  # a leaf: the next token is the bonus
+            at, got, left = follow(self.children[b], seen)
+            if not left and not active[b]:  # the row ended (EOS or its budget) inside the draft: a step stops there
+                low.append(max(got, 1)), high.append(max(got, 1))
+                continue
+            known = left or self.height[b][at] == 0  # off the tree, or at a leaf: the next token is the bonus
             low.append(got + 1)
             high.append(got + 1 if known else got + 1 + self.height[b][at])
         return low, high, low == high

@@ -79,11 +79,16 @@ def code():
     return load("code-target")
 
 
-def _dflash_policy():
+def _dflash_tree():
+    """The zoo's DFlash DDTree drafter for the code target (skips where zoo:code-dflash is not built)."""
     extra = diffusion_factories()
     if "dflash-tree" not in extra:
         pytest.skip("zoo:code-dflash is not built")
-    inner = extra["dflash-tree"]()
+    return extra["dflash-tree"]()
+
+
+def _dflash_policy():
+    inner = _dflash_tree()
     calls = []
     propose = inner.propose
     inner.propose = lambda context, run: calls.append(context.state.lengths.tolist()) or propose(context, run)
@@ -162,10 +167,7 @@ def test_where_drafting_is_hopeless_most_calls_read_no_features(code):
 def test_a_sampling_call_that_drafts_every_step_reads_features_even_where_drafting_is_hopeless(code):
     """``when_sampling=False``: a sampling call drafts every step, as the inner drafter alone would, so it reads the
     target's features whatever the batch size's memory says (without them it could not draft)."""
-    extra = diffusion_factories()
-    if "dflash-tree" not in extra:
-        pytest.skip("zoo:code-dflash is not built")
-    policy = AdaptiveDrafter(extra["dflash-tree"](), when_sampling=False)
+    policy = AdaptiveDrafter(_dflash_tree(), when_sampling=False)
     _remember(policy, 1, drafted_cost=1.0, probe_every=MAX_PROBE_EVERY, since_shadow=0)
     ids = code_prompts(code.tokenizer, 1)[0]
     gen = SpeculativeGenerator(code.model, policy)
