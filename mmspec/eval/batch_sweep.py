@@ -18,6 +18,7 @@ import statistics
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
 from ..timing import device_name
 from ..training.loop import to_device
@@ -75,11 +76,18 @@ def batch_sweep(target, draft, prompts: list, methods: list[str], batch_sizes: l
                          "speedup": plain_secs / secs, "tokens_per_s": tokens / secs,
                          "tokens_per_s_per_row": tokens / secs / b, "tau": 1.0 if m == "plain" else tau,
                          "exact": exact})
+        if progress:  # one line per batch size, so a run cut short still shows what it measured
+            tqdm.write(f"batch {b}: " + ", ".join(_cell(r) for r in rows if r["batch"] == b))
     return {"config": dict(batch_sizes=batch_sizes, methods=methods, prompts=len(prompts),
                            max_new_tokens=max_new_tokens, repeats=repeats, warmup=warmup,
                            threads=torch.get_num_threads(), torch=torch.__version__,
                            device=device_name(target.device)),
             "results": rows}
+
+
+def _cell(row: dict) -> str:
+    tau = f" τ {row['tau']:.2f}" if row["tau"] is not None and row["method"] != "plain" else ""
+    return f"{row['method']} {row['speedup']:.2f}×{tau}{'' if row['exact'] else ' ✗'}"
 
 
 def to_markdown(sweep: dict, title: str) -> str:
