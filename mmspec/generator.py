@@ -258,7 +258,7 @@ class SpeculativeGenerator:
                      TreeVerifier(request.sampling, self.relaxation, self.measure_output_tv),
                      GenerationStats(accept_lengths=[[] for _ in range(B)],
                                      kernel_backend=backend_for_device(request.input_ids.device)),
-                     features=self.drafter.reads_features(B, request.sampling.do_sample))
+                     features=self.drafter.reads_features(B, request.sampling.do_sample, request.max_new_tokens))
 
     def _prefill(self, call: _Call) -> None:
         """The whole prompt through the target, then the first token (which becomes the first tree root); the

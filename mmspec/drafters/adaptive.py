@@ -287,21 +287,36 @@ class AdaptiveDrafter(Drafter):
     def target_features(self, hidden_states: tuple) -> torch.Tensor:
         return self.inner.target_features(hidden_states)
 
-    def reads_features(self, rows: int, do_sample: bool = False) -> bool:
-        """No target features for a call at a batch size where drafting is hopeless (the last call there ended on
-        plain steps, never won, its probes at the longest interval), but for one call in ``CHECK_EVERY``, which
-        looks again: the target's hidden states at the prefill and every step, the drafter's feature buffer and
-        its unverified drafts cost a plain call 5–7% at 8–16 rows on a CPU (SGLang turns speculation off under
-        load the same way)."""
+    def reads_features(self, rows: int, do_sample: bool = False, max_new_tokens: int | None = None) -> bool:
+        """No target features for a call that will draft nothing: the target's hidden states at the prefill and
+        every step and the drafter's feature buffer cost a call of plain steps 5–7% at 8–16 rows on a CPU (SGLang
+        turns speculation off under load the same way). Such a call is one at a batch size whose last call ended on
+        plain steps, with neither drafting nor its opening having won there, where
+
+        - the next unverified draft screening a probe (greedy calls) is not due within the call's
+          ``max_new_tokens`` steps (:func:`_draft_due_within`), or
+        - drafting is hopeless there (probes at the longest interval), but for one call in ``CHECK_EVERY``, which
+          looks again."""
         if not self.inner.needs_target_hidden:
             return False
         if do_sample and not self.when_sampling:
             return True  # such a call drafts every step, as the inner drafter alone would
         known = self._memory.get(rows)
-        if known is None or not _hopeless(known):
+        if known is None or known["drafting"] or known["won"] or known["opening_won"]:
+            return True
+        if self._screens(do_sample) and max_new_tokens is not None and \
+                not _draft_due_within(known, max_new_tokens):
+            return False
+        if not _hopeless(known):
             return True
         known["plain_calls"] += 1
         return known["plain_calls"] % CHECK_EVERY == 0
+
+    def _screens(self, do_sample: bool) -> bool:
+        """Whether a call's drafting probes are screened by unverified drafts (what ``begin`` decides, from the call's
+        kind alone)."""
+        sizes = len(self.inner.tree_budgets) if self.tree_sizes and not do_sample else 0
+        return self.inner.shadow_drafts and not do_sample and max(sizes, 1) == 1
 
     def check_inputs(self, prefill_inputs: dict) -> None:
         self.inner.check_inputs(prefill_inputs)
@@ -325,7 +340,7 @@ class AdaptiveDrafter(Drafter):
         if fixed:
             run.fixed = True  # every step drafts, as the inner drafter alone would
             return run
-        run.shadows = self.inner.shadow_drafts and not context.state.sampling.do_sample and len(run.arms) == 1
+        run.shadows = self._screens(context.state.sampling.do_sample)
         known = self._memory.get(rows)
         if known is not None:
             run.plain.samples = list(known["plain"])
@@ -571,6 +586,13 @@ def _hopeless(known: dict) -> bool:
     """Whether a batch size's memory says drafting is hopeless there: the last call ended on plain steps, drafting
     never won in it, nor did its opening, and its probes were at the longest interval."""
     return not (known["drafting"] or known["won"] or known["opening_won"]) and known["probe_every"] >= MAX_PROBE_EVERY
+
+
+def _draft_due_within(known: dict, steps: int) -> bool:
+    """Whether a call resuming a batch size's memory on plain steps would propose its unverified draft within
+    ``steps`` steps: one is due once ``probe_every`` plain steps (times the draft's cost in plain steps, which a call
+    learns from its first draft: 1 until then) have passed since the last."""
+    return known["since_shadow"] + steps >= known["probe_every"]
 
 
 def _dear(drafted: _Rate, plain: _Rate) -> bool:

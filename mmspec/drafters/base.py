@@ -130,10 +130,11 @@ class Drafter:
         last layer's by default; a drafter conditioned on several layers (DFlash) concatenates the ones it names."""
         return hidden_states[-1]
 
-    def reads_features(self, rows: int, do_sample: bool = False) -> bool:
-        """Whether a call of ``rows`` rows (sampling or greedy) hands this drafter the target's features (the loop
-        then asks the target for its hidden states at the prefill and every step): ``needs_target_hidden`` by
-        default; the adaptive policy declines them for a call it runs on plain steps alone."""
+    def reads_features(self, rows: int, do_sample: bool = False, max_new_tokens: int | None = None) -> bool:
+        """Whether a call of ``rows`` rows (sampling or greedy, generating at most ``max_new_tokens`` a row) hands
+        this drafter the target's features (the loop then asks the target for its hidden states at the prefill and
+        every step): ``needs_target_hidden`` by default; the adaptive policy declines them for a call it runs on
+        plain steps alone."""
         return self.needs_target_hidden
 
     def check_inputs(self, prefill_inputs: dict) -> None:

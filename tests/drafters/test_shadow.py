@@ -144,23 +144,42 @@ def test_a_winning_unverified_draft_opens_a_drafting_probe(code, monkeypatch):
     assert steps[1] == 1 and steps[2] > 1 and len(calls) >= 3
 
 
-def test_where_drafting_is_hopeless_most_calls_read_no_features(code):
-    """A batch size whose memory says drafting is hopeless (plain steps in use, probes at the longest interval,
-    drafting never won): the loop asks the target for no hidden states and the drafter does nothing in three calls
-    of four; the fourth reads the features and looks again. Every call's output is plain decoding's."""
-    policy, calls = _dflash_policy()
+def _featured_calls(policy, code, calls: int, steps: int) -> list[bool]:
+    """Run ``calls`` greedy calls of ``steps`` tokens on one prompt, each checked against HF greedy; returns whether
+    each call handed the drafter the target's features."""
     ids = code_prompts(code.tokenizer, 1)[0]
-    ref = code.model.generate(ids, do_sample=False, max_new_tokens=12, min_new_tokens=12, pad_token_id=0)
-    _remember(policy, 1, drafted_cost=1.0, probe_every=MAX_PROBE_EVERY, since_shadow=0)
+    ref = code.model.generate(ids, do_sample=False, max_new_tokens=steps, min_new_tokens=steps, pad_token_id=0)
     seen = []
     begin = policy.begin
     policy.begin = lambda context: seen.append(context.hidden is not None) or begin(context)
     gen = SpeculativeGenerator(code.model, policy)
-    for _ in range(CHECK_EVERY):
-        out = gen.generate(ids, max_new_tokens=12, eos_token_id=[])
+    for _ in range(calls):
+        out = gen.generate(ids, max_new_tokens=steps, eos_token_id=[])
         assert torch.equal(out.sequences, ref)
-    assert seen == [False] * (CHECK_EVERY - 1) + [True]
-    assert calls == []  # no draft was due in the featured call either (12 steps, an interval of 64)
+    return seen
+
+
+def test_a_call_with_no_unverified_draft_due_reads_no_features(code):
+    """Plain steps in use at one row, drafting lost, the next unverified draft due 18 steps on (interval 32, 14
+    steps since the last): a call of 12 tokens (11 steps) reads no features and drafts nothing, its steps still
+    count towards the interval; the next call, in which the draft comes due, reads them and drafts it on its ninth
+    step."""
+    policy, calls = _dflash_policy()
+    _remember(policy, 1, drafted_cost=1.0, probe_every=32, since_shadow=14)
+    assert _featured_calls(policy, code, 2, 12) == [False, True]
+    assert policy._memory[1]["since_shadow"] < 12  # the second call's draft reset the count
+    assert len(calls) == 1 and calls[0][0] == code_prompts(code.tokenizer, 1)[0].shape[1] + 1 + 8
+
+
+def test_where_drafting_is_hopeless_most_calls_with_a_draft_due_read_no_features(code):
+    """A batch size whose memory says drafting is hopeless (plain steps in use, probes at the longest interval,
+    drafting never won), an unverified draft long due: the loop asks the target for no hidden states and the
+    drafter does nothing in three calls of four; the fourth reads the features and looks again. Every call's
+    output is plain decoding's."""
+    policy, calls = _dflash_policy()
+    _remember(policy, 1, drafted_cost=1.0, probe_every=MAX_PROBE_EVERY)
+    assert _featured_calls(policy, code, CHECK_EVERY, 12) == [False] * (CHECK_EVERY - 1) + [True]
+    assert len(calls) == 1  # the fourth call's unverified draft, which loses again
     assert policy.reads_features(2) is True  # another batch size: nothing known, features read
 
 
