@@ -1,5 +1,6 @@
 """Per-call trace of the default code policy (dflash-tree-lookup-auto) beside mmspec-plain at one batch size: each
-call's steps (D drafted, p plain, s a plain step carrying an unverified draft) and where the time went.
+call's steps (D drafted, p plain, s a plain step carrying an unverified draft), whether it read the target's
+features, and where the time went.
 
     python docs/runs/2026-11-27-cpu/trace_policy.py 8 4   # batch size, rounds over the 16 prompts
 """
@@ -16,6 +17,8 @@ target = load("code-target"); dfl = load("code-dflash").model
 B = int(sys.argv[1]); rounds = int(sys.argv[2])
 prompts = code_prompts(target.tokenizer, 16)
 class T(AdaptiveDrafter):
+    def begin(self, c):
+        self.featured = c.hidden is not None; return super().begin(c)
     def propose(self, c, run):
         self._t = time.perf_counter(); return super().propose(c, run)
     def observe(self, c, run, tree, res, hidden=None):
@@ -32,4 +35,4 @@ with torch.inference_mode():
         t0 = time.perf_counter(); g.generate(b["input_ids"], attention_mask=b["attention_mask"], max_new_tokens=64, eos_token_id=[]); ta = time.perf_counter() - t0
         d = [x for x in ad.log if x[0] == "D"]; p = [x for x in ad.log if x[0] in "ps"]
         print(f"r{r} b{k}: plain {tp:.2f}s auto {ta:.2f}s ratio {tp/ta:.2f} | D {len(d)} steps {sum(x[1] for x in d):.2f}s  p {len(p)} steps {sum(x[1] for x in p):.2f}s med {statistics.median([x[1] for x in p]) if p else 0:.3f}", flush=True)
-        print("   ", "".join(x[0] for x in ad.log), [ (round(x[1],3), min(x[2])) for x in d][:12], flush=True)
+        print("   ", "features" if ad.featured else "no features", "".join(x[0] for x in ad.log), [ (round(x[1],3), min(x[2])) for x in d][:12], flush=True)
