@@ -68,6 +68,17 @@ from .budgets import StepCost, emitted_by, target_continuation
 from .shadow import ShadowDraft
 
 
+class RowTokens(list):
+    """A step's tokens per row (None: a row not generating), tagged with the call it ran in: row j of one call and
+    row j of another are different prompts, so a row's mean is taken within its call (see :attr:`_Rate.tokens`)."""
+
+    __slots__ = ("call",)
+
+    def __init__(self, values, call: int):
+        super().__init__(values)
+        self.call = call
+
+
 @dataclass
 class _Rate:
     """The recent steps of one kind: seconds and tokens emitted per row; their medians resist the odd slow step
@@ -129,7 +140,19 @@ class _Rate:
         (:func:`narrowed_tokens`): where a step's cost grows with its rows (a CPU), a row that runs ahead pays for
         itself once half the batch has left with it (on a GPU at these sizes a step costs the same whatever rows
         it holds, and the slowest row is what the call waits for)."""
-        per_step = self._per_step()
+        calls: dict = {}  # the window's steps by the call they ran in (untagged steps: one call)
+        for t in self._per_step():
+            calls.setdefault(getattr(t, "call", None), []).append(t)
+        if len(calls) == 1:
+            return self._call_tokens(next(iter(calls.values())))
+        # a window that spans calls: each call's batch had its own stragglers, and a batch pays for its own (mixing
+        # rows of different calls hid them: a code batch of 8 rows whose slowest row emitted 2.2 tokens a step
+        # looked like one emitting 4 or more, and kept drafting at a loss). Steps per token add up over the calls:
+        # a harmonic mean, each call weighted by its steps
+        return sum(map(len, calls.values())) / sum(len(steps) / self._call_tokens(steps) for steps in calls.values())
+
+    def _call_tokens(self, per_step: list) -> float:
+        """:attr:`tokens` over the steps of one call."""
         width = len(per_step[-1])
         if any(len(t) != width for t in per_step):
             per_step = [[statistics.fmean(x for x in t if x is not None)] for t in per_step]
@@ -142,7 +165,7 @@ class _Rate:
                 means.append(statistics.fmean(seen))
         if not means:
             return 1.0
-        return narrowed_tokens(means) if self.rows_leave else min(means)
+        return max(narrowed_tokens(means) if self.rows_leave else min(means), 1e-9)
 
 
 def narrowed_tokens(per_row: list[float]) -> float:
@@ -217,6 +240,7 @@ class _AdaptiveRun:
     verdict: bool | None = None  # the last unverified draft's verdict, for the next choice
     featureless: bool = False  # the loop hands no target features this call: every step is plain
     plain_calls: int = 0  # calls at this batch size since drafting became hopeless there
+    call: int = 0  # which call of the policy this is (drafted steps are tagged with it: RowTokens)
 
     @property
     def drafted(self) -> _Rate:
@@ -261,6 +285,7 @@ class AdaptiveDrafter(Drafter):
         # per batch size, the recent steps of the last call: the next call at that size starts from them instead
         # of drafting to find out (what a server learns over time); a dict write per step is safe across threads
         self._memory: dict[int, dict] = {}
+        self._calls = 0
 
     @property
     def max_nodes(self) -> int:
@@ -332,6 +357,8 @@ class AdaptiveDrafter(Drafter):
         lazy = lazy or featureless
         run = _AdaptiveRun(None if lazy else self.inner.begin(context), rows=rows, probe_every=self.probe_every)
         run.begun, run.featureless = not lazy, featureless
+        self._calls += 1
+        run.call = self._calls
         rows_leave = context.rows_leave and context.state.tokens.device.type == "cpu"
         # tree sizes are chosen in greedy calls only: a smaller tree's acceptance is read off a larger one's step
         # from the target's continuation, which a sampled step does not give
@@ -528,13 +555,14 @@ class AdaptiveDrafter(Drafter):
             active = run.active_before
             if len(run.arms) == 1:
                 run.drafted.add(run.t_draft + verified + observed,
-                                [n if a else None for n, a in zip(emitted, active)])
+                                RowTokens([n if a else None for n, a in zip(emitted, active)], run.call))
             else:
                 cost = StepCost(run.t_draft, verified + observed, tree.num_nodes)
                 follows = target_continuation(tree, result)
                 for arm, sized in zip(run.arms[run.arm_run:], run.sized):
                     got = emitted if sized is tree else emitted_by(sized, follows)
-                    arm.add((cost, sized.num_nodes, run.arm_run == 0), [n if a else None for n, a in zip(got, active)])
+                    arm.add((cost, sized.num_nodes, run.arm_run == 0),
+                            RowTokens([n if a else None for n, a in zip(got, active)], run.call))
             run.drafted_steps += 1
         else:
             run.plain.add(verified + observed, 1.0)
@@ -578,7 +606,7 @@ class AdaptiveDrafter(Drafter):
             run.verdict = False
         else:
             return
-        run.drafted.add(cost, low)
+        run.drafted.add(cost, RowTokens(low, run.call))
         run.shadow = None
 
 
@@ -607,4 +635,4 @@ def unwrap(drafter):
     return drafter.inner if isinstance(drafter, AdaptiveDrafter) else drafter
 
 
-__all__ = ["AdaptiveDrafter", "narrowed_tokens", "unwrap"]
+__all__ = ["AdaptiveDrafter", "RowTokens", "narrowed_tokens", "unwrap"]
