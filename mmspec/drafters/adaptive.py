@@ -87,6 +87,14 @@ class _Rate:
     samples: list = field(default_factory=list)
     rows_leave: bool = False  # rows that finish leave the batch and a step costs per row: see `tokens`
     plain_seconds: float | None = None  # a plain step's seconds, for the costs of tree sizes not run (see `add`)
+    # (rows, seconds) of a drafted step at a smaller batch size: with this window's own cost, what part of a step
+    # does not shrink as rows leave (see `fixed_share`)
+    reference: tuple | None = None
+
+    def like(self, window: int, samples: list, plain_seconds: float | None = None) -> "_Rate":
+        """A window of other samples judged the same way (rows leaving, costs, reference)."""
+        return _Rate(window, samples, self.rows_leave,
+                     self.plain_seconds if plain_seconds is None else plain_seconds, self.reference)
 
     def add(self, seconds, tokens) -> None:
         """``seconds``: a float, or ``(StepCost, width, largest)`` for a tree size ``width`` nodes wide measured in
@@ -165,22 +173,37 @@ class _Rate:
                 means.append(statistics.fmean(seen))
         if not means:
             return 1.0
-        return max(narrowed_tokens(means) if self.rows_leave else min(means), 1e-9)
+        return max(narrowed_tokens(means, self.fixed_share(width)) if self.rows_leave else min(means), 1e-9)
+
+    def fixed_share(self, rows: int) -> float:
+        """The part of a drafted step's cost at ``rows`` rows that stays when rows leave: with the step at this
+        window's median cost and at the reference's smaller batch size, a straight line cost(k) = a + b·k gives
+        a / cost(rows). 0 (a step costs in proportion to its rows) without a reference. On the zoo's code target
+        on 2 CPU threads a DFlash step costs about 12 + 7.3·k ms: a sixth of an 8-row step stays."""
+        if self.reference is None or not self.samples:
+            return 0.0
+        small, small_seconds = self.reference
+        here = self.seconds
+        if rows <= small or here <= 0:
+            return 0.0
+        per_row = max(0.0, (here - small_seconds) / (rows - small))
+        return min(1.0, max(0.0, small_seconds - per_row * small) / here)
 
 
-def narrowed_tokens(per_row: list[float]) -> float:
+def narrowed_tokens(per_row: list[float], fixed_share: float = 0.0) -> float:
     """Tokens per step that rows emitting ``per_row`` tokens a step get together, when a step costs in proportion
-    to the rows it holds and the loop drops the finished rows once they are half the batch
-    (``SpeculativeGenerator._narrow``): every row generates the same tokens, so row b ends after 1 / per_row[b]
-    steps a token; until half the rows have ended the whole batch is computed. Between the slowest row's rate (no
-    rows dropped) and the rows' harmonic mean (every row dropped as it ends)."""
+    to the rows it holds, but for ``fixed_share`` of a whole batch's step that any step costs, and the loop drops the
+    finished rows once they are half the batch (``SpeculativeGenerator._narrow``): every row generates the same
+    tokens, so row b ends after 1 / per_row[b] steps a token; until half the rows have ended the whole batch is
+    computed. Between the slowest row's rate (no rows dropped, or a fixed share of 1) and the rows' harmonic mean
+    (every row dropped as it ends, a step's whole cost per row)."""
     ends = sorted(1.0 / max(t, 1e-9) for t in per_row)
     n, done, cost, last = len(ends), 0, 0.0, 0.0
     rows = n
     for end in ends:
         done += 1
         if 2 * (rows - done) <= rows:  # (always so at the last row)
-            cost += rows * (end - last)
+            cost += (fixed_share * n + (1.0 - fixed_share) * rows) * (end - last)
             last, rows, done = end, rows - done, 0
     return n / cost
 
@@ -302,7 +325,8 @@ class AdaptiveDrafter(Drafter):
         if run.inner is not None:
             run.inner = self.inner.select_rows(run.inner, keep)
         if not run.fixed:
-            run.arms = [_Rate(DRAFTED_WINDOW, rows_leave=run.drafted.rows_leave) for _ in run.arms]
+            run.arms = [_Rate(DRAFTED_WINDOW, rows_leave=run.drafted.rows_leave, reference=run.drafted.reference)
+                        for _ in run.arms]
             run.plain, run.arm, run.cut_short = _Rate(), 0, False
             run.since_switch, run.probing, run.probe_every = 0, False, self.probe_every
             run.shadow, run.verdict = None, None  # its rows are no longer the batch's
@@ -363,7 +387,8 @@ class AdaptiveDrafter(Drafter):
         # tree sizes are chosen in greedy calls only: a smaller tree's acceptance is read off a larger one's step
         # from the target's continuation, which a sampled step does not give
         sizes = len(self.inner.tree_budgets) if self.tree_sizes and not context.state.sampling.do_sample else 0
-        run.arms = [_Rate(DRAFTED_WINDOW, rows_leave=rows_leave) for _ in range(max(sizes, 1))]
+        reference = self._reference(rows) if rows_leave else None
+        run.arms = [_Rate(DRAFTED_WINDOW, rows_leave=rows_leave, reference=reference) for _ in range(max(sizes, 1))]
         if fixed:
             run.fixed = True  # every step drafts, as the inner drafter alone would
             return run
@@ -389,6 +414,16 @@ class AdaptiveDrafter(Drafter):
             # else drafting paid in the last call: its first FIRST_DRAFTED measured steps draft, judged afresh
         return run
 
+    def _reference(self, rows: int) -> tuple | None:
+        """(rows, seconds) of a drafted step at the smallest batch size below ``rows`` that the memory holds drafted
+        steps for (its largest tree size), or None: with the steps measured at ``rows``, what part of a step's cost
+        stays as rows leave (:meth:`_Rate.fixed_share`)."""
+        for small in sorted(r for r in self._memory if r < rows):
+            seconds = _Rate(DRAFTED_WINDOW, self._memory[small]["arms"][0]).seconds
+            if seconds is not None:
+                return small, seconds
+        return None
+
     @staticmethod
     def _choose_size(run: _AdaptiveRun) -> None:
         """The tree size with the highest rate (tokens a row per second) becomes the one drafted steps use.
@@ -408,7 +443,7 @@ class AdaptiveDrafter(Drafter):
             if len(same) < FIRST_DRAFTED:
                 rates.append(None)
                 continue
-            rates.append(_Rate(len(same), same, arm.rows_leave).tokens / max(arm.seconds, 1e-9))
+            rates.append(arm.like(len(same), same).tokens / max(arm.seconds, 1e-9))
         best = max((i for i, r in enumerate(rates) if r is not None), key=lambda i: rates[i], default=run.arm)
         if rates[run.arm] is None or rates[best] > (1 + SIZE_HYSTERESIS) * rates[run.arm]:
             run.arm = best
@@ -456,8 +491,7 @@ class AdaptiveDrafter(Drafter):
             if run.drafting and not better:
                 # the window still holds the steps drafted before the plain stretch: the probe's own two steps
                 # win it back on their own when they beat plain steps clearly (acceptance may have changed)
-                fresh = _Rate(PROBE_STEPS, run.drafted.samples[-PROBE_STEPS:], run.drafted.rows_leave,
-                              run.plain.seconds)
+                fresh = run.drafted.like(PROBE_STEPS, run.drafted.samples[-PROBE_STEPS:], run.plain.seconds)
                 better = fresh.rate >= self.margin * run.plain.rate * (1 + HYSTERESIS)
             lost = better != run.drafting
             if not lost:
@@ -546,7 +580,7 @@ class AdaptiveDrafter(Drafter):
             # drafter knows often comes whole in its first block: the next call's opening then drafts as well)
             seconds = run.t_draft + verified + observed
             tokens = [n for n, a in zip(emitted, run.active_before) if a]
-            run.opening_rate = _Rate(1, [(seconds, tokens or [1])], run.drafted.rows_leave).rate
+            run.opening_rate = run.drafted.like(1, [(seconds, tokens or [1])]).rate
             self._judge_opening(run)
         if drafted and not run.fed:
             # the call's first drafted step feeds the prompt to the drafter: a one-off, not what a step costs
@@ -599,10 +633,9 @@ class AdaptiveDrafter(Drafter):
         low, high, known = run.shadow.bounds(context.state)
         cost = run.drafted.seconds
         need = self.margin * run.plain.rate  # a screen: the probe it lets through is judged with the band
-        rows_leave = run.drafted.rows_leave
-        if _Rate(1, [(cost, low)], rows_leave).rate >= need:
+        if run.drafted.like(1, [(cost, low)]).rate >= need:
             run.verdict = True
-        elif known or _Rate(1, [(cost, high)], rows_leave).rate < need:
+        elif known or run.drafted.like(1, [(cost, high)]).rate < need:
             run.verdict = False
         else:
             return
