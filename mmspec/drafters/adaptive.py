@@ -155,9 +155,10 @@ class _Rate:
             return self._call_tokens(next(iter(calls.values())))
         # a window that spans calls: each call's batch had its own stragglers, and a batch pays for its own (mixing
         # rows of different calls hid them: a code batch of 8 rows whose slowest row emitted 2.2 tokens a step
-        # looked like one emitting 4 or more, and kept drafting at a loss). Steps per token add up over the calls:
-        # a harmonic mean, each call weighted by its steps
-        return sum(map(len, calls.values())) / sum(len(steps) / self._call_tokens(steps) for steps in calls.values())
+        # looked like one emitting 4 or more, and kept drafting at a loss). What the window's steps got in all: each
+        # call's tokens a step times its steps, over the steps
+        return sum(len(steps) * self._call_tokens(steps) for steps in calls.values()) / \
+            sum(map(len, calls.values()))
 
     def _call_tokens(self, per_step: list) -> float:
         """:attr:`tokens` over the steps of one call."""

@@ -433,16 +433,19 @@ def test_a_probe_is_judged_by_the_band_of_the_kind_in_use():
 
 
 def test_a_window_spanning_calls_takes_each_rows_mean_within_its_call():
-    """Row j of one call and row j of the next are different prompts: a batch that drafted 8 tokens a step on every
-    row, then one whose second row drafted 2, get 3.2 tokens a step together (each call's slowest row, steps per
-    token added up), not the 5 that mixing the two calls' rows would give (rows 8 and 5: the straggler hidden)."""
+    """Row j of one call and row j of the next are different prompts: a batch whose first row drafted 2 tokens a
+    step, then one whose second row did, get 2 tokens a step from each call's slowest row, not the 5 that mixing the
+    two calls' rows gives (both rows at a mean of 5: the stragglers hidden). Calls of different rates add up by
+    their steps in the window."""
     from mmspec.drafters.adaptive import RowTokens
-    tagged = _Rate(8, [(1.0, RowTokens([8, 8], 1))] * 2 + [(1.0, RowTokens([8, 2], 2))] * 2)
-    assert tagged.tokens == pytest.approx(4 / (2 / 8 + 2 / 2))
-    untagged = _Rate(8, [(1.0, [8, 8])] * 2 + [(1.0, [8, 2])] * 2)  # one call
+    tagged = _Rate(8, [(1.0, RowTokens([2, 8], 1))] * 2 + [(1.0, RowTokens([8, 2], 2))] * 2)
+    assert tagged.tokens == pytest.approx(2.0)
+    untagged = _Rate(8, [(1.0, [2, 8])] * 2 + [(1.0, [8, 2])] * 2)  # one call
     assert untagged.tokens == pytest.approx(5.0)
+    mixed = _Rate(8, [(1.0, RowTokens([8, 8], 1))] * 1 + [(1.0, RowTokens([8, 2], 2))] * 3)
+    assert mixed.tokens == pytest.approx((1 * 8 + 3 * 2) / 4)
     leave = _Rate(8, [(1.0, RowTokens([8, 8], 1))] * 2 + [(1.0, RowTokens([8, 2], 2))] * 2, rows_leave=True)
-    assert leave.tokens == pytest.approx(4 / (2 / 8 + 2 / narrowed_tokens([8.0, 2.0])))
+    assert leave.tokens == pytest.approx((2 * 8 + 2 * narrowed_tokens([8.0, 2.0])) / 4)
 
 
 def test_a_step_cost_that_stays_as_rows_leave_narrows_the_gain_of_dropping_them():
