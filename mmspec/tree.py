@@ -24,6 +24,11 @@ import torch
 SiblingRule = Literal["deterministic", "iid", "without_replacement"]
 
 
+def _child_maps(tokens: list, parents: list, valid: list) -> list[dict]:
+    """:meth:`DraftTree.child_maps` from the tree's rows as lists."""
+    return [{(par[n], tok[n]): n for n in range(1, len(tok)) if ok[n]} for tok, par, ok in zip(tokens, parents, valid)]
+
+
 @dataclass
 class DraftTree:
     tokens: torch.LongTensor  # [B, N]; column 0 is the root
@@ -91,9 +96,7 @@ class DraftTree:
     def child_maps(self) -> list[dict]:
         """Per row, ``(parent node, token) -> node`` over the valid nodes: how a token path is followed down the tree
         (a deterministic tree's siblings hold distinct tokens)."""
-        tokens, parents, valid = self.tokens.tolist(), self.parents.tolist(), self.valid.tolist()
-        return [{(par[n], tok[n]): n for n in range(1, len(tok)) if ok[n]}
-                for tok, par, ok in zip(tokens, parents, valid)]
+        return _child_maps(self.tokens.tolist(), self.parents.tolist(), self.valid.tolist())
 
     def grafted(self, chains) -> "DraftTree":
         """This deterministic tree with each row's chain of tokens (``chains[b]``, drafted after the root) merged
@@ -104,7 +107,7 @@ class DraftTree:
         N = self.tokens.shape[1]
         width = N + max((len(c) for c in chains), default=0)
         tokens, parents, valid = self.tokens.tolist(), self.parents.tolist(), self.valid.tolist()
-        for b, (chain, children) in enumerate(zip(chains, self.child_maps())):
+        for b, (chain, children) in enumerate(zip(chains, _child_maps(tokens, parents, valid))):
             n = sum(valid[b])  # a row's valid nodes come first
             tok, par = tokens[b][:n], parents[b][:n]
             at = 0

@@ -352,7 +352,7 @@ class AdaptiveDrafter(Drafter):
         if do_sample and not self.when_sampling:
             return True  # such a call drafts every step, as the inner drafter alone would
         known = self._memory.get(rows)
-        if known is None or known["drafting"] or known["won"] or known["opening_won"]:
+        if known is None or not _plain_and_lost(known):
             return True
         if self._screens(do_sample) and max_new_tokens is not None and \
                 not _draft_due_within(known, max_new_tokens):
@@ -362,11 +362,16 @@ class AdaptiveDrafter(Drafter):
         known["plain_calls"] += 1
         return known["plain_calls"] % CHECK_EVERY == 0
 
+    def _arms(self, do_sample: bool) -> int:
+        """How many tree sizes a call's drafted steps are judged at: in greedy calls, with ``tree_sizes``, each the
+        inner drafter offers (a smaller tree's acceptance is read off a larger one's step from the target's
+        continuation, which a sampled step does not give); else one."""
+        return max(len(self.inner.tree_budgets) if self.tree_sizes and not do_sample else 0, 1)
+
     def _screens(self, do_sample: bool) -> bool:
         """Whether a call's drafting probes are screened by unverified drafts (what ``begin`` decides, from the call's
         kind alone)."""
-        sizes = len(self.inner.tree_budgets) if self.tree_sizes and not do_sample else 0
-        return self.inner.shadow_drafts and not do_sample and max(sizes, 1) == 1
+        return self.inner.shadow_drafts and not do_sample and self._arms(do_sample) == 1
 
     def check_inputs(self, prefill_inputs: dict) -> None:
         self.inner.check_inputs(prefill_inputs)
@@ -385,11 +390,9 @@ class AdaptiveDrafter(Drafter):
         self._calls += 1
         run.call = self._calls
         rows_leave = context.rows_leave and context.state.tokens.device.type == "cpu"
-        # tree sizes are chosen in greedy calls only: a smaller tree's acceptance is read off a larger one's step
-        # from the target's continuation, which a sampled step does not give
-        sizes = len(self.inner.tree_budgets) if self.tree_sizes and not context.state.sampling.do_sample else 0
         reference = self._reference(rows) if rows_leave else None
-        run.arms = [_Rate(DRAFTED_WINDOW, rows_leave=rows_leave, reference=reference) for _ in range(max(sizes, 1))]
+        run.arms = [_Rate(DRAFTED_WINDOW, rows_leave=rows_leave, reference=reference)
+                    for _ in range(self._arms(context.state.sampling.do_sample))]
         if fixed:
             run.fixed = True  # every step drafts, as the inner drafter alone would
             return run
@@ -644,10 +647,16 @@ class AdaptiveDrafter(Drafter):
         run.shadow = None
 
 
+def _plain_and_lost(known: dict) -> bool:
+    """Whether a batch size's memory says the last call there ended on plain steps, drafting never won in it, nor
+    did its opening."""
+    return not (known["drafting"] or known["won"] or known["opening_won"])
+
+
 def _hopeless(known: dict) -> bool:
-    """Whether a batch size's memory says drafting is hopeless there: the last call ended on plain steps, drafting
-    never won in it, nor did its opening, and its probes were at the longest interval."""
-    return not (known["drafting"] or known["won"] or known["opening_won"]) and known["probe_every"] >= MAX_PROBE_EVERY
+    """Whether a batch size's memory says drafting is hopeless there: plain and lost (:func:`_plain_and_lost`), and
+    its probes were at the longest interval."""
+    return _plain_and_lost(known) and known["probe_every"] >= MAX_PROBE_EVERY
 
 
 def _draft_due_within(known: dict, steps: int) -> bool:

@@ -77,7 +77,8 @@ def batch_sweep(target, draft, prompts: list, methods: list[str], batch_sizes: l
                          "tokens_per_s_per_row": tokens / secs / b, "tau": 1.0 if m == "plain" else tau,
                          "exact": exact})
         if progress:  # one line per batch size, so a run cut short still shows what it measured
-            tqdm.write(f"batch {b}: " + ", ".join(_cell(r) for r in rows if r["batch"] == b))
+            tqdm.write(f"batch {b}: " + ", ".join(f"{r['method']} {_cell(r, ' τ {:.2f}')}" for r in rows
+                                                  if r["batch"] == b))
     return {"config": dict(batch_sizes=batch_sizes, methods=methods, prompts=len(prompts),
                            max_new_tokens=max_new_tokens, repeats=repeats, warmup=warmup,
                            threads=torch.get_num_threads(), torch=torch.__version__,
@@ -85,9 +86,10 @@ def batch_sweep(target, draft, prompts: list, methods: list[str], batch_sizes: l
             "results": rows}
 
 
-def _cell(row: dict) -> str:
-    tau = f" τ {row['tau']:.2f}" if row["tau"] is not None and row["method"] != "plain" else ""
-    return f"{row['method']} {row['speedup']:.2f}×{tau}{'' if row['exact'] else ' ✗'}"
+def _cell(row: dict, tau_format: str) -> str:
+    """A result's speedup, its τ (``tau_format``; not for plain decoding) and ✗ where a row differs from plain's."""
+    tau = tau_format.format(row["tau"]) if row["tau"] is not None and row["method"] != "plain" else ""
+    return f"{row['speedup']:.2f}×{tau}{'' if row['exact'] else ' ✗'}"
 
 
 def to_markdown(sweep: dict, title: str) -> str:
@@ -107,8 +109,7 @@ def to_markdown(sweep: dict, title: str) -> str:
             if r is None:
                 cells.append("–")
                 continue
-            tau = f" ({r['tau']:.2f})" if r["tau"] is not None and m != "plain" else ""
-            cells.append(f"{r['speedup']:.2f}×{tau}{'' if r['exact'] else ' ✗'}")
+            cells.append(_cell(r, " ({:.2f})"))
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     lines += ["", "Tokens/s in total (per row):", "", "| method | " + " | ".join(f"batch {b}" for b in sizes) + " |",
               "|---|" + "---|" * len(sizes)]

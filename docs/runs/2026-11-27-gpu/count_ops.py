@@ -8,16 +8,12 @@ import argparse
 import collections
 import os
 
-import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-from mmspec.eval.batch_sweep import collate  # noqa: E402
-from mmspec.eval.bench import build_runner  # noqa: E402
-from mmspec.eval.code_suite import code_prompts  # noqa: E402
-from mmspec.zoo import load, use_device  # noqa: E402
+from profile_plain import code_setup  # noqa: E402  (this folder: the same runners and batches)
 
-SYNC_OPS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::item", "aten::is_nonzero", "aten::_to_copy"}
+HOST_READS = ("_local_scalar_dense", "nonzero", "equal")  # ops that read a tensor's values on the host
 
 
 class Count(TorchDispatchMode):
@@ -36,20 +32,16 @@ def main():
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--tokens", type=int, default=32)
     args = ap.parse_args()
-    use_device(None if args.device == "cpu" else args.device)
-    entry, draft = load("code-target"), load("code-drafter").model
-    target, prompts, pad = entry.model, code_prompts(entry.tokenizer, 16), entry.tokenizer.pad_token_id
     for b in (1, 16):
-        batch = collate(prompts[:b], pad)
-        batch = {k: v.to(args.device) for k, v in batch.items()}
+        runs, batches = code_setup(args.device, args.tokens, b)
+        batch = batches[0]
         counts = {}
-        for m in ("plain", "mmspec-plain"):
-            run = build_runner(m, target, draft, None, args.tokens, dict(do_sample=False, seed=0))
+        for m, run in runs.items():
             run(batch)  # warm
             with Count() as c:
                 run(batch)
             counts[m] = c.ops
-            syncs = sum(v for k, v in c.ops.items() if k in ("_local_scalar_dense", "nonzero", "equal"))
+            syncs = sum(v for k, v in c.ops.items() if k in HOST_READS)
             print(f"batch {b} {m}: {sum(c.ops.values()) / args.tokens:.0f} ops/token, "
                   f"{syncs / args.tokens:.1f} host reads/token")
         diff = collections.Counter({k: counts["mmspec-plain"][k] - counts["plain"][k]

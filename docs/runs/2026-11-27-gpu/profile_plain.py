@@ -20,6 +20,18 @@ from mmspec.eval.code_suite import code_prompts  # noqa: E402
 from mmspec.zoo import load, use_device  # noqa: E402
 
 
+def code_setup(device: str, tokens: int, batch: int):
+    """HF plain and mmspec-plain runners on the zoo's code target (placed on ``device``), each generating ``tokens``
+    tokens a row, and the suite's 16 prompts as left-padded batches of ``batch`` rows on ``device``."""
+    use_device(None if device == "cpu" else device)
+    entry, draft = load("code-target"), load("code-drafter").model
+    prompts, pad = code_prompts(entry.tokenizer, 16), entry.tokenizer.pad_token_id
+    batches = [{k: v.to(device) for k, v in collate(prompts[i:i + batch], pad).items()} for i in range(0, 16, batch)]
+    runs = {m: build_runner(m, entry.model, draft, None, tokens, dict(do_sample=False, seed=0))
+            for m in ("plain", "mmspec-plain")}
+    return runs, batches
+
+
 def sync(device):
     if device != "cpu":
         torch.cuda.synchronize()
@@ -33,13 +45,8 @@ def main():
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--top", type=int, default=30)
     args = ap.parse_args()
-    use_device(None if args.device == "cpu" else args.device)
-    entry, draft = load("code-target"), load("code-drafter").model
-    prompts = code_prompts(entry.tokenizer, 16)
-    batches = [{k: v.to(args.device) for k, v in collate(prompts[i:i + args.batch], entry.tokenizer.pad_token_id).items()}
-               for i in range(0, 16, args.batch)][:4]
-    runs = {m: build_runner(m, entry.model, draft, None, args.tokens, dict(do_sample=False, seed=0))
-            for m in ("plain", "mmspec-plain")}
+    runs, batches = code_setup(args.device, args.tokens, args.batch)
+    batches = batches[:4]
     times = {m: [] for m in runs}
     with torch.inference_mode():
         for m, run in runs.items():
