@@ -434,8 +434,11 @@ def build_parser() -> argparse.ArgumentParser:
     tdf.add_argument("--batch-size", type=int, default=16)
     tdf.add_argument("--anchors", type=int, default=8, help="blocks per row per step (one forward, block mask)")
     tdf.add_argument("--lr", type=float, default=1.5e-3)
-    tdf.add_argument("--kl-weight", type=float, default=0.0, help="add KL to the target's distributions (runs the "
-                     "target every step)")
+    tdf.add_argument("--kl-weight", type=float, default=0.0, help="add KL to the target's distributions (from its "
+                     "last hidden states, cached with the features; online with --online-features)")
+    tdf.add_argument("--select-by", choices=["greedy", "sampled"], default="greedy", help="held-out figure the kept "
+                     "weights maximise: the greedy accepted length of a block, or the expected accepted length of "
+                     "independent draws at T = 1 (a drafter for sampling calls)")
     tdf.add_argument("--online-features", action="store_true", help="run the target every step instead of once "
                      "per row up front (less memory)")
     tdf.add_argument("--budget-s", type=float, default=3 * 3600.0)

@@ -310,9 +310,9 @@ def cli_train_dflash(args) -> int:
                          "the whole block)")
     if args.visual_queries and not vlm:
         raise ValueError("--visual-queries compresses pictures: it needs a VLM target")
-    if vlm and (args.data is None or args.kl_weight > 0 or args.online_features):
+    if vlm and (args.data is None or args.kl_weight > 0 or args.online_features or args.select_by != "greedy"):
         raise ValueError("a VLM target trains on --data rows of image / prompt (/ response), with its features "
-                         "computed once per row (no --kl-weight or --online-features)")
+                         "computed once per row (no --kl-weight, --online-features or --select-by sampled)")
     pictures = None
     if vlm:  # checked before any work
         rows = dflash_image_rows(args.data, tok)
@@ -361,7 +361,7 @@ def cli_train_dflash(args) -> int:
             target, stream[:cut], n_val, gcfg, 2025, pad_id=pad, partial=ckpt / "generations-val.partial.pt"))
     cfg = DFlashTrainConfig(steps=args.steps, budget_s=args.budget_s, batch_size=args.batch_size,
                             anchors=args.anchors, lr=args.lr, kl_weight=args.kl_weight,
-                            cache_features=args.kl_weight == 0 and not args.online_features,
+                            cache_features=not args.online_features, select_by=args.select_by,
                             compress_choices=tuple(choices or ([0, *_nested(args.visual_queries)]
                                                                if args.visual_queries else [])),
                             block_choices=tuple(blocks))
@@ -392,6 +392,10 @@ def cli_train_dflash(args) -> int:
     print(f"DFlash drafter saved to {out}; held-out greedy accepted length of a block {after['accepted_length']:.2f} "
           f"(before training {report['heldout_before']['accepted_length']:.2f}); per-slot agreement "
           f"{[round(a, 2) for a in after['slot_agreement'][:6]]} ...")
+    if "sampled_accepted_length" in after:
+        print(f"expected accepted length of independent draws at T = 1 {after['sampled_accepted_length']:.2f} (before "
+              f"{report['heldout_before']['sampled_accepted_length']:.2f}); per-slot overlap "
+              f"{[round(a, 2) for a in after['slot_overlap'][:6]]} ...")
     return 0
 
 

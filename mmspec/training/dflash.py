@@ -9,7 +9,9 @@ one label after them.
 
 Loss per slot k = 1..B−1 (the token k after the anchor), weighted ``exp(−(k−1)/γ)`` (the paper's decay; γ = 7 at
 B = 16): cross-entropy on the target's token plus, optionally (``kl_weight``), the KL divergence to the target's
-full distribution at that position (beyond the paper: what sampling at T > 0 accepts is 1 − TV(p, q)).
+full distribution at that position (beyond the paper: what sampling at T > 0 accepts is 1 − TV(p, q)). With cached
+features the target's distributions come from its last hidden state, cached beside them ([N, W, H] float16, the LM
+head applied at the labelled positions only), so KL costs a step what cross-entropy does.
 
 Compression (VLM targets, a drafter with visual queries): ``compress_choices`` lists the settings a step draws from
 (0 = every picture position in the context, k = each picture as k entries, FLASH's nested queries), so one drafter
@@ -18,7 +20,10 @@ serves all of them; held-out selection averages the accepted length over the set
 Selection: the paper warns that teacher-forced accuracy misleads; the figure that picks the kept weights is the
 **greedy accepted length** of a block on held-out rows: from each validation anchor, the number of leading slots
 whose argmax equals the target's token (exactly what a chain of the whole block would get accepted at that point of
-the target's own decoding, the bonus token aside). ``train_loop`` minimises, so it is given its negative.
+the target's own decoding, the bonus token aside). ``train_loop`` minimises, so it is given its negative. A drafter for
+sampling calls is picked by ``select_by="sampled"`` instead: the expected length of a chain of independent draws
+from the slots accepted by the lossless rule at T = 1, Σ_k Π_{j≤k} α_j with α_j = Σ_v min(p_j, q_j) (slot j's overlap
+with the target's distribution given the true context: teacher-forced, as the greedy figure is).
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ from ..drafters.dflash_model import DFlashDraftModel, check_block, emitted, teac
 from .loop import load_checkpoint, model_device, on_model, save_checkpoint, train_loop
 
 
+SELECT_BY = ("greedy", "sampled")
+
+
 @dataclass
 class DFlashTrainConfig:
     steps: int = 3000
@@ -43,7 +51,7 @@ class DFlashTrainConfig:
     batch_size: int = 16
     anchors: int = 16  # blocks per row per step
     gamma: float = 7.0  # slot weight exp(-(k-1)/gamma)
-    kl_weight: float = 0.0  # 0 = the paper's CE only; > 0 needs the target online (cache_features False)
+    kl_weight: float = 0.0  # 0 = the paper's CE only; > 0 adds KL to the target's distributions (cached or online)
     cache_features: bool = True  # run the target once per row up front (float16 features), not once per step
     lr: float = 1.5e-3
     warmup: int = 100
@@ -54,6 +62,11 @@ class DFlashTrainConfig:
     compress_choices: tuple[int, ...] = ()  # per step, one of these (0: the full context); () = never compress
     trainable: tuple[str, ...] = ()  # names (prefixes) of the only parameters trained, the rest frozen; () = all
     block_choices: tuple[int, ...] = ()  # per step, blocks of one of these lengths (0: the whole block); () = whole
+    select_by: str = "greedy"  # held-out figure the kept weights maximise: "greedy" or "sampled" (accepted length)
+
+    def __post_init__(self):
+        if self.select_by not in SELECT_BY:
+            raise ValueError(f"select_by must be one of {SELECT_BY}, got {self.select_by!r}")
 
 
 @dataclass
@@ -152,12 +165,15 @@ def sample_anchors(data, idx: torch.LongTensor, m: int, gen: torch.Generator) ->
 
 
 def make_batch(data, idx: torch.LongTensor, anchors: torch.LongTensor,
-               features: torch.Tensor | None = None) -> dict:
-    """A training batch of rows ``idx``; with ``features`` (precomputed, [N, W, K·H]) it carries theirs."""
+               features: torch.Tensor | None = None, last: torch.Tensor | None = None) -> dict:
+    """A training batch of rows ``idx``; with ``features`` (precomputed, [N, W, K·H]) it carries theirs, with ``last``
+    ([N, W, H]) the target's last hidden states too (its distributions, for KL and the sampled selection)."""
     width = int(row_lengths(data)[idx].max())
     batch = {"tokens": data.tokens[idx, :width], "lengths": row_lengths(data)[idx], "anchors": anchors}
     if features is not None:
         batch["features"] = features[idx, :width]
+    if last is not None:
+        batch["target_last"] = last[idx, :width]
     return batch
 
 
@@ -225,14 +241,44 @@ def slot_labels(batch: dict, block_size: int) -> tuple[torch.LongTensor, torch.B
     return labels, valid, pos
 
 
+def with_last_hidden(net: DFlashDraftModel):
+    """A ``select`` for :func:`precompute_features`: the drafter's features and the target's last hidden state (its
+    logits are ``lm_head`` of it: the stock models' last ``hidden_states`` entry is after the final norm) in one
+    tensor; :func:`split_last` takes them apart."""
+    return lambda hidden_states: torch.cat([net.select_features(hidden_states), hidden_states[-1]], dim=-1)
+
+
+def split_last(both: torch.Tensor, hidden_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(features, last hidden states): views of a :func:`with_last_hidden` tensor."""
+    return both[..., :-hidden_size], both[..., -hidden_size:]
+
+
+def slot_target_logprobs(target, batch: dict, pos: torch.LongTensor, target_logits: torch.Tensor | None):
+    """[N, m, k, V] float log-probabilities of the target's distribution of the token at each label position ``pos``
+    [N, m, k] (from its logits one position earlier): ``target_logits`` [N, T, V] when the target ran online, else
+    its LM head over the cached last hidden states at those positions only."""
+    N, m, k = pos.shape
+    at = (pos - 1).view(N, -1, 1)
+    if target_logits is None:
+        last = batch["target_last"]
+        h = last.gather(1, at.expand(N, m * k, last.shape[-1]))
+        lm_head = target.get_output_embeddings()
+        logits = lm_head(h.to(lm_head.weight.dtype))
+    else:
+        logits = target_logits.gather(1, at.expand(N, m * k, target_logits.shape[-1]))
+    logits = emitted(logits.float(), getattr(target, "disallowed", None))
+    return torch.log_softmax(logits.view(N, m, k, -1), -1)
+
+
 def slot_weights(block_size: int, gamma: float, device) -> torch.Tensor:
     return torch.exp(-torch.arange(block_size - 1, device=device, dtype=torch.float32) / gamma)
 
 
 def dflash_loss(net: DFlashDraftModel, target, batch: dict, cfg: DFlashTrainConfig) -> torch.Tensor:
     if "features" in batch:
-        if cfg.kl_weight > 0:
-            raise ValueError("kl_weight > 0 needs the target's distributions: train with cache_features=False")
+        if cfg.kl_weight > 0 and "target_last" not in batch:
+            raise ValueError("kl_weight > 0 needs the target's distributions: cache its last hidden states with the "
+                             "features (train_dflash does) or train with cache_features=False")
         features, target_logits = batch["features"], None
     else:
         features, target_logits = target_outputs(target, net, batch["tokens"])
@@ -243,30 +289,36 @@ def dflash_loss(net: DFlashDraftModel, target, batch: dict, cfg: DFlashTrainConf
     logq = torch.log_softmax(logits, -1)
     loss = -(logq.gather(-1, labels[..., None]).squeeze(-1) * w).sum() / w.sum()
     if cfg.kl_weight > 0:
-        N, m, k = pos.shape
         # the target's distribution of the token at position a + k comes from its logits at a + k − 1
-        p_logits = target_logits.float().gather(1, (pos - 1).view(N, -1, 1).expand(N, m * k, target_logits.shape[-1]))
-        logp = torch.log_softmax(p_logits.view(N, m, k, -1), -1)
-        kl = (logp.exp() * (logp - logq)).sum(-1)
+        logp = slot_target_logprobs(target, batch, pos, target_logits)
+        # (ids the target never emits: p = 0 there, and 0 · (−inf − …) is taken as 0)
+        kl = torch.where(logp.isfinite(), logp.exp() * (logp - logq), 0.0).sum(-1)
         loss = loss + cfg.kl_weight * (kl * w).sum() / w.sum()
     return loss
 
 
 @torch.no_grad()
-def block_acceptance(net: DFlashDraftModel, target, batches: list[dict]) -> dict:
+def block_acceptance(net: DFlashDraftModel, target, batches: list[dict], sampled: bool = False) -> dict:
     """Held-out figures of greedy blocks: per-slot top-1 agreement with the target's token (teacher-forced:
     every slot given the true context) and the mean greedy accepted length of the whole block (leading slots
-    that all agree: what a chain of the block gets accepted, the bonus token aside) and its distribution."""
+    that all agree: what a chain of the block gets accepted, the bonus token aside) and its distribution.
+    ``sampled``: also each slot's overlap with the target's distribution, α = Σ min(p, q) at T = 1, and the expected
+    accepted length of a chain of independent draws from the slots, Σ_k Π_{j≤k} α_j (``sampled_accepted_length``)."""
     net.eval()
     block = check_block(net, batches[0].get("block") if batches else None)  # (one length for all the batches)
     hits = torch.zeros(block - 1)
     counts = torch.zeros(block - 1)
-    accepted, blocks = 0.0, 0
+    overlap = torch.zeros(block - 1)
+    accepted, sampled_accepted, blocks = 0.0, 0.0, 0
     for batch in batches:
         batch = on_model(batch, net)
-        features = batch["features"] if "features" in batch else target_outputs(target, net, batch["tokens"])[0]
+        target_logits = None
+        if "features" in batch:
+            features = batch["features"]
+        else:
+            features, target_logits = target_outputs(target, net, batch["tokens"])
         logits = slot_logits(net, target, batch, features)
-        labels, valid, _ = slot_labels(batch, block)
+        labels, valid, pos = slot_labels(batch, block)
         agree = (logits.argmax(-1) == labels) & valid
         hits += agree.sum((0, 1)).float().cpu()
         counts += valid.sum((0, 1)).float().cpu()
@@ -274,8 +326,17 @@ def block_acceptance(net: DFlashDraftModel, target, batches: list[dict]) -> dict
         real = valid[..., 0]  # blocks with a label (a short row's spare anchors have none)
         accepted += float(run[real].sum())
         blocks += int(real.sum())
-    return {"slot_agreement": (hits / counts.clamp(min=1)).tolist(), "accepted_length": accepted / max(blocks, 1),
-            "blocks": blocks}
+        if sampled:
+            p = slot_target_logprobs(target, batch, pos, target_logits).exp()
+            alpha = torch.minimum(p, torch.softmax(logits, -1)).sum(-1) * valid  # past a row's end: 0
+            overlap += alpha.sum((0, 1)).float().cpu()
+            sampled_accepted += float(alpha.cumprod(-1).sum(-1)[real].sum())
+    out = {"slot_agreement": (hits / counts.clamp(min=1)).tolist(), "accepted_length": accepted / max(blocks, 1),
+           "blocks": blocks}
+    if sampled:
+        out.update(slot_overlap=(overlap / counts.clamp(min=1)).tolist(),
+                   sampled_accepted_length=sampled_accepted / max(blocks, 1))
+    return out
 
 
 def tau_of(stats) -> float:
@@ -287,9 +348,11 @@ def tau_of(stats) -> float:
     return new / max(steps, 1)
 
 
-def validation_batches(val, cfg: DFlashTrainConfig, block_size: int, features: torch.Tensor | None = None) -> list[dict]:
+def validation_batches(val, cfg: DFlashTrainConfig, block_size: int, features: torch.Tensor | None = None,
+                       last: torch.Tensor | None = None) -> list[dict]:
     """Fixed held-out blocks: every ``block_size // 2``-th response position of the first ``val_rows`` rows (with
-    ``features``, the rows' precomputed ones: a VLM's rows need their pictures to be computed)."""
+    ``features``, the rows' precomputed ones: a VLM's rows need their pictures to be computed; with ``last`` the
+    target's last hidden states, for the sampled figure)."""
     n = min(cfg.val_rows, len(val))
     step = max(1, block_size // 2)
     longest = int((row_lengths(val) - val.prefix).max())
@@ -299,7 +362,7 @@ def validation_batches(val, cfg: DFlashTrainConfig, block_size: int, features: t
         idx = torch.arange(i, min(i + 32, n))
         # past a row's end an anchor has no label (not counted); kept inside the batch's width for the forward
         anchors = (val.prefix[idx][:, None] + offsets[None, :]).clamp(max=int(row_lengths(val)[idx].max()) - 1)
-        out.append(make_batch(val, idx, anchors, features))
+        out.append(make_batch(val, idx, anchors, features, last))
     return out
 
 
@@ -328,8 +391,23 @@ def train_dflash(net: DFlashDraftModel, target, train, val,
     for p in target.parameters():
         p.requires_grad_(False)
     gen = torch.Generator().manual_seed(cfg.seed)
+    sampled = cfg.select_by == "sampled"
+    # the target's distributions: for KL (training rows) and for the sampled figure (held-out rows); with cached
+    # features they come from its last hidden states, cached in the same pass
+    wants_p = cfg.kl_weight > 0 or sampled
+    if wants_p and (features is not None or val_features is not None):
+        raise ValueError("KL and the sampled selection need the target's distributions beside its features: pass "
+                         "no precomputed features (train_dflash caches both in one pass)")
+    last = val_last = None
+    width = target.get_output_embeddings().weight.shape[1]  # the target's last hidden state
     if features is None and cfg.cache_features:
-        features = precompute_features(target, net, train, progress=progress)
+        features = precompute_features(target, net, train, progress=progress,
+                                       select=with_last_hidden(net) if cfg.kl_weight > 0 else None)
+        if cfg.kl_weight > 0:
+            features, last = split_last(features, width)
+    if wants_p and cfg.cache_features:
+        val_features, val_last = split_last(precompute_features(target, net, val, progress=progress,
+                                                                select=with_last_hidden(net)), width)
     if cfg.trainable:
         names = [n for n, _ in net.named_parameters() if n.startswith(tuple(cfg.trainable))]
         if not names:
@@ -337,13 +415,13 @@ def train_dflash(net: DFlashDraftModel, target, train, val,
         for n, p in net.named_parameters():
             p.requires_grad_(n in names)
     settings = sorted(set(cfg.compress_choices)) or [0]
-    plain_batches = validation_batches(val, cfg, net.block_size, val_features)
+    plain_batches = validation_batches(val, cfg, net.block_size, val_features, val_last)
     val_batches = {n: [on_model(compressed(b, n, image_token_id), net) for b in plain_batches] for n in settings}
-    before = block_acceptance(net, target, val_batches[settings[0]])
+    before = block_acceptance(net, target, val_batches[settings[0]], sampled)
 
     def next_batch(step: int) -> dict:
         idx = torch.randint(0, len(train), (cfg.batch_size,), generator=gen)
-        batch = make_batch(train, idx, sample_anchors(train, idx, cfg.anchors, gen), features)
+        batch = make_batch(train, idx, sample_anchors(train, idx, cfg.anchors, gen), features, last)
         if cfg.block_choices:
             batch["block"] = draw(cfg.block_choices) or None
         if not cfg.compress_choices:
@@ -353,8 +431,10 @@ def train_dflash(net: DFlashDraftModel, target, train, val,
     def draw(choices: tuple[int, ...]) -> int:  # one of a step's settings, from the run's generator
         return choices[int(torch.randint(0, len(choices), (1,), generator=gen))]
 
+    figure = "sampled_accepted_length" if sampled else "accepted_length"
+
     def val_loss() -> float:  # minimised: the negative held-out accepted length (mean over the settings)
-        return -sum(block_acceptance(net, target, b)["accepted_length"] for b in val_batches.values()) / len(settings)
+        return -sum(block_acceptance(net, target, b, sampled)[figure] for b in val_batches.values()) / len(settings)
 
     t0 = time.perf_counter()
     res = train_loop(net, next_batch, val_loss, lambda model, b: dflash_loss(model, target, b, cfg),
@@ -363,7 +443,7 @@ def train_dflash(net: DFlashDraftModel, target, train, val,
                      checkpoint=checkpoint, checkpoint_every_s=checkpoint_every_s, generators=(gen,))
     for p in net.parameters():
         p.requires_grad_(True)
-    after = block_acceptance(net, target, val_batches[settings[0]])
+    after = block_acceptance(net, target, val_batches[settings[0]], sampled)
     by_block = {str(n or net.block_size): block_acceptance(net, target, [{**b, "block": n or None}
                                                                           for b in val_batches[settings[0]]])
                 for n in sorted(set(cfg.block_choices))}

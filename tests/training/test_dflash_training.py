@@ -126,6 +126,80 @@ def test_block_choices_train_shorter_blocks_and_report_each(target, data):
         train_dflash(net_for(target), target, train, val, DFlashTrainConfig(block_choices=(5,)), progress=False)
 
 
+def _kl_batch(target, net, train, cached: bool):
+    idx = torch.arange(4)
+    anchors = dflash_training.sample_anchors(train, idx, 3, torch.Generator().manual_seed(5))
+    if not cached:
+        return dflash_training.make_batch(train, idx, anchors)
+    width = int(dflash_training.row_lengths(train)[idx].max())
+    with torch.no_grad():
+        hidden = target(input_ids=train.tokens[idx, :width], output_hidden_states=True).hidden_states
+    feats, last = dflash_training.split_last(dflash_training.with_last_hidden(net)(hidden), target.config.hidden_size)
+    batch = dflash_training.make_batch(train, idx, anchors)
+    return {**batch, "features": feats, "target_last": last}
+
+
+def test_kl_from_cached_last_hidden_states_equals_kl_from_the_online_target(target, data):
+    """KL with cached features takes the target's distributions from its cached last hidden states: the same loss as
+    running the target online, and larger than the cross-entropy alone; without them it is refused."""
+    train, _ = data
+    net = sharpen(net_for(target), seed=4)
+    cfg = DFlashTrainConfig(kl_weight=0.5)
+    online = dflash_training.dflash_loss(net, target, _kl_batch(target, net, train, False), cfg)
+    batch = _kl_batch(target, net, train, True)
+    cached = dflash_training.dflash_loss(net, target, batch, cfg)
+    ce = dflash_training.dflash_loss(net, target, batch, DFlashTrainConfig())
+    assert cached.item() == pytest.approx(online.item(), rel=1e-5) and cached.item() > ce.item() + 1e-3
+    with pytest.raises(ValueError, match="needs the target's distributions"):
+        dflash_training.dflash_loss(net, target, {k: v for k, v in batch.items() if k != "target_last"}, cfg)
+
+
+def test_sampled_figure_is_each_slots_overlap_with_the_target_chained(target, data):
+    """block_acceptance(sampled=True): per slot α = Σ min(p, q) with p the target's distribution of the token at
+    anchor + k given the true context and q the slot's, and the expected accepted length Σ_k Π_{j≤k} α_j, computed
+    here block by block from the target's full forward."""
+    _, val = data
+    net = sharpen(net_for(target), seed=6)
+    batches = validation_batches(val, DFlashTrainConfig(val_rows=6), net.block_size)
+    got = block_acceptance(net, target, batches, sampled=True)
+    overlap, expected, blocks = torch.zeros(3), 0.0, 0
+    with torch.no_grad():
+        for b in batches:
+            feats, logits = dflash_training.target_outputs(target, net, b["tokens"])
+            q = torch.softmax(dflash_training.slot_logits(net, target, b, feats), -1)
+            p = torch.softmax(logits.float(), -1)
+            for r in range(b["tokens"].shape[0]):
+                for j, a in enumerate(b["anchors"][r].tolist()):
+                    if a + 1 >= int(b["lengths"][r]):
+                        continue
+                    alphas = [float(torch.minimum(p[r, a + k - 1], q[r, j, k - 1]).sum())
+                              if a + k < int(b["lengths"][r]) else 0.0 for k in (1, 2, 3)]
+                    overlap += torch.tensor(alphas)
+                    expected += sum(float(torch.tensor(alphas[:k + 1]).prod()) for k in range(3))
+                    blocks += 1
+    assert got["blocks"] == blocks
+    assert got["sampled_accepted_length"] == pytest.approx(expected / blocks, rel=1e-4)
+    counts = torch.tensor([sum(1 for b in batches for r in range(b["tokens"].shape[0]) for a in b["anchors"][r].tolist()
+                               if a + k < int(b["lengths"][r])) for k in (1, 2, 3)], dtype=torch.float)
+    assert got["slot_overlap"] == pytest.approx((overlap / counts).tolist(), rel=1e-4)
+    assert "sampled_accepted_length" not in block_acceptance(net, target, batches)
+
+
+def test_kl_training_selected_by_the_sampled_figure_raises_it(target, data):
+    """kl_weight with cached features and select_by="sampled": the held-out sampled figure rises, and the report
+    carries it; an unknown selection is refused."""
+    train, val = data
+    cfg = DFlashTrainConfig(steps=120, batch_size=4, anchors=3, lr=5e-3, warmup=2, eval_every=30, patience=100,
+                            val_rows=8, kl_weight=1.0, select_by="sampled")
+    report = train_dflash(net_for(target), target, train, val, cfg, progress=False)
+    before, after = report["heldout_before"], report["heldout_after"]
+    assert after["sampled_accepted_length"] > before["sampled_accepted_length"] + 0.1
+    assert after["slot_overlap"][0] > before["slot_overlap"][0] + 0.03
+    assert report["best_accepted_length"] == pytest.approx(max(v for _, v in report["val_history"]))
+    with pytest.raises(ValueError, match="select_by must be one of"):
+        DFlashTrainConfig(select_by="tau")
+
+
 def test_responses_of_any_length(target):
     rows = [([5, 6, 7], [8, 9, 10, 11]), ([5, 6], [9, 10]), ([4, 5, 6, 7, 8], [12, 13, 14])]
     data = Responses.from_rows(rows)
@@ -191,6 +265,24 @@ def test_cli_samples_the_missing_responses_at_the_temperature_given(tmp_path, mo
     assert main(["train", "dflash", "--generate", "8", "--temperature", "1.0", "--out", str(tmp_path / "o")]) == 2
     assert "--temperature samples the responses of --data rows" in capsys.readouterr().err
     assert not (tmp_path / "o.ckpt").exists()
+
+
+def test_cli_kl_with_cached_features_and_the_sampled_selection(tmp_path):
+    """``--kl-weight`` no longer needs the target online, and ``--select-by sampled`` reports each slot's overlap and
+    the expected accepted length of independent draws before and after training."""
+    from mmspec.cli import main
+
+    rows = [{"prompt": f"def f{i}(x):\n", "response": f"    return x + {i}\n\n"} for i in range(8)]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    out = tmp_path / "drafter"
+    assert main(["train", "dflash", "--data", str(data), "--steps", "2", "--batch-size", "2", "--anchors", "2",
+                 "--layers", "1", "--block-size", "4", "--kl-weight", "0.5", "--select-by", "sampled",
+                 "--out", str(out)]) == 0
+    report = json.loads((out / "train_report.json").read_text())
+    assert report["config"]["kl_weight"] == 0.5 and report["config"]["cache_features"] is True
+    for when in ("heldout_before", "heldout_after"):
+        assert len(report[when]["slot_overlap"]) == 3 and 0 < report[when]["sampled_accepted_length"] < 3
 
 
 def test_cli_reports_bad_rows_by_line(tmp_path, capsys):
