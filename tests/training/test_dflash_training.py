@@ -214,16 +214,22 @@ def test_responses_of_any_length(target):
         Responses.from_rows([([1, 2], [3])])
 
 
+def _rows_file(tmp_path, answered: int, unanswered=()):
+    """A --data .jsonl of ``answered`` rows with a response and a row for each prompt of ``unanswered`` without."""
+    rows = [{"prompt": f"def f{i}(x):\n", "response": f"    return x + {i}\n\n"} for i in range(answered)]
+    rows += [{"prompt": p} for p in unanswered]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    return data
+
+
 def test_cli_trains_a_drafter_the_pipeline_runs_exactly(tmp_path):
     """`mmspec train dflash` on the zoo target with a small --data file (responses given, and one row whose
     response the target writes), then mmspec.pipeline picks the directory up as method dflash, greedy-exact."""
     import mmspec
     from mmspec.cli import main
 
-    rows = [{"prompt": f"def f{i}(x):\n", "response": f"    return x + {i}\n\n"} for i in range(7)]
-    rows.append({"prompt": "def g(a, b):\n"})
-    data = tmp_path / "rows.jsonl"
-    data.write_text("\n".join(json.dumps(r) for r in rows))
+    data = _rows_file(tmp_path, 7, ["def g(a, b):\n"])
     out = tmp_path / "drafter"
     assert main(["train", "dflash", "--data", str(data), "--steps", "3", "--batch-size", "2", "--anchors", "2",
                  "--layers", "1", "--block-size", "4", "--block-choices", "2,0", "--max-new-tokens", "8",
@@ -245,10 +251,7 @@ def test_cli_samples_the_missing_responses_at_the_temperature_given(tmp_path, mo
     import mmspec.cli_train as cli_train
     from mmspec.cli import main
 
-    rows = [{"prompt": f"def f{i}(x):\n", "response": f"    return x + {i}\n\n"} for i in range(6)]
-    rows += [{"prompt": "def g(a, b):\n"}, {"prompt": "def h(c):\n"}]
-    data = tmp_path / "rows.jsonl"
-    data.write_text("\n".join(json.dumps(r) for r in rows))
+    data = _rows_file(tmp_path, 6, ["def g(a, b):\n", "def h(c):\n"])
     asked = []
     real = cli_train.target_responses
 
@@ -272,9 +275,7 @@ def test_cli_kl_with_cached_features_and_the_sampled_selection(tmp_path):
     the expected accepted length of independent draws before and after training."""
     from mmspec.cli import main
 
-    rows = [{"prompt": f"def f{i}(x):\n", "response": f"    return x + {i}\n\n"} for i in range(8)]
-    data = tmp_path / "rows.jsonl"
-    data.write_text("\n".join(json.dumps(r) for r in rows))
+    data = _rows_file(tmp_path, 8)
     out = tmp_path / "drafter"
     assert main(["train", "dflash", "--data", str(data), "--steps", "2", "--batch-size", "2", "--anchors", "2",
                  "--layers", "1", "--block-size", "4", "--kl-weight", "0.5", "--select-by", "sampled",
