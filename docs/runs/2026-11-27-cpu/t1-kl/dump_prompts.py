@@ -6,7 +6,7 @@ from mmspec.zoo.code_data import (EXTRA_PACKAGES, UNSEEN_PACKAGES, completion_tr
 from mmspec.zoo.code_dflash import SEED, MAX_PROMPT, PACKAGE_PROMPTS, PER_PACKAGE
 from mmspec.zoo import load
 n = int(sys.argv[2])
-tok = load("code-tokenizer").tokenizer if False else load("code-target").tokenizer
+tok = load("code-target").tokenizer
 corpus = load_corpus()
 texts = completion_training_prompts(corpus, "train", seed=SEED)
 texts += package_completion_prompts(EXTRA_PACKAGES, PACKAGE_PROMPTS, seed=SEED, per_package=PER_PACKAGE)
