@@ -204,6 +204,9 @@ DFLASH_OPTIONS = (  # the block drafter's own settings, the same on the text and
            help="token ids the DFlash drafter may draft (its LM head runs over those rows alone)"),
     Option("lookup", int, ge=1, methods=("dflash",),
            help="graft a prompt-lookup branch of up to this many tokens onto the DFlash DDTree (greedy calls)"),
+    Option("lookup_alone", int, ge=1, methods=("dflash",),
+           help="draft the lookup branch alone, without the block drafter, on steps where every row has one of at "
+                "least this many tokens (needs lookup)"),
 )
 ROUTE_OPTIONS = {
     "text": table(

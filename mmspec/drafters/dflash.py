@@ -94,7 +94,10 @@ class DFlashDrafter(Drafter):
     continuation after an earlier match of the context's last 1-3 tokens) onto the DDTree as one more branch
     (:meth:`~mmspec.tree.DraftTree.grafted`), so text that repeats the prompt is drafted whatever the block drafter
     thinks of it; in greedy calls and under ``sampled_drafts=False`` (a deterministic tree either way), not onto a
-    tree sampled from q."""
+    tree sampled from q. ``lookup_alone``: a greedy step where every row still generating has a lookup
+    continuation of at least that many tokens verifies that continuation alone, without the drafter's forward
+    (prompt lookup's step: on the zoo's CPU the forward, the head and the search are a fifth of a drafted step); the
+    features of the tokens it accepts join the drafter's context at its next forward."""
 
     needs_target_hidden = True
     drops_rows = True  # select_rows narrows the feature buffer and the context cache
@@ -103,7 +106,7 @@ class DFlashDrafter(Drafter):
     def __init__(self, net: DFlashDraftModel, target, num_tokens: int | None = None, confidence: float | None = None,
                  tree_nodes: int | None = None, top_k: int = 4, sampled_drafts: bool = True,
                  compress_to: int | None = None, block: int | None = None, draft_vocab=None,
-                 lookup: int | None = None):
+                 lookup: int | None = None, lookup_alone: int | None = None):
         check_target(net, target)
         if compress_to is not None:
             net.check_compress(compress_to)
@@ -122,6 +125,11 @@ class DFlashDrafter(Drafter):
             raise ValueError(f"lookup grafts a prompt-lookup continuation onto a DDTree: it needs tree_nodes and "
                              f"lookup >= 1, got tree_nodes={tree_nodes}, lookup={lookup}")
         self.lookup = None if lookup is None else int(lookup)
+        if lookup_alone is not None and (self.lookup is None or not 1 <= int(lookup_alone) <= self.lookup):
+            raise ValueError(f"lookup_alone is the shortest lookup continuation drafted without the block drafter: it "
+                             f"needs lookup and 1 <= lookup_alone <= lookup, got lookup={lookup}, "
+                             f"lookup_alone={lookup_alone}")
+        self.lookup_alone = None if lookup_alone is None else int(lookup_alone)
         self.net = net.eval()
         self.embed = target.get_input_embeddings()
         self.lm_head = target.get_output_embeddings()
@@ -291,13 +299,28 @@ class DFlashDrafter(Drafter):
             # with the target's probability of it, the residual p without it: lossless all the same
             sampling = _GREEDY
         if self.tree_nodes is not None and not sampling.do_sample:
-            return self.propose_sized(context, run, [0])[0]
+            alone = self._lookup_alone(state) if self.lookup_alone is not None else None
+            return alone if alone is not None else self.propose_sized(context, run, [0])[0]
         self._catch_up(context, run)
         roots = state.roots.to(self.net.device)
         if self.tree_nodes is not None:
             return self._ddtree(roots, self.head(self.slot_hidden(context, run)), sampling, state.generator,
                                 self.tree_nodes)
         return self._chain(roots, self.slot_hidden(context, run), state, sampling)
+
+    def _branches(self, state, length: int) -> list[list[int]]:
+        """Each row's prompt-lookup continuation of up to ``length`` tokens (none for a row not generating)."""
+        return [lookup_continuation(state.row(b), length, LOOKUP_NGRAM[1], LOOKUP_NGRAM[0]).tolist()
+                if bool(state.active[b]) else [] for b in range(state.batch_size)]
+
+    def _lookup_alone(self, state) -> DraftTree | None:
+        """The root with each row's lookup continuation, when every row still generating has one of at least
+        ``lookup_alone`` tokens; else None (the step drafts the DDTree)."""
+        branches = self._branches(state, self.lookup)
+        rows = state.active.tolist()
+        if not any(rows) or any(a and len(c) < self.lookup_alone for a, c in zip(rows, branches)):
+            return None
+        return DraftTree.root_only(state.roots.to(self.net.device)).grafted(branches)
 
     @torch.no_grad()
     def propose_sized(self, context: DraftContext, run: DFlashRun, which: list[int]) -> list[DraftTree]:
@@ -314,8 +337,7 @@ class DFlashDrafter(Drafter):
                             state.generator, nodes)
         longest = max(L for _, L in sizes)
         if longest:
-            branches = [lookup_continuation(state.row(b), longest, LOOKUP_NGRAM[1], LOOKUP_NGRAM[0]).tolist()
-                        if bool(state.active[b]) else [] for b in range(state.batch_size)]
+            branches = self._branches(state, longest)
         trees = []
         for n, L in sizes:
             tree = full if n == nodes else DraftTree(full.tokens[:, :n + 1], full.parents[:, :n + 1],

@@ -57,17 +57,17 @@ def _full_features(target, net, row):
     return net.select_features(out.hidden_states)
 
 
-def _check_cache_against_training_pattern(target, net, drafter, ids, mask, seqs):
+def _check_cache_against_training_pattern(target, net, drafter, ids, mask, seqs, lag=None):
     """Every row's committed context K/V equals the layers' projections of the target's features over the final
     sequence (computed afresh, teacher-forced): entry t holds position t, for every verified position up to the last
-    step's root."""
+    step's root (with ``lag``, up to that many positions before the end: steps that ran no drafter forward)."""
     run = drafter.last_run
     for b in range(ids.shape[0]):
         row = seqs[b, int((mask[b] == 0).sum()):]
         feats = _full_features(target, net, row)
         n = int(run.cache.lengths[b] - run.cache.starts[b])  # features of positions 0 .. n-1 are committed
         # every position before the last step's root (the loop observes no step after the last)
-        assert row.numel() - net.block_size <= n <= row.numel() - 1
+        assert row.numel() - (lag or net.block_size) <= n <= row.numel() - 1
         ctx = net.fuse(feats[:, :n])
         cos, sin = net.rope(ctx, torch.arange(n)[None])
         for i in range(len(net.layers)):
@@ -140,6 +140,67 @@ def test_lookup_branch_stays_exact_and_is_drafted(target, ragged_batch, greedy_r
     assert got["with"] > got["without"]  # (1.10 vs 1.03 and 1.07 vs 1.00 tokens per step)
     with pytest.raises(ValueError, match="lookup grafts a prompt-lookup continuation onto a DDTree"):
         DFlashDrafter(net, target, lookup=4)
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+def test_lookup_alone_skips_the_block_drafter_where_every_row_has_a_long_continuation(target, greedy_reference, rows):
+    """lookup_alone: a greedy step where every row still generating has a lookup continuation of at least that many
+    tokens verifies it alone (no drafter forward); other steps draft the DDTree with the branch, and the tokens the
+    lone steps accept reach the drafter's context at its next forward. The output stays the target's; a row without
+    such a continuation makes its batch's step draft the tree; sampling calls never take the lone branch."""
+    net = make_net(target)
+    base = torch.randint(3, VOCAB, (2, 6), generator=torch.Generator().manual_seed(8))
+    ids = torch.cat([base, base, base[:, :3]], 1)[:rows]  # repeating prompts: lookup has something to offer
+    ref = greedy_reference(target, ids, 16)
+    forwards, trees = [], []
+
+    class Counting(Recording):
+        def slot_hidden(self, context, run):
+            forwards.append(1)
+            return super().slot_hidden(context, run)
+
+        def propose(self, context, run):
+            before = len(forwards)
+            tree = super().propose(context, run)
+            trees.append(len(forwards) > before)  # whether this step ran the block drafter
+            return tree
+
+    drafter = Counting(net, target, tree_nodes=5, top_k=3, lookup=6, lookup_alone=2)
+    out = SpeculativeGenerator(target, drafter).generate(ids, max_new_tokens=16, eos_token_id=[])
+    assert torch.equal(out.sequences, ref)
+    lone = [i for i, ran in enumerate(trees) if not ran]
+    assert lone and len(forwards) == len(trees) - len(lone) >= 1
+    assert min(lone) < max(i for i, ran in enumerate(trees) if ran)  # a forward came after a lone step
+    # the drafter's context cache, after its last forward, holds every verified position before that step's root,
+    # the lone steps' accepted tokens included: what the training pattern gives
+    _check_cache_against_training_pattern(target, net, drafter, ids, torch.ones_like(ids), out.sequences,
+                                          lag=16)
+    forwards.clear(), trees.clear()  # a sampling call draws its tree from q every step: never the lone branch
+    SpeculativeGenerator(target, drafter).generate(ids, max_new_tokens=16, eos_token_id=[], do_sample=True,
+                                                   generator=torch.Generator().manual_seed(0))
+    assert trees and all(trees)
+    with pytest.raises(ValueError, match="lookup_alone is the shortest lookup continuation"):
+        DFlashDrafter(net, target, tree_nodes=5, lookup_alone=2)
+    with pytest.raises(ValueError, match="1 <= lookup_alone <= lookup"):
+        DFlashDrafter(net, target, tree_nodes=5, lookup=3, lookup_alone=4)
+
+
+def test_lookup_alone_waits_for_every_row(target):
+    """A batch whose rows do not all have a long enough continuation drafts the tree; once the row without one has
+    finished, the others' continuations decide."""
+    net = make_net(target)
+    drafter = DFlashDrafter(net, target, tree_nodes=5, top_k=3, lookup=6, lookup_alone=3)
+    base = torch.randint(3, VOCAB, (6,), generator=torch.Generator().manual_seed(8))
+    lone = torch.arange(3, 18)  # no token twice: nothing to look up
+    state = type("S", (), {})()
+    state.batch_size, state.active = 2, torch.tensor([True, True])
+    state.roots = torch.tensor([5, 6])
+    rows = {0: torch.cat([base, base, base[:3]]), 1: lone}
+    state.row = lambda b: rows[b]
+    assert drafter._lookup_alone(state) is None  # row 1 has no repeat
+    state.active = torch.tensor([True, False])
+    tree = drafter._lookup_alone(state)  # row 1 finished: row 0's continuation decides
+    assert tree is not None and tree.tokens[0].tolist() == [5, *base[3:6].tolist(), *base[:3].tolist()]
 
 
 def test_draft_vocab_drafts_only_its_ids_and_stays_exact(target, ragged_batch, greedy_reference):

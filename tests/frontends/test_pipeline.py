@@ -44,10 +44,12 @@ def test_routes_by_inspection(code):
 
 
 def test_zoo_text_default_is_the_dflash_tree_when_greedy_and_exact(code, greedy_reference):
-    """The code target's default (its fastest greedy method): the DFlash DDTree with a prompt-lookup branch."""
+    """The code target's default (its fastest greedy method): the DFlash DDTree with a prompt-lookup branch, verified
+    alone where it holds 4 tokens or more."""
     pipe = mmspec.pipeline("zoo:code-target")
     assert isinstance(pipe, TextPipeline) and pipe.method == "dflash" and isinstance(pipe.drafter, DFlashDrafter)
-    assert (pipe.drafter.tree_nodes, pipe.drafter.top_k, pipe.drafter.lookup) == (16, 4, 12)
+    d = pipe.drafter
+    assert (d.tree_nodes, d.top_k, d.lookup, d.lookup_alone) == (16, 4, 12, 4)
     deer = mmspec.pipeline("zoo:code-target", method="deer")  # the aligned diffusion drafter by name
     assert isinstance(deer.drafter, DEERDrafter)
     ids = code.tokenizer(PROMPT, return_tensors="pt", add_special_tokens=False).input_ids
@@ -78,7 +80,8 @@ def test_zoo_dflash_settings_unless_the_caller_shapes_the_drafts():
     """method='dflash' on the code target gets the zoo's tuned DDTree + lookup; a caller's shape option replaces
     them (and a named method or a shape option leaves sampling calls on the pipeline's method)."""
     named = mmspec.pipeline("zoo:code-target", method="dflash")
-    assert (named.drafter.tree_nodes, named.drafter.lookup) == (16, 12) and named.sampling_method is None
+    assert (named.drafter.tree_nodes, named.drafter.lookup, named.drafter.lookup_alone) == (16, 12, 4)
+    assert named.sampling_method is None
     chain = mmspec.pipeline("zoo:code-target", method="dflash", num_tokens=5)
     assert chain.drafter.tree_nodes is None and chain.drafter.num_tokens == 5 and chain.drafter.lookup is None
     small = mmspec.pipeline("zoo:code-target", tree_nodes=8)
