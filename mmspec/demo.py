@@ -32,12 +32,11 @@ from .zoo.integrity import changed_since_commit, rebuild_hint, status
 
 
 # the code methods the demo times: HF's baselines' best peer, the fastest AR-drafter method and prompt lookup, the
-# DFlash block drafter's fastest row (its DDTree with a prompt-lookup branch, long lookup continuations verified
-# alone: the zoo's greedy default) and DEER (the diffusion drafters)
+# DFlash block drafter's default row (its DDTree with a prompt-lookup branch) and DEER (the diffusion drafters)
 # from `mmspec eval --suite code`; one timed round, so the demo stays under 2 minutes on 2 CPU cores with the
 # 15-layer code target (`mmspec eval` is where figures with a spread come from)
 CODE_METHODS = ["plain", "hf-assisted", "chain", "prompt-lookup"]
-BEST_TEXT_METHODS = ["dflash-lookup-alone", "deer"]
+BEST_TEXT_METHODS = ["dflash-tree-lookup", "deer"]
 CODE_ROUNDS = 1
 DIFFUSION_MODELS = ["code-dlm", "code-deer", "code-ngram", "code-dflash"]
 # the VLM methods the demo shows besides plain decoding and the baselines, chosen from `mmspec eval --suite vlm`

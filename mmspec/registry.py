@@ -109,7 +109,7 @@ DFLASH_TREE_LOOKUP = dict(DFLASH_TREE, lookup=12)
 # and steps whose lookup continuation has 4 tokens or more verify it alone, without the block drafter (greedy calls):
 # in one process on this CPU (2026-11-27, two runs each) 2.89-2.91x against 2.74-2.75x on the code suite's 8 prompts
 # and 1.54-1.56x against 1.47-1.48x on 24 HumanEval prompts (prompt lookup alone 1.44-1.46x); a threshold of 3 did
-# the same, 2 or 8 less (docs/runs/2026-11-27-cpu/lookup-alone/)
+# the same, 2 or 8 less (docs/runs/2026-11-27-cpu/lookup-alone/). An option, not the zoo default: see zoo_defaults
 DFLASH_LOOKUP_ALONE = dict(DFLASH_TREE_LOOKUP, lookup_alone=4)
 IMAGE_DFLASH_TREE = dict(tree_nodes=16, top_k=4)  # the same on the image target (tree="ddtree")
 # DiffuSpec's CPS mix of dLM and causal-proxy scores for the zoo. The paper's λ = 0.5 suits a 7B dLM with a strong

@@ -4,26 +4,28 @@ method, the zoo model that drafts it."""
 
 from __future__ import annotations
 
-from ..registry import CAUSAL_METHODS, DFLASH_LOOKUP_ALONE
+from ..registry import CAUSAL_METHODS, DFLASH_TREE_LOOKUP
 
 # the fastest lossless method of each zoo target in `mmspec eval`. code, greedy: the DFlash DDTree with a
 # prompt-lookup branch (2.53-3.03x in three `mmspec eval --suite code --repeats 2` runs of 2026-11-26, against
-# EAGLE's 2.00-2.29x and the confident AR chain's 1.93-2.19x), whose steps with a lookup continuation of 4 tokens or
-# more verify it alone (DFLASH_LOOKUP_ALONE: faster on the suite and on HumanEval, see the registry); code, sampling: the confident AR chain (0.95x at
+# EAGLE's 2.00-2.29x and the confident AR chain's 1.93-2.19x). Verifying long lookup continuations alone
+# (DFLASH_LOOKUP_ALONE, `lookup_alone=4`) is faster where every step drafts (see the registry) but not the default: under the
+# adaptive policy at one row a prompt whose first lone steps guessed badly turned the following calls to plain steps
+# (a 16-prompt sweep of 2026-11-27: 1.15x against always drafting's 2.22x); code, sampling: the confident AR chain (0.95x at
 # T = 1 against the DFlash DDTree's 0.72x: independent draws from each slot's q rarely make a chain the target keeps).
 # vlm: the DFlash block drafter (2.08x / 2.17x in two `mmspec eval --suite vlm --repeats 2` runs of 2026-11-26
 # against EAGLE's 1.86x / 1.92x and MSD's 1.82x / 1.78x)
 ZOO_METHOD = {"code-target": "dflash", "vlm-target": "dflash"}
 ZOO_SAMPLING_METHOD = {"code-target": "chain"}  # a sampling call's method where it is not ZOO_METHOD's
 # (target, method): the settings the zoo's drafter runs with when the caller sets none of the method's shape
-ZOO_SETTINGS = {("code-target", "dflash"): DFLASH_LOOKUP_ALONE}
+ZOO_SETTINGS = {("code-target", "dflash"): DFLASH_TREE_LOOKUP}
 ZOO_DRAFTERS = {
     "code-target": {"deer": "zoo:code-deer", "diffuspec": "zoo:code-dlm", "dflash": "zoo:code-dflash", "eagle": "zoo:code-eagle",
                     **{m: "zoo:code-drafter" for m in CAUSAL_METHODS}},
     "vlm-target": {"msd": "zoo:vlm-msd", "flash": "zoo:vlm-flash", "eagle": "zoo:vlm-eagle", "dflash": "zoo:vlm-dflash",
                    **{m: "zoo:vlm-drafter" for m in CAUSAL_METHODS}},
 }
-SHAPE_OPTIONS = ("num_tokens", "tree", "tree_nodes", "lookup", "lookup_alone", "block")  # what decides a drafter's draft shape
+SHAPE_OPTIONS = ("num_tokens", "tree", "tree_nodes", "lookup", "block")  # what decides a drafter's draft shape
 
 
 def zoo_default(target, method: str | None) -> tuple[str | None, str | None]:

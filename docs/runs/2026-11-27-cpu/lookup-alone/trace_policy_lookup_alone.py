@@ -1,0 +1,38 @@
+"""Per-call trace of the adaptive policy over DFlash with `lookup_alone=4` beside mmspec-plain at one batch size: each
+call's steps (D drafted, p plain, s a plain step carrying an unverified draft), whether it read the target's
+features, and where the time went.
+
+    python docs/runs/2026-11-27-cpu/lookup-alone/trace_policy_lookup_alone.py 1 1   # batch size, rounds over the 16 prompts
+"""
+import sys, time, statistics, torch
+from mmspec.zoo import load
+from mmspec.registry import build_drafter, DFLASH_LOOKUP_ALONE
+from mmspec.eval.code_suite import code_prompts
+from mmspec.eval.batch_sweep import collate
+from mmspec.drafters.adaptive import AdaptiveDrafter
+from mmspec.drafters.no_draft import NoDrafter
+from mmspec.generator import SpeculativeGenerator
+torch.set_num_threads(2)
+target = load("code-target"); dfl = load("code-dflash").model
+B = int(sys.argv[1]); rounds = int(sys.argv[2])
+prompts = code_prompts(target.tokenizer, 16)
+class T(AdaptiveDrafter):
+    def begin(self, c):
+        self.featured = c.hidden is not None; return super().begin(c)
+    def propose(self, c, run):
+        self._t = time.perf_counter(); return super().propose(c, run)
+    def observe(self, c, run, tree, res, hidden=None):
+        super().observe(c, run, tree, res, hidden)
+        self.log.append(("D" if tree.num_nodes > 1 else ("s" if run.since_shadow == 0 and run.shadow_seconds else "p"), time.perf_counter() - self._t, (res.num_accepted+1).tolist() if tree.num_nodes>1 else None))
+ad = T(build_drafter("dflash", dfl, target=target.model, **DFLASH_LOOKUP_ALONE))
+g = SpeculativeGenerator(target.model, ad); gp = SpeculativeGenerator(target.model, NoDrafter())
+batches = [collate(prompts[i:i+B], 0) for i in range(0, 16 - B + 1, B)]
+with torch.inference_mode():
+  for r in range(rounds):
+    for k, b in enumerate(batches):
+        t0 = time.perf_counter(); gp.generate(b["input_ids"], attention_mask=b["attention_mask"], max_new_tokens=64, eos_token_id=[]); tp = time.perf_counter() - t0
+        ad.log = []
+        t0 = time.perf_counter(); g.generate(b["input_ids"], attention_mask=b["attention_mask"], max_new_tokens=64, eos_token_id=[]); ta = time.perf_counter() - t0
+        d = [x for x in ad.log if x[0] == "D"]; p = [x for x in ad.log if x[0] in "ps"]
+        print(f"r{r} b{k}: plain {tp:.2f}s auto {ta:.2f}s ratio {tp/ta:.2f} | D {len(d)} steps {sum(x[1] for x in d):.2f}s  p {len(p)} steps {sum(x[1] for x in p):.2f}s med {statistics.median([x[1] for x in p]) if p else 0:.3f}", flush=True)
+        print("   ", "features" if ad.featured else "no features", "".join(x[0] for x in ad.log), [ (round(x[1],3), min(x[2])) for x in d][:12], flush=True)
