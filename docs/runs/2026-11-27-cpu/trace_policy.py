@@ -3,10 +3,11 @@ call's steps (D drafted, p plain, s a plain step carrying an unverified draft), 
 features, and where the time went.
 
     python docs/runs/2026-11-27-cpu/trace_policy.py 8 4   # batch size, rounds over the 16 prompts
+    python docs/runs/2026-11-27-cpu/trace_policy.py 1 1 lookup-alone   # the drafter with lookup_alone=4
 """
 import sys, time, statistics, torch
 from mmspec.zoo import load
-from mmspec.registry import build_drafter, DFLASH_TREE_LOOKUP
+from mmspec.registry import build_drafter, DFLASH_LOOKUP_ALONE, DFLASH_TREE_LOOKUP
 from mmspec.eval.code_suite import code_prompts
 from mmspec.eval.batch_sweep import collate
 from mmspec.drafters.adaptive import AdaptiveDrafter
@@ -24,7 +25,8 @@ class T(AdaptiveDrafter):
     def observe(self, c, run, tree, res, hidden=None):
         super().observe(c, run, tree, res, hidden)
         self.log.append(("D" if tree.num_nodes > 1 else ("s" if run.since_shadow == 0 and run.shadow_seconds else "p"), time.perf_counter() - self._t, (res.num_accepted+1).tolist() if tree.num_nodes>1 else None))
-ad = T(build_drafter("dflash", dfl, target=target.model, **DFLASH_TREE_LOOKUP))
+shape = DFLASH_LOOKUP_ALONE if sys.argv[3:] == ["lookup-alone"] else DFLASH_TREE_LOOKUP
+ad = T(build_drafter("dflash", dfl, target=target.model, **shape))
 g = SpeculativeGenerator(target.model, ad); gp = SpeculativeGenerator(target.model, NoDrafter())
 batches = [collate(prompts[i:i+B], 0) for i in range(0, 16 - B + 1, B)]
 with torch.inference_mode():
