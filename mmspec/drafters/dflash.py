@@ -299,8 +299,10 @@ class DFlashDrafter(Drafter):
             # with the target's probability of it, the residual p without it: lossless all the same
             sampling = _GREEDY
         if self.tree_nodes is not None and not sampling.do_sample:
-            alone = self._lookup_alone(state) if self.lookup_alone is not None else None
-            return alone if alone is not None else self.propose_sized(context, run, [0])[0]
+            # the full branch (the largest size's): the lone step's, else grafted onto the tree, looked up once
+            branches = self._branches(state, self.lookup) if self.lookup is not None else None
+            alone = self._lookup_alone(state, branches) if self.lookup_alone is not None else None
+            return alone if alone is not None else self.propose_sized(context, run, [0], branches)[0]
         self._catch_up(context, run)
         roots = state.roots.to(self.net.device)
         if self.tree_nodes is not None:
@@ -308,25 +310,28 @@ class DFlashDrafter(Drafter):
                                 self.tree_nodes)
         return self._chain(roots, self.slot_hidden(context, run), state, sampling)
 
-    def _branches(self, state, length: int) -> list[list[int]]:
+    @staticmethod
+    def _branches(state, length: int) -> list[list[int]]:
         """Each row's prompt-lookup continuation of up to ``length`` tokens (none for a row not generating)."""
-        return [lookup_continuation(state.row(b), length, LOOKUP_NGRAM[1], LOOKUP_NGRAM[0]).tolist()
-                if bool(state.active[b]) else [] for b in range(state.batch_size)]
+        return [lookup_continuation(state.row(b), length, LOOKUP_NGRAM[1], LOOKUP_NGRAM[0]).tolist() if active else []
+                for b, active in enumerate(state.active.tolist())]
 
-    def _lookup_alone(self, state) -> DraftTree | None:
-        """The root with each row's lookup continuation, when every row still generating has one of at least
-        ``lookup_alone`` tokens; else None (the step drafts the DDTree)."""
-        branches = self._branches(state, self.lookup)
+    def _lookup_alone(self, state, branches: list[list[int]] | None = None) -> DraftTree | None:
+        """The root with each row's lookup continuation (``branches``, looked up here if not given), when every row
+        still generating has one of at least ``lookup_alone`` tokens; else None (the step drafts the DDTree)."""
+        branches = self._branches(state, self.lookup) if branches is None else branches
         rows = state.active.tolist()
         if not any(rows) or any(a and len(c) < self.lookup_alone for a, c in zip(rows, branches)):
             return None
         return DraftTree.root_only(state.roots.to(self.net.device)).grafted(branches)
 
     @torch.no_grad()
-    def propose_sized(self, context: DraftContext, run: DFlashRun, which: list[int]) -> list[DraftTree]:
+    def propose_sized(self, context: DraftContext, run: DFlashRun, which: list[int],
+                      branches: list[list[int]] | None = None) -> list[DraftTree]:
         """Deterministic trees (the slots' top tokens) of the sizes ``tree_budgets[i]`` for i in ``which``
         (ascending: largest first), from one draft forward and one best-first search: each size keeps the first
-        nodes of the largest one's search and the first tokens of its prompt-lookup branch."""
+        nodes of the largest one's search and the first tokens of its prompt-lookup branch (``branches``: the rows'
+        branches at the longest size's length, when the caller has looked them up already)."""
         if self.tree_nodes is None:
             raise ValueError("only a DDTree drafter proposes trees of several sizes (set tree_nodes)")
         self._catch_up(context, run)
@@ -336,7 +341,7 @@ class DFlashDrafter(Drafter):
         full = self._ddtree(state.roots.to(self.net.device), self.head(self.slot_hidden(context, run)), _GREEDY,
                             state.generator, nodes)
         longest = max(L for _, L in sizes)
-        if longest:
+        if longest and branches is None:
             branches = self._branches(state, longest)
         trees = []
         for n, L in sizes:

@@ -20,7 +20,8 @@ BASE_METHODS = ["plain", "mmspec-plain", "hf-assisted", "hf-prompt-lookup", "cha
 DIFFUSION_METHODS = ["deer-s1", "deer", "diffuspec", "diffuspec-no-cps", "diffuspec-no-adl", "diffuspec-no-cps-no-adl",
                      "diffuspec-lattice", "deer-lattice"]
 # code-dflash: confident chain, DDTree, the DDTree with a prompt-lookup branch grafted on (DFLASH_TREE_LOOKUP), the
-# same with long lookup continuations verified alone (DFLASH_LOOKUP_ALONE), the whole block; and the chain and the DDTree over blocks of 8 positions (DFlashDrafter's block=8)
+# same with long lookup continuations verified alone (DFLASH_LOOKUP_ALONE), the whole block; and the chain and the
+# DDTree over blocks of 8 positions (DFlashDrafter's block=8)
 BLOCK_METHODS = ["dflash", "dflash-tree", "dflash-tree-lookup", "dflash-lookup-alone", "dflash-block", "dflash-b8",
                  "dflash-tree-b8"]
 SHORT_BLOCK = 8

@@ -9,10 +9,11 @@ from ..registry import CAUSAL_METHODS, DFLASH_TREE_LOOKUP
 # the fastest lossless method of each zoo target in `mmspec eval`. code, greedy: the DFlash DDTree with a
 # prompt-lookup branch (2.53-3.03x in three `mmspec eval --suite code --repeats 2` runs of 2026-11-26, against
 # EAGLE's 2.00-2.29x and the confident AR chain's 1.93-2.19x). Verifying long lookup continuations alone
-# (DFLASH_LOOKUP_ALONE, `lookup_alone=4`) is faster where every step drafts (see the registry) but not the default: under the
-# adaptive policy at one row a prompt whose first lone steps guessed badly turned the following calls to plain steps
-# (a 16-prompt sweep of 2026-11-27: 1.15x against always drafting's 2.22x); code, sampling: the confident AR chain (0.95x at
-# T = 1 against the DFlash DDTree's 0.72x: independent draws from each slot's q rarely make a chain the target keeps).
+# (DFLASH_LOOKUP_ALONE, `lookup_alone=4`) is faster where every step drafts (see the registry) but not the default:
+# under the adaptive policy at one row a prompt whose first lone steps guessed badly turned the following calls to
+# plain steps (a 16-prompt sweep of 2026-11-27: 1.15x against always drafting's 2.22x); code, sampling: the confident
+# AR chain (0.95x at T = 1 against the DFlash DDTree's 0.72x: independent draws from each slot's q rarely make a chain
+# the target keeps).
 # vlm: the DFlash block drafter (2.08x / 2.17x in two `mmspec eval --suite vlm --repeats 2` runs of 2026-11-26
 # against EAGLE's 1.86x / 1.92x and MSD's 1.82x / 1.78x)
 ZOO_METHOD = {"code-target": "dflash", "vlm-target": "dflash"}

@@ -253,6 +253,15 @@ def split_last(both: torch.Tensor, hidden_size: int) -> tuple[torch.Tensor, torc
     return both[..., :-hidden_size], both[..., -hidden_size:]
 
 
+def cached_target(target, net: DFlashDraftModel, data, with_last: bool, progress: bool):
+    """(features, the target's last hidden states or None) of every row, computed once
+    (:func:`precompute_features`): the last hidden states too where ``with_last``, in the same pass."""
+    if not with_last:
+        return precompute_features(target, net, data, progress=progress), None
+    both = precompute_features(target, net, data, progress=progress, select=with_last_hidden(net))
+    return split_last(both, target.get_output_embeddings().weight.shape[1])
+
+
 def slot_target_logprobs(target, batch: dict, pos: torch.LongTensor, target_logits: torch.Tensor | None):
     """[N, m, k, V] float log-probabilities of the target's distribution of the token at each label position ``pos``
     [N, m, k] (from its logits one position earlier): ``target_logits`` [N, T, V] when the target ran online, else
@@ -274,14 +283,20 @@ def slot_weights(block_size: int, gamma: float, device) -> torch.Tensor:
     return torch.exp(-torch.arange(block_size - 1, device=device, dtype=torch.float32) / gamma)
 
 
-def dflash_loss(net: DFlashDraftModel, target, batch: dict, cfg: DFlashTrainConfig) -> torch.Tensor:
+def batch_features(net: DFlashDraftModel, target, batch: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(the drafter's features, the target's logits or None) of a batch: its cached features (the target's
+    distributions then come from its cached last hidden states, :func:`slot_target_logprobs`), else one target
+    forward over its rows."""
     if "features" in batch:
-        if cfg.kl_weight > 0 and "target_last" not in batch:
-            raise ValueError("kl_weight > 0 needs the target's distributions: cache its last hidden states with the "
-                             "features (train_dflash does) or train with cache_features=False")
-        features, target_logits = batch["features"], None
-    else:
-        features, target_logits = target_outputs(target, net, batch["tokens"])
+        return batch["features"], None
+    return target_outputs(target, net, batch["tokens"])
+
+
+def dflash_loss(net: DFlashDraftModel, target, batch: dict, cfg: DFlashTrainConfig) -> torch.Tensor:
+    if cfg.kl_weight > 0 and "features" in batch and "target_last" not in batch:
+        raise ValueError("kl_weight > 0 needs the target's distributions: cache its last hidden states with the "
+                         "features (train_dflash does) or train with cache_features=False")
+    features, target_logits = batch_features(net, target, batch)
     logits = slot_logits(net, target, batch, features)
     block = check_block(net, batch.get("block"))
     labels, valid, pos = slot_labels(batch, block)
@@ -312,11 +327,7 @@ def block_acceptance(net: DFlashDraftModel, target, batches: list[dict], sampled
     accepted, sampled_accepted, blocks = 0.0, 0.0, 0
     for batch in batches:
         batch = on_model(batch, net)
-        target_logits = None
-        if "features" in batch:
-            features = batch["features"]
-        else:
-            features, target_logits = target_outputs(target, net, batch["tokens"])
+        features, target_logits = batch_features(net, target, batch)
         logits = slot_logits(net, target, batch, features)
         labels, valid, pos = slot_labels(batch, block)
         agree = (logits.argmax(-1) == labels) & valid
@@ -399,15 +410,10 @@ def train_dflash(net: DFlashDraftModel, target, train, val,
         raise ValueError("KL and the sampled selection need the target's distributions beside its features: pass "
                          "no precomputed features (train_dflash caches both in one pass)")
     last = val_last = None
-    width = target.get_output_embeddings().weight.shape[1]  # the target's last hidden state
     if features is None and cfg.cache_features:
-        features = precompute_features(target, net, train, progress=progress,
-                                       select=with_last_hidden(net) if cfg.kl_weight > 0 else None)
-        if cfg.kl_weight > 0:
-            features, last = split_last(features, width)
+        features, last = cached_target(target, net, train, cfg.kl_weight > 0, progress)
     if wants_p and cfg.cache_features:
-        val_features, val_last = split_last(precompute_features(target, net, val, progress=progress,
-                                                                select=with_last_hidden(net)), width)
+        val_features, val_last = cached_target(target, net, val, True, progress)
     if cfg.trainable:
         names = [n for n, _ in net.named_parameters() if n.startswith(tuple(cfg.trainable))]
         if not names:
@@ -461,4 +467,5 @@ def train_dflash(net: DFlashDraftModel, target, train, val,
 
 
 __all__ = ["Responses", "target_responses", "row_lengths", "DFlashTrainConfig", "dflash_loss", "precompute_features", "target_outputs", "block_acceptance", "train_dflash", "sample_anchors", "make_batch", "compressed", "slot_logits",
-           "validation_batches"]
+           "validation_batches", "batch_features", "cached_target", "with_last_hidden", "split_last",
+           "slot_target_logprobs"]

@@ -191,7 +191,8 @@ def test_sizes_are_chosen_only_when_asked_and_in_greedy_calls(code, dflash_looku
     inner = dflash_lookup()
     asked = []
     original = inner.propose_sized
-    inner.propose_sized = lambda context, run, which: asked.append(list(which)) or original(context, run, which)
+    inner.propose_sized = lambda context, run, which, *rest: asked.append(list(which)) or original(context, run, which,
+                                                                                               *rest)
     ids = code_prompts(code.tokenizer, 1)[0]
     SpeculativeGenerator(code.model, AdaptiveDrafter(inner)).generate(ids, max_new_tokens=16, eos_token_id=[])
     assert asked and all(which == [0] for which in asked)  # the default: the drafter's own tree only
