@@ -17,15 +17,17 @@ and a step costs per row (``DraftContext.rows_leave`` on a CPU), τ_step is what
 instead (:func:`narrowed_tokens`), and a narrowed batch judges both kinds afresh (:meth:`AdaptiveDrafter.select_rows`).
 
 It starts by drafting (the call's first drafted step, which also feeds the prompt to the drafter, is not
-measured) for four measured steps, takes one plain step to measure it, and re-tries the kind it is not using every ``probe_every`` steps
+measured) for four measured steps, takes one plain step to measure it (a probe: drafting stays the kind in use), and re-tries the kind it is not using every ``probe_every`` steps
 (times the drafted step's cost over the plain one's when drafting is the dearer kind), doubling the interval, up to
 64, while the probes lose (straight to 64 when the slowest row's rate is a quarter behind and the rows' average
 acceptance would not clearly win either), so a change in acceptance or load is seen. The first drafted step after plain ones
 catches the drafter up on the tokens it did not draft; it is measured with the others (what a switch costs is a
 cost of drafting). A later call at the same batch size starts where the last one stopped: its measurements, the
 kind in use, the probe interval and the steps since the last switch (what a server learns over time) — unless
-drafting won somewhere in the last call (its measured rate beat plain steps'): then the call keeps the plain steps'
-measurements but measures drafting afresh from its opening, as a first call does. A new prompt is often text the
+drafting won somewhere in one of the last four calls there (its measured rate beat plain steps'): then the call keeps
+the plain steps' measurements but measures drafting afresh from its opening, as a first call does (one call's prompt
+says little about the next's: at one row, one code prompt the drafter could not guess had turned every later call to
+plain steps). A new prompt is often text the
 drafter knows again, while the last call may have ended on text it could not guess (a VLM's answer generated past its
 end: at batch 1 resuming on plain steps kept 85% of always drafting's speedup); where drafting never wins (a large
 batch) a call still starts on plain steps. Such a call's first step drafts all the same when the last call's first
@@ -228,6 +230,7 @@ LARGEST_EVERY = 4  # drafted steps at a smaller size between two steps at the la
 SIZE_WINDOW = 8  # steps at the largest size the sizes are compared over
 CUT_DEARER = 3.0  # a drafted step this many plain steps' cost or more: a trial far behind stops after two steps
 CHECK_EVERY = 4  # where drafting is hopeless at a batch size, one call in this many reads the target's features
+RECENT_CALLS = 4  # a call judges drafting afresh where it won in any of this many calls before it at its batch size
 FAR_BEHIND = 0.75  # a drafting probe whose slowest row is this far behind plain steps' rate (and whose average row
 # does not clearly win either) backs off to the longest interval at once
 
@@ -260,6 +263,7 @@ class _AdaptiveRun:
     fixed: bool = False  # a sampling call with when_sampling=False: every step drafts, nothing is measured
     active_before: list = field(default_factory=list)  # the rows generating when the drafted step in flight began
     won: bool = False  # drafting's measured rate beat plain steps' at some step of this call
+    won_before: tuple = ()  # `won` of the calls before this one at its batch size (the last RECENT_CALLS - 1)
     open_drafted: bool = False  # a call resumed on plain steps drafts its first step all the same
     opening_won: bool = True  # the call's first drafted step emitted tokens faster than plain steps do
     opening_rate: float | None = None  # its rate, judged once plain steps are measured (a first call has none yet)
@@ -416,13 +420,14 @@ class AdaptiveDrafter(Drafter):
             dear = run.shadows and _dear(_Rate(DRAFTED_WINDOW, known["arms"][0]), run.plain)
             # start where the last call at this batch size stopped (its tree sizes: a greedy call after a sampling
             # one has sizes that call did not measure, and judges them afresh)
-            if (not known["won"] or dear) and len(known["arms"]) == len(run.arms):
+            run.won_before = (tuple(known["won_before"]) + (known["won"],))[-(RECENT_CALLS - 1):]
+            if (not _won_lately(known) or dear) and len(known["arms"]) == len(run.arms):
                 for arm, samples in zip(run.arms, known["arms"]):
                     arm.samples = list(samples)
                 run.arm = known["arm"]
                 run.drafting, run.since_switch, run.probe_every = known["drafting"], known["since_switch"], \
                     known["probe_every"]
-                run.since_shadow = math.inf if known["won"] else known["since_shadow"]  # (won: a draft at once)
+                run.since_shadow = math.inf if _won_lately(known) else known["since_shadow"]  # (a draft at once)
                 run.open_drafted = not run.drafting and run.opening_won and not featureless
             # else drafting paid in the last call: its first FIRST_DRAFTED measured steps draft, judged afresh
         return run
@@ -480,7 +485,12 @@ class AdaptiveDrafter(Drafter):
                 return False
             return True  # draft first (the call's first drafted step also feeds the prompt: not measured)
         if run.plain.seconds is None:
-            return False  # then one plain step
+            # then one plain step, to measure it: a probe of plain steps, judged with drafting in use (as the kind
+            # in use, plain steps would need drafting to win by the switching band to be left: at one row with
+            # lookup_alone, whose lone steps cost little more than plain ones, that band kept calls whose first
+            # drafted steps had won by 10-25% on plain steps until their next probe, eight steps on)
+            run.probing = True
+            return False
         # hysteresis, on the side of drafting only: plain steps are kept until drafting is 15% faster (the estimates
         # are noisy, and switching costs a catch-up), drafting only while it is at least as fast as plain steps (a
         # band below 1.0 kept batches drafting at up to 15% loss where the two kinds ran close: 4-row VLM batches)
@@ -623,7 +633,8 @@ class AdaptiveDrafter(Drafter):
             # the sample lists are replaced, never changed in place, on every add: no copy needed
             memory = {"arms": [arm.samples for arm in run.arms], "arm": run.arm, "plain": run.plain.samples,
                       "drafting": run.drafting, "since_switch": run.since_switch, "probe_every": run.probe_every,
-                      "since_shadow": run.since_shadow, "won": run.won, "opening_won": run.opening_won}
+                      "since_shadow": run.since_shadow, "won": run.won, "won_before": run.won_before,
+                      "opening_won": run.opening_won}
             memory["plain_calls"] = run.plain_calls if _hopeless(memory) else 0
             self._memory[run.rows] = memory  # (one dict write: safe across threads)
 
@@ -656,10 +667,15 @@ class AdaptiveDrafter(Drafter):
         run.shadow = None
 
 
+def _won_lately(known: dict) -> bool:
+    """Whether drafting won in any of the last ``RECENT_CALLS`` calls at a batch size (its memory ``known``)."""
+    return known["won"] or any(known.get("won_before", ()))
+
+
 def _plain_and_lost(known: dict) -> bool:
-    """Whether a batch size's memory says the last call there ended on plain steps, drafting never won in it, nor
-    did its opening."""
-    return not (known["drafting"] or known["won"] or known["opening_won"])
+    """Whether a batch size's memory says the last call there ended on plain steps, drafting won in none of the last
+    ``RECENT_CALLS`` calls, nor did the last call's opening."""
+    return not (known["drafting"] or _won_lately(known) or known["opening_won"])
 
 
 def _hopeless(known: dict) -> bool:

@@ -105,6 +105,50 @@ def test_the_policy_takes_the_faster_kind_and_probes_the_other():
     assert policy._choose(slow) is True
 
 
+def test_the_measuring_plain_step_leaves_drafting_in_use():
+    """The call's first plain step only measures plain steps: drafting stays the kind in use and goes on where it is
+    at least as fast (10% ahead here), not only where it is 15% ahead (the band for leaving plain steps)."""
+    policy = AdaptiveDrafter(PromptLookupDrafter(), probe_every=4)
+    run = _AdaptiveRun(None)
+    for _ in range(4):
+        run.drafted.add(0.020, 2.2)  # 110 tokens/s
+    assert policy._choose(run) is False and run.probing  # the measuring step
+    run.drafting, run.since_switch = False, 0
+    run.plain.add(0.010, 1.0)  # 100 tokens/s
+    assert policy._choose(run) is True and not run.probing
+    behind = _AdaptiveRun(None)  # 90 against 100 tokens/s: plain steps
+    for _ in range(4):
+        behind.drafted.add(0.020, 1.8)
+    assert policy._choose(behind) is False
+    behind.drafting, behind.plain.samples = False, [(0.010, 1.0)]
+    assert policy._choose(behind) is False
+
+
+def test_drafting_that_won_in_a_recent_call_is_judged_afresh():
+    """One call where drafting lost does not set a batch size's later calls on plain steps while it won in one of
+    the calls before (a prompt the drafter could not guess, among ones it could); a run of lost calls does."""
+    from mmspec.drafters.adaptive import RECENT_CALLS, _plain_and_lost
+    lost = dict(drafting=False, won=False, opening_won=False)
+    assert not _plain_and_lost(dict(lost, won_before=(True, False)))
+    assert _plain_and_lost(dict(lost, won_before=(False,) * (RECENT_CALLS - 1)))
+    policy = AdaptiveDrafter(PromptLookupDrafter(), probe_every=4)
+    # a drafted step that lost, at twice a plain step's cost (not dear: a dear one resumes with an unverified draft)
+    memory = dict(arms=[[(0.02, [1])] * 8], arm=0, plain=[(0.01, 1.0)] * 8, drafting=False, since_switch=3,
+                  probe_every=MAX_PROBE_EVERY, since_shadow=0, won=False, opening_won=False, plain_calls=0)
+    policy._memory[1] = dict(memory, won_before=(False, True))
+    context = SimpleNamespace(state=SimpleNamespace(tokens=torch.zeros(1, 3, dtype=torch.long),
+                                                    sampling=SimpleNamespace(do_sample=False)),
+                              hidden=None, rows_leave=False)
+    run = policy.begin(context)
+    assert run.drafting and run.drafted.samples == [] and run.won_before == (False, True, False)
+    policy._memory[1] = dict(memory, won_before=(True, False, False))  # won four calls ago: judged afresh once more
+    run = policy.begin(context)
+    assert run.drafting and run.won_before == (False, False, False)  # (what the next call will remember)
+    policy._memory[1] = dict(memory, won_before=(False, False, False))  # lost in each of the last four calls
+    run = policy.begin(context)
+    assert not run.drafting and run.drafted.samples == [(0.02, [1])] * 8
+
+
 def test_losing_probes_space_out_and_a_later_call_starts_from_what_was_measured():
     policy = AdaptiveDrafter(PromptLookupDrafter(), probe_every=4)
     # a batch of two rows: the slowest accepts 1 token a step (53 tokens/s against 67), the average 1.5 (79)
@@ -161,7 +205,7 @@ def test_a_later_call_resumes_the_kind_in_use_and_the_probe_interval(code):
     ids = code_prompts(code.tokenizer, 1)[0]
     gen = SpeculativeGenerator(code.model, policy)
     gen.generate(ids, max_new_tokens=48, eos_token_id=[])
-    policy._memory[1].update(drafting=False, since_switch=3, probe_every=MAX_PROBE_EVERY, won=False,
+    policy._memory[1].update(drafting=False, since_switch=3, probe_every=MAX_PROBE_EVERY, won=False, won_before=(),
                              opening_won=False,
                              arms=[[(1.0, [1])] * 8])  # as if drafting had measured far slower than plain steps
     # the next call starts with plain steps (the remembered kind) and keeps the remembered interval: no probe in
@@ -210,7 +254,7 @@ def test_a_call_after_one_where_drafting_won_measures_drafting_afresh(code, monk
     assert len(drafted) >= min(steps, 5)  # the feeding step and four measured ones drafted
     assert policy._memory[1]["plain"][:8] == [(0.015, 1.0)] * 8  # the plain steps' measurements were kept
     assert (1.0, [1]) not in policy._memory[1]["arms"][0]  # drafting was judged on this call's steps alone
-    policy._memory[1].update(lost, won=False, opening_won=False)
+    policy._memory[1].update(lost, won=False, won_before=(), opening_won=False)
     drafted.clear()
     out = gen.generate(ids, max_new_tokens=12, eos_token_id=[])
     assert out.stats.accept_lengths[0] == [1] * 12 and drafted == []
@@ -220,7 +264,7 @@ def test_a_call_after_one_where_drafting_won_measures_drafting_afresh(code, monk
     # ticks 1 ms a reading makes every step's measured time the same: a drafted step 3 ms, a plain one 2 ms
     clock = iter(range(10**9))
     monkeypatch.setattr(adaptive, "time", SimpleNamespace(perf_counter=lambda: next(clock) * 1e-3))
-    policy._memory[1].update(lost, won=False, opening_won=True)
+    policy._memory[1].update(lost, won=False, won_before=(), opening_won=True)
     drafted.clear()
     out = gen.generate(ids, max_new_tokens=24, eos_token_id=[])
     assert len(drafted) == 1 and set(out.stats.accept_lengths[0][1:]) == {1}
@@ -254,7 +298,7 @@ def test_a_drafter_that_catches_up_begins_only_when_it_first_drafts(code):
     gen = SpeculativeGenerator(code.model, policy)
     gen.generate(batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=32, eos_token_id=[])
     assert len(begins) == 1  # the first call drafts from its first step
-    policy._memory[2].update(drafting=False, since_switch=0, probe_every=2, won=False, opening_won=False,
+    policy._memory[2].update(drafting=False, since_switch=0, probe_every=2, won=False, won_before=(), opening_won=False,
                              arms=[[(0.06, [1, 1])] * 8], plain=[(0.015, 1.0)] * 8)  # plain wins; probe at step 8
     prompt_len = batch["input_ids"].shape[1]
     out = gen.generate(batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=40, eos_token_id=[])

@@ -100,7 +100,7 @@ def _remember(policy, rows: int, drafted_cost: float, probe_every: int = 8, sinc
     step of ``drafted_cost`` seconds), never won; an unverified draft is due at once."""
     policy._memory[rows] = dict(arms=[[(drafted_cost, [1] * rows)] * 8], arm=0, plain=[(0.002, 1.0)] * 8,
                                 drafting=False, since_switch=3, probe_every=probe_every, since_shadow=since_shadow,
-                                won=False, opening_won=False, plain_calls=0)
+                                won=False, won_before=(), opening_won=False, plain_calls=0)
 
 
 def test_a_losing_unverified_draft_costs_no_drafted_step(code, monkeypatch):
