@@ -24,10 +24,10 @@ acceptance would not clearly win either), so a change in acceptance or load is s
 catches the drafter up on the tokens it did not draft; it is measured with the others (what a switch costs is a
 cost of drafting). A later call at the same batch size starts where the last one stopped: its measurements, the
 kind in use, the probe interval and the steps since the last switch (what a server learns over time) — unless
-drafting won somewhere in one of the last four calls there (its measured rate beat plain steps'): then the call keeps
-the plain steps' measurements but measures drafting afresh from its opening, as a first call does (one call's prompt
-says little about the next's: at one row, one code prompt the drafter could not guess had turned every later call to
-plain steps). A new prompt is often text the
+drafting won somewhere in one of the recent calls there (its measured rate beat plain steps'; the calls that ran the
+last four prompts: four at one row, the last one from four rows up): then the call keeps the plain steps'
+measurements but measures drafting afresh from its opening, as a first call does (one call's prompt says little about
+the next's: at one row, one code prompt the drafter could not guess had turned every later call to plain steps). A new prompt is often text the
 drafter knows again, while the last call may have ended on text it could not guess (a VLM's answer generated past its
 end: at batch 1 resuming on plain steps kept 85% of always drafting's speedup); where drafting never wins (a large
 batch) a call still starts on plain steps. Such a call's first step drafts all the same when the last call's first
@@ -230,7 +230,8 @@ LARGEST_EVERY = 4  # drafted steps at a smaller size between two steps at the la
 SIZE_WINDOW = 8  # steps at the largest size the sizes are compared over
 CUT_DEARER = 3.0  # a drafted step this many plain steps' cost or more: a trial far behind stops after two steps
 CHECK_EVERY = 4  # where drafting is hopeless at a batch size, one call in this many reads the target's features
-RECENT_CALLS = 4  # a call judges drafting afresh where it won in any of this many calls before it at its batch size
+RECENT_PROMPTS = 4  # a call judges drafting afresh where it won in any of the calls before it, at its batch size,
+# that together ran this many prompts (the last four calls at one row, two at two, the last call from four rows up)
 FAR_BEHIND = 0.75  # a drafting probe whose slowest row is this far behind plain steps' rate (and whose average row
 # does not clearly win either) backs off to the longest interval at once
 
@@ -263,7 +264,7 @@ class _AdaptiveRun:
     fixed: bool = False  # a sampling call with when_sampling=False: every step drafts, nothing is measured
     active_before: list = field(default_factory=list)  # the rows generating when the drafted step in flight began
     won: bool = False  # drafting's measured rate beat plain steps' at some step of this call
-    won_before: tuple = ()  # `won` of the calls before this one at its batch size (the last RECENT_CALLS - 1)
+    won_before: tuple = ()  # `won` of the calls before the last one at this batch size (see RECENT_PROMPTS)
     open_drafted: bool = False  # a call resumed on plain steps drafts its first step all the same
     opening_won: bool = True  # the call's first drafted step emitted tokens faster than plain steps do
     opening_rate: float | None = None  # its rate, judged once plain steps are measured (a first call has none yet)
@@ -420,7 +421,7 @@ class AdaptiveDrafter(Drafter):
             dear = run.shadows and _dear(_Rate(DRAFTED_WINDOW, known["arms"][0]), run.plain)
             # start where the last call at this batch size stopped (its tree sizes: a greedy call after a sampling
             # one has sizes that call did not measure, and judges them afresh)
-            run.won_before = (tuple(known["won_before"]) + (known["won"],))[-(RECENT_CALLS - 1):]
+            run.won_before = _last((*known["won_before"], known["won"]), _recent_calls(rows) - 1)
             if (not _won_lately(known) or dear) and len(known["arms"]) == len(run.arms):
                 for arm, samples in zip(run.arms, known["arms"]):
                     arm.samples = list(samples)
@@ -667,14 +668,27 @@ class AdaptiveDrafter(Drafter):
         run.shadow = None
 
 
+def _recent_calls(rows: int) -> int:
+    """How many of the last calls at ``rows`` rows say whether drafting pays there: those that ran ``RECENT_PROMPTS``
+    prompts. One call's prompt says little about the next's (at one row, one code prompt the drafter could not guess
+    had set every later call on plain steps); a batch's rows average over several."""
+    return max(1, -(-RECENT_PROMPTS // rows))
+
+
+def _last(values: tuple, n: int) -> tuple:
+    """The last ``n`` of ``values`` (none for n = 0)."""
+    return tuple(values[len(values) - n:]) if n > 0 else ()
+
+
 def _won_lately(known: dict) -> bool:
-    """Whether drafting won in any of the last ``RECENT_CALLS`` calls at a batch size (its memory ``known``)."""
-    return known["won"] or any(known.get("won_before", ()))
+    """Whether drafting won in any of the recent calls at a batch size (its memory ``known``: the last call's ``won``
+    and ``won_before``, the ones before it that :func:`_recent_calls` counts)."""
+    return known["won"] or any(known["won_before"])
 
 
 def _plain_and_lost(known: dict) -> bool:
-    """Whether a batch size's memory says the last call there ended on plain steps, drafting won in none of the last
-    ``RECENT_CALLS`` calls, nor did the last call's opening."""
+    """Whether a batch size's memory says the last call there ended on plain steps, drafting won in none of the
+    recent calls (:func:`_won_lately`), nor did the last call's opening."""
     return not (known["drafting"] or _won_lately(known) or known["opening_won"])
 
 

@@ -126,11 +126,13 @@ def test_the_measuring_plain_step_leaves_drafting_in_use():
 
 def test_drafting_that_won_in_a_recent_call_is_judged_afresh():
     """One call where drafting lost does not set a batch size's later calls on plain steps while it won in one of
-    the calls before (a prompt the drafter could not guess, among ones it could); a run of lost calls does."""
-    from mmspec.drafters.adaptive import RECENT_CALLS, _plain_and_lost
+    the calls before that ran the last four prompts (a prompt the drafter could not guess, among ones it could); a
+    run of lost calls does. From four rows up, the last call alone says."""
+    from mmspec.drafters.adaptive import _plain_and_lost, _recent_calls
     lost = dict(drafting=False, won=False, opening_won=False)
     assert not _plain_and_lost(dict(lost, won_before=(True, False)))
-    assert _plain_and_lost(dict(lost, won_before=(False,) * (RECENT_CALLS - 1)))
+    assert _plain_and_lost(dict(lost, won_before=(False,) * 3))
+    assert [_recent_calls(rows) for rows in (1, 2, 3, 4, 16)] == [4, 2, 2, 1, 1]  # the calls of the last 4 prompts
     policy = AdaptiveDrafter(PromptLookupDrafter(), probe_every=4)
     # a drafted step that lost, at twice a plain step's cost (not dear: a dear one resumes with an unverified draft)
     memory = dict(arms=[[(0.02, [1])] * 8], arm=0, plain=[(0.01, 1.0)] * 8, drafting=False, since_switch=3,
@@ -147,6 +149,11 @@ def test_drafting_that_won_in_a_recent_call_is_judged_afresh():
     policy._memory[1] = dict(memory, won_before=(False, False, False))  # lost in each of the last four calls
     run = policy.begin(context)
     assert not run.drafting and run.drafted.samples == [(0.02, [1])] * 8
+    policy._memory[4] = dict(memory, arms=[[(0.02, [1] * 4)] * 8], won_before=())
+    wide = SimpleNamespace(state=SimpleNamespace(tokens=torch.zeros(4, 3, dtype=torch.long),
+                                                 sampling=context.state.sampling), hidden=None, rows_leave=False)
+    run = policy.begin(wide)  # the last call at four rows lost: resumed on plain steps, no history kept
+    assert not run.drafting and run.won_before == ()
 
 
 def test_losing_probes_space_out_and_a_later_call_starts_from_what_was_measured():
