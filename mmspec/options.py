@@ -207,6 +207,9 @@ DFLASH_OPTIONS = (  # the block drafter's own settings, the same on the text and
     Option("lookup_alone", int, ge=1, methods=("dflash",),
            help="draft the lookup branch alone, without the block drafter, on steps where every row has one of at "
                 "least this many tokens (needs lookup)"),
+    Option("tree_cut", float, gt=0, lt=1, methods=("dflash",),
+           help="stop growing the DFlash DDTree at prefixes less probable than this (a tree as large as the "
+                "drafter's confidence; needs tree_nodes)"),
 )
 ROUTE_OPTIONS = {
     "text": table(

@@ -111,6 +111,12 @@ DFLASH_TREE_LOOKUP = dict(DFLASH_TREE, lookup=12)
 # and 1.54-1.56x against 1.47-1.48x on 24 HumanEval prompts (prompt lookup alone 1.44-1.46x); a threshold of 3 did
 # the same, 2 or 8 less (docs/runs/2026-11-27-cpu/lookup-alone/). An option, not the zoo default: see zoo_defaults
 DFLASH_LOOKUP_ALONE = dict(DFLASH_TREE_LOOKUP, lookup_alone=4)
+# and the DDTree stops growing at prefixes less probable than 3% (tree_cut): on a CPU the verify forward over the
+# 28 nodes of the tree and its branch costs 1.6-1.85 plain steps, and where the drafter is unsure most of them are not
+# accepted. In one process (2026-11-27, docs/runs/2026-11-27-cpu/tree-cut/): 24 HumanEval prompts 1.51x against
+# 1.44x without the cut (two repeats; 5% at 0.05 in a one-repeat run: 1.58x against 1.55x), the code suite's 16
+# prompts 2.38x against 2.41x
+DFLASH_LOOKUP_CUT = dict(DFLASH_LOOKUP_ALONE, tree_cut=0.03)
 IMAGE_DFLASH_TREE = dict(tree_nodes=16, top_k=4)  # the same on the image target (tree="ddtree")
 # DiffuSpec's CPS mix of dLM and causal-proxy scores for the zoo. The paper's λ = 0.5 suits a 7B dLM with a strong
 # n-gram; here the 4-gram (3.48 nats/token) is weaker than the dLM, and held-out *validation* prompts
@@ -143,10 +149,10 @@ OPTIONS = {  # what each route takes (mmspec.pipeline's **options), with its def
     "text": dict(num_tokens=None, confidence=CHAIN_CONFIDENCE, tree=None, top_k=DYNAMIC_TREE["top_k"],
                  num_nodes=DYNAMIC_TREE["num_nodes"], causal=None, cps=True, adl=True, lattice=False, cps_config=None,
                  adl_config=None, tree_nodes=None, block=None, draft_vocab=None, lookup=None,
-                 lookup_alone=None, adaptive=None),
+                 lookup_alone=None, tree_cut=None, adaptive=None),
     "vlm": dict(num_tokens=None, tree=None, top_k=DYNAMIC_TREE["top_k"], num_nodes=None, compress_to=None,
                 adaptive=None, confidence=CHAIN_CONFIDENCE, tree_nodes=None, block=None, draft_vocab=None,
-                lookup=None, lookup_alone=None),
+                lookup=None, lookup_alone=None, tree_cut=None),
     "image": dict(cfg_scale=DEFAULT_CFG_SCALE, temperature=1.0, lantern_k=None, delta=None, lam=None,
                   tree=None, num_tokens=None, vq=None, feature_drafter=None, sar_drafter=None),
     "janus": dict(cfg_scale=DEFAULT_CFG_SCALE, do_sample=False, temperature=1.0, lantern_k=None, delta=None,
@@ -276,7 +282,7 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
                   lattice: bool = False, cps_config=None, adl_config=None,
                   confidence: float | None = None, tree_nodes: int | None = None, block: int | None = None,
                   draft_vocab=None, lookup: int | None = None, lookup_alone: int | None = None,
-                  adaptive: bool | None = False) -> Drafter | None:
+                  tree_cut: float | None = None, adaptive: bool | None = False) -> Drafter | None:
     """The drafter of a text or VLM ``method`` (None for ``plain``), from ``model``: a small causal LM
     (chain / tree / dynamic), a DiffusionLM (deer / diffuspec) or a FeatureDraftModel (msd / flash / eagle, with
     ``target`` the model whose features it reads). ``num_tokens`` None is the method's default draft length. A
@@ -289,7 +295,7 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
     queries; ``block``: blocks of that many positions instead of the whole block; ``draft_vocab``: the only ids it
     drafts; ``lookup``: a prompt-lookup branch of up to that many tokens grafted onto the DDTree; ``lookup_alone``: the
     branch alone, without the block drafter's forward, on greedy steps where every row has one of at least that many
-    tokens). ``adaptive``: the
+    tokens; ``tree_cut``: the DDTree stops growing at prefixes less probable than that). ``adaptive``: the
     drafter under :class:`~mmspec.drafters.adaptive.AdaptiveDrafter` (each step drafts or verifies the root alone,
     whichever the call's measurements say is faster): True in every call, None in greedy calls only (a sampling call
     then drafts every step, so a seed fixes its output), False never."""
@@ -297,7 +303,7 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
                              num_nodes=num_nodes, compress_to=compress_to, causal=causal, eos_token_id=eos_token_id,
                              cps=cps, adl=adl, lattice=lattice, cps_config=cps_config, adl_config=adl_config,
                              confidence=confidence, tree_nodes=tree_nodes, block=block, draft_vocab=draft_vocab,
-                             lookup=lookup, lookup_alone=lookup_alone)
+                             lookup=lookup, lookup_alone=lookup_alone, tree_cut=tree_cut)
     if adaptive is not False and drafter is not None and not isinstance(drafter, NoDrafter):
         return AdaptiveDrafter(drafter, when_sampling=adaptive is True)
     return drafter
@@ -305,7 +311,7 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
 
 def _build_drafter(method: str, model, *, target, num_tokens, tree, top_k, num_nodes, compress_to, causal,
                    eos_token_id, cps, adl, lattice, cps_config, adl_config, confidence, tree_nodes,
-                   block, draft_vocab, lookup, lookup_alone) -> Drafter | None:
+                   block, draft_vocab, lookup, lookup_alone, tree_cut) -> Drafter | None:
     _check_drafter(method, model, tree)
     k = draft_length(method, num_tokens)
     if method == "plain":
@@ -329,7 +335,7 @@ def _build_drafter(method: str, model, *, target, num_tokens, tree, top_k, num_n
     if method == "dflash":
         return DFlashDrafter(model, target, num_tokens=num_tokens, confidence=None if tree_nodes else confidence,
                              tree_nodes=tree_nodes, top_k=top_k, compress_to=compress_to, block=block,
-                             draft_vocab=draft_vocab, lookup=lookup, lookup_alone=lookup_alone)
+                             draft_vocab=draft_vocab, lookup=lookup, lookup_alone=lookup_alone, tree_cut=tree_cut)
     if method in FEATURE_METHODS:
         return FeatureDrafter(model, target, num_tokens=k, tree=tree, top_k=top_k, num_nodes=num_nodes,
                               compress_to=compress_to)
@@ -442,7 +448,7 @@ def check_image_method(method: str) -> None:
 
 
 __all__ = ["METHODS", "TEXT_METHODS", "VLM_METHODS", "IMAGE_METHODS", "CAUSAL_METHODS", "DIFFUSION_METHODS",
-           "FEATURE_METHODS", "BLOCK_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "IMAGE_DRAFTER_MODELS", "DFLASH_IMAGE_TREES", "DRAFT_TOKENS", "CHAIN_CONFIDENCE", "CONFIDENT_CHAIN_TOKENS", "draft_length", "DYNAMIC_TREE", "DFLASH_TREE", "DFLASH_TREE_LOOKUP", "DFLASH_LOOKUP_ALONE", "IMAGE_DFLASH_TREE", "CPS_LAMBDA", "ZOO_ADL",
+           "FEATURE_METHODS", "BLOCK_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "IMAGE_DRAFTER_MODELS", "DFLASH_IMAGE_TREES", "DRAFT_TOKENS", "CHAIN_CONFIDENCE", "CONFIDENT_CHAIN_TOKENS", "draft_length", "DYNAMIC_TREE", "DFLASH_TREE", "DFLASH_TREE_LOOKUP", "DFLASH_LOOKUP_ALONE", "DFLASH_LOOKUP_CUT", "IMAGE_DFLASH_TREE", "CPS_LAMBDA", "ZOO_ADL",
            "BOUND_DEFAULTS", "LANTERN_TREE", "OPTIONS", "IMAGE_TREE", "IMAGE_CHAIN_TOKENS", "IMAGE_DRAFTER_DEFAULTS", "image_defaults", "take_options", "options_set", "check_applies", "wrong_method",
            "drafter_kind", "check_vocab", "check_feature", "causal_method", "NEEDS", "build_drafter", "zoo_diffuspec",
            "engine", "lattice_tree", "resolve_bound", "tree_options", "image_drafter", "check_image_method"]

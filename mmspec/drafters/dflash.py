@@ -18,7 +18,9 @@ What the block becomes (all three verified by the shared tree verifier):
 * **tree** (DDTree, arXiv 2604.12989) — a best-first tree from the per-slot top-k under a node budget: a path
   scores the sum of its slots' log-probabilities; popping a node pushes its next sibling (same slot, next rank)
   and its first child (next slot, rank 0), so the ``tree_nodes`` best-scoring prefixes are verified in one target
-  pass. Under sampling the same shape (a function of q alone) is filled by drawing each node's children from
+  pass; with ``tree_cut`` the search also stops at the first prefix whose probability falls below it (a tree as
+  large as the drafter's confidence, as EAGLE-2's dynamic trees are: on a CPU the verify forward's cost grows with
+  its nodes, and most of a full budget is wasted where the drafter is unsure). Under sampling the same shape (a function of q alone) is filled by drawing each node's children from
   their slot's q without replacement, which the verifier's multi-draft rule keeps lossless.
 
 With ``compress_to`` (a drafter with visual queries, on a VLM target) each picture in the prompt enters the context
@@ -30,6 +32,7 @@ entries behind the token buffer, the same for every row.
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 
 import torch
@@ -106,7 +109,7 @@ class DFlashDrafter(Drafter):
     def __init__(self, net: DFlashDraftModel, target, num_tokens: int | None = None, confidence: float | None = None,
                  tree_nodes: int | None = None, top_k: int = 4, sampled_drafts: bool = True,
                  compress_to: int | None = None, block: int | None = None, draft_vocab=None,
-                 lookup: int | None = None, lookup_alone: int | None = None):
+                 lookup: int | None = None, lookup_alone: int | None = None, tree_cut: float | None = None):
         check_target(net, target)
         if compress_to is not None:
             net.check_compress(compress_to)
@@ -130,6 +133,12 @@ class DFlashDrafter(Drafter):
                              f"needs lookup and 1 <= lookup_alone <= lookup, got lookup={lookup}, "
                              f"lookup_alone={lookup_alone}")
         self.lookup_alone = None if lookup_alone is None else int(lookup_alone)
+        if tree_cut is not None and (tree_nodes is None or isinstance(tree_cut, bool) or
+                                     not isinstance(tree_cut, (int, float)) or not 0.0 < tree_cut < 1.0):
+            raise ValueError(f"tree_cut is the path probability below which a DDTree stops growing: it needs tree_nodes "
+                             f"and 0 < tree_cut < 1, got tree_nodes={tree_nodes}, tree_cut={tree_cut!r}")
+        self.tree_cut = None if tree_cut is None else float(tree_cut)
+        self._cut = -math.inf if tree_cut is None else math.log(tree_cut)
         self.net = net.eval()
         self.embed = target.get_input_embeddings()
         self.lm_head = target.get_output_embeddings()
@@ -410,7 +419,7 @@ class DFlashDrafter(Drafter):
             heap = [(-s[0][0], 0, 0, 0)]  # (-path score, slot, rank, parent node)
             par, slo, ran = [-1], [0], [0]
             n = 1
-            while heap and n < N:
+            while heap and n < N and (n == 1 or -heap[0][0] >= self._cut):  # (tree_cut: a floor, one node kept)
                 neg, slot, rank, parent = heapq.heappop(heap)
                 par.append(parent), slo.append(slot), ran.append(rank)
                 if rank + 1 < K and s[slot][rank + 1] > _IMPOSSIBLE:  # never a token q cannot draw
@@ -419,8 +428,11 @@ class DFlashDrafter(Drafter):
                     heapq.heappush(heap, (neg - s[slot + 1][0], slot + 1, 0, n))
                 n += 1
             sizes.append(n)
-            pad = N - n
-            parents_l.append(par + [0] * pad), slots_l.append(slo + [0] * pad), ranks_l.append(ran + [0] * pad)
+            parents_l.append(par), slots_l.append(slo), ranks_l.append(ran)
+        N = max(sizes)  # (below the budget where tree_cut stopped every row's search early)
+        for lists in (parents_l, slots_l, ranks_l):
+            for row in lists:
+                row.extend([0] * (N - len(row)))
         parents, slots, ranks = (torch.tensor(x, dtype=torch.long) for x in (parents_l, slots_l, ranks_l))
         valid = torch.arange(N)[None, :] < torch.tensor(sizes)[:, None]
         dev = roots.device

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..loading import zoo_diffusion_lm
-from ..registry import CHAIN_CONFIDENCE, DFLASH_LOOKUP_ALONE, DFLASH_TREE, DFLASH_TREE_LOOKUP, build_drafter, \
+from ..registry import CHAIN_CONFIDENCE, DFLASH_LOOKUP_ALONE, DFLASH_LOOKUP_CUT, DFLASH_TREE, DFLASH_TREE_LOOKUP, build_drafter, \
     zoo_diffuspec
 from ..zoo import code_data, load, zoo_home
 from .batch_sweep import batch_sweep
@@ -20,10 +20,11 @@ BASE_METHODS = ["plain", "mmspec-plain", "hf-assisted", "hf-prompt-lookup", "cha
 DIFFUSION_METHODS = ["deer-s1", "deer", "diffuspec", "diffuspec-no-cps", "diffuspec-no-adl", "diffuspec-no-cps-no-adl",
                      "diffuspec-lattice", "deer-lattice"]
 # code-dflash: confident chain, DDTree, the DDTree with a prompt-lookup branch grafted on (DFLASH_TREE_LOOKUP), the
-# same with long lookup continuations verified alone (DFLASH_LOOKUP_ALONE), the whole block; and the chain and the
+# same with long lookup continuations verified alone (DFLASH_LOOKUP_ALONE), and with the tree cut at a path
+# probability (DFLASH_LOOKUP_CUT), the whole block; and the chain and the
 # DDTree over blocks of 8 positions (DFlashDrafter's block=8)
-BLOCK_METHODS = ["dflash", "dflash-tree", "dflash-tree-lookup", "dflash-lookup-alone", "dflash-block", "dflash-b8",
-                 "dflash-tree-b8"]
+BLOCK_METHODS = ["dflash", "dflash-tree", "dflash-tree-lookup", "dflash-lookup-alone", "dflash-lookup-cut",
+                 "dflash-block", "dflash-b8", "dflash-tree-b8"]
 SHORT_BLOCK = 8
 FEATURE_METHODS = ["eagle-chain"]  # code-eagle: the autoregressive feature drafter the block drafter is up against
 CODE_METHODS = BASE_METHODS + BLOCK_METHODS + FEATURE_METHODS + DIFFUSION_METHODS
@@ -72,6 +73,7 @@ def diffusion_factories(home: str | Path | None = None, deer_tokens: int = 8, di
         block = {"dflash": dflash(confidence=CHAIN_CONFIDENCE), "dflash-tree": dflash(**DFLASH_TREE),
                  "dflash-tree-lookup": dflash(**DFLASH_TREE_LOOKUP),
                  "dflash-lookup-alone": dflash(**DFLASH_LOOKUP_ALONE),
+                 "dflash-lookup-cut": dflash(**DFLASH_LOOKUP_CUT),
                  "dflash-block": dflash(), "dflash-b8": dflash(confidence=CHAIN_CONFIDENCE, block=SHORT_BLOCK),
                  "dflash-tree-b8": dflash(**DFLASH_TREE, block=SHORT_BLOCK)}
     if "code-eagle" in built:

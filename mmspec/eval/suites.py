@@ -20,7 +20,7 @@ from PIL import Image
 from ..image_gen import NO_DRAFTER
 from ..pipeline import pipeline
 from ..loading import load_drafter, load_target
-from ..registry import DFLASH_LOOKUP_ALONE, DFLASH_TREE, DFLASH_TREE_LOOKUP, IMAGE_DRAFTER_MODELS, draft_length, \
+from ..registry import DFLASH_LOOKUP_ALONE, DFLASH_LOOKUP_CUT, DFLASH_TREE, DFLASH_TREE_LOOKUP, IMAGE_DRAFTER_MODELS, draft_length, \
     drafter_kind
 from ..routes.text import text_drafter
 from ..routes.vlm import vlm_drafter
@@ -127,13 +127,14 @@ def _dlm_methods(cfg: EvalConfig, target, drafter_device) -> dict:
 
 
 def _dflash_methods(target, block) -> dict:
-    """``dflash`` / ``dflash-tree`` / ``dflash-tree-lookup`` / ``dflash-lookup-alone`` factories over a given block
-    drafter, checked through the pipeline first (the drafter fits this target)."""
+    """``dflash`` / ``dflash-tree`` / ``dflash-tree-lookup`` / ``dflash-lookup-alone`` / ``dflash-lookup-cut``
+    factories over a given block drafter, checked through the pipeline first (the drafter fits this target)."""
     text_drafter(target, block, "dflash")
     return {"dflash": lambda: text_drafter(target, block, "dflash")[1],
             "dflash-tree": lambda: text_drafter(target, block, "dflash", **DFLASH_TREE)[1],
             "dflash-tree-lookup": lambda: text_drafter(target, block, "dflash", **DFLASH_TREE_LOOKUP)[1],
-            "dflash-lookup-alone": lambda: text_drafter(target, block, "dflash", **DFLASH_LOOKUP_ALONE)[1]}
+            "dflash-lookup-alone": lambda: text_drafter(target, block, "dflash", **DFLASH_LOOKUP_ALONE)[1],
+            "dflash-lookup-cut": lambda: text_drafter(target, block, "dflash", **DFLASH_LOOKUP_CUT)[1]}
 
 
 def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:

@@ -273,6 +273,37 @@ def test_ddtree_is_best_first_over_slot_top_k(target):
     assert tree.parents[0].tolist() == [-1, 0, 1, 0, 3]
 
 
+def test_tree_cut_stops_the_search_at_a_path_probability_floor(target):
+    """With ``tree_cut`` the best-first search stops at the first prefix less probable than the floor (one node
+    kept whatever its probability), and the tree is no wider than its nodes; exact under greedy, sampling too."""
+    from mmspec.verifiers.logits import SamplingConfig
+
+    logits = torch.full((2, 3, VOCAB), -1e4)
+    for slot, pairs in enumerate([(10, 0.6, 11, 0.4), (20, 0.9, 21, 0.1), (30, 0.5, 31, 0.5)]):
+        logits[0, slot, pairs[0]], logits[0, slot, pairs[2]] = torch.tensor([pairs[1], pairs[3]]).log()
+    logits[1, :, 40] = 0.0  # row 1: every slot spread over 16 tokens (1/16 each)
+    logits[1, :, 41:56] = 0.0
+    drafter = DFlashDrafter(make_net(target), target, tree_nodes=6, top_k=2, tree_cut=0.38)
+    tree = drafter._ddtree(torch.tensor([5, 6]), logits, SamplingConfig(False), None, drafter.tree_nodes)
+    # row 0 scores: 10 (.6), 10-20 (.54), 11 (.4), 11-20 (.36) < .38: three nodes; row 1: its one kept node
+    assert tree.tokens.shape == (2, 4) and tree.valid.sum(1).tolist() == [4, 2]
+    assert tree.tokens[0].tolist() == [5, 10, 20, 11] and tree.parents[0].tolist() == [-1, 0, 1, 0]
+    assert tree.tokens[1, 1].item() in range(40, 56)
+    full = DFlashDrafter(make_net(target), target, tree_nodes=6, top_k=2)._ddtree(
+        torch.tensor([5, 6]), logits, SamplingConfig(False), None, 6)
+    assert full.tokens.shape == (2, 7)
+
+
+@pytest.mark.parametrize("kw", [dict(tree_nodes=7, top_k=3, tree_cut=0.2), dict(tree_nodes=5, top_k=2, lookup=4,
+                                                                             tree_cut=0.5)])
+def test_tree_cut_stays_exact_on_a_ragged_batch(target, ragged_batch, greedy_reference, kw):
+    ids, mask = ragged_batch(3, 9, seed=4)
+    ref = greedy_reference(target, ids, 20, attention_mask=mask)
+    out = SpeculativeGenerator(target, DFlashDrafter(make_net(target), target, **kw)).generate(
+        ids, attention_mask=mask, max_new_tokens=20, eos_token_id=[])
+    assert torch.equal(out.sequences, ref)
+
+
 def test_lazy_head_gives_the_chain_of_all_slots(target):
     """The confident chain sends slots through the LM head a few at a time and stops at the first untrusted one: the
     same chain as the cut (confident_length) of every slot's logits, wherever the cut falls."""
@@ -377,6 +408,11 @@ def test_refusals(target):
     for block in (1, 7):
         with pytest.raises(ValueError, match="block must be in 2..6"):
             DFlashDrafter(net, target, block=block)
+    for bad in (0.0, 1.0, True, "0.1"):
+        with pytest.raises(ValueError, match="tree_cut"):
+            DFlashDrafter(net, target, tree_nodes=4, tree_cut=bad)
+    with pytest.raises(ValueError, match="tree_cut"):
+        DFlashDrafter(net, target, tree_cut=0.1)  # a chain has no tree to cut
     with pytest.raises(ValueError, match="mask token"):
         make_config(target.config, mask_token_id=None)
     with pytest.raises(ValueError, match="target_layer_ids"):

@@ -45,13 +45,17 @@ def test_routes_by_inspection(code):
 
 def test_zoo_text_default_is_the_dflash_tree_when_greedy_and_exact(code, greedy_reference):
     """The code target's default (its fastest greedy method): the DFlash DDTree with a prompt-lookup branch; a caller's
-    lookup_alone keeps the tuned tree."""
+    lookup_alone or tree_cut keeps the tuned tree."""
     pipe = mmspec.pipeline("zoo:code-target")
     assert isinstance(pipe, TextPipeline) and pipe.method == "dflash" and isinstance(pipe.drafter, DFlashDrafter)
     d = pipe.drafter
     assert (d.tree_nodes, d.top_k, d.lookup, d.lookup_alone) == (16, 4, 12, None)
     d = mmspec.pipeline("zoo:code-target", lookup_alone=4).drafter
     assert (d.tree_nodes, d.top_k, d.lookup, d.lookup_alone) == (16, 4, 12, 4)
+    d = mmspec.pipeline("zoo:code-target", tree_cut=0.03).drafter
+    assert (d.tree_nodes, d.lookup, d.tree_cut) == (16, 12, 0.03)
+    with pytest.raises(ValueError, match="tree_cut"):
+        mmspec.pipeline("zoo:code-target", tree_cut=1.5)
     deer = mmspec.pipeline("zoo:code-target", method="deer")  # the aligned diffusion drafter by name
     assert isinstance(deer.drafter, DEERDrafter)
     ids = code.tokenizer(PROMPT, return_tensors="pt", add_special_tokens=False).input_ids

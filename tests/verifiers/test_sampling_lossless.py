@@ -375,6 +375,8 @@ DFLASH_CASES = {  # block diffusion on the target's features: per-slot proposals
     "dflash-chain-warped-confident": (dict(num_tokens=3, confidence=0.2), WARPED),
     "dflash-ddtree": (dict(num_tokens=3, tree_nodes=5, top_k=3), PLAIN),
     "dflash-ddtree-warped": (dict(num_tokens=3, tree_nodes=5, top_k=3), WARPED),
+    # a DDTree cut at a path probability: its shape still a function of q alone
+    "dflash-ddtree-cut": (dict(num_tokens=3, tree_nodes=5, top_k=3, tree_cut=0.05), PLAIN),
     # the greedy block under sampling: deterministic drafts verified as point masses
     "dflash-greedy-chain-warped": (dict(num_tokens=3, sampled_drafts=False), WARPED),
     "dflash-greedy-ddtree": (dict(num_tokens=3, tree_nodes=5, top_k=3, sampled_drafts=False), PLAIN),
