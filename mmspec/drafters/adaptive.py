@@ -17,8 +17,8 @@ and a step costs per row (``DraftContext.rows_leave`` on a CPU), τ_step is what
 instead (:func:`narrowed_tokens`), and a narrowed batch judges both kinds afresh (:meth:`AdaptiveDrafter.select_rows`).
 
 It starts by drafting (the call's first drafted step, which also feeds the prompt to the drafter, is not
-measured) for four measured steps, takes one plain step to measure it (a probe: drafting stays the kind in use, unless a drafted
-step costs three plain steps or more), and re-tries the kind it is not using every ``probe_every`` steps
+measured) for four measured steps, takes one plain step to measure it (at one row a probe: drafting stays the kind in use),
+and re-tries the kind it is not using every ``probe_every`` steps
 (times the drafted step's cost over the plain one's when drafting is the dearer kind), doubling the interval, up to
 64, while the probes lose (straight to 64 when the slowest row's rate is a quarter behind and the rows' average
 acceptance would not clearly win either), so a change in acceptance or load is seen. The first drafted step after plain ones
@@ -260,7 +260,6 @@ class _AdaptiveRun:
     rows: int = 1
     probe_every: int = 8  # the current interval between probes (doubles while probes lose)
     probing: bool = False  # the step in flight is a probe of the kind not in use
-    measuring: bool = False  # the step in flight is the call's first plain step, which measures plain steps
     fed: bool = False  # the inner drafter has drafted once in this call (its prompt prefill is paid)
     begun: bool = True  # the inner drafter's begin has run (deferred to its first drafted step when it can be)
     fixed: bool = False  # a sampling call with when_sampling=False: every step drafts, nothing is measured
@@ -492,15 +491,12 @@ class AdaptiveDrafter(Drafter):
             # in use, plain steps would need drafting to win by the switching band to be left: at one row with
             # lookup_alone, whose lone steps cost little more than plain ones, that band kept calls whose first
             # drafted steps had won by 10-25% on plain steps until their next probe, eight steps on)
-            run.probing = run.measuring = True
+            # That at one row only: from two rows up it hands over to plain steps, and drafting must win by the band
+            # to come back. Judged with drafting in use at every batch size, it kept drafting on near ties where a
+            # drafted step costs three to five plain steps (VLM sweeps at 4, 8 and 16 rows fell below
+            # mmspec-plain: 0.91x, 0.96x, 0.87x)
+            run.probing = run.rows == 1
             return False
-        if run.measuring:
-            run.measuring = False
-            if _dear(run.drafted, run.plain):
-                # except where a drafted step is dear (three plain steps or more: a large batch), where drafting
-                # kept on a near tie costs the most and four drafted steps say least: there the measuring step
-                # hands over to plain steps, and drafting must win by the band to come back
-                run.probing = False
         # hysteresis, on the side of drafting only: plain steps are kept until drafting is 15% faster (the estimates
         # are noisy, and switching costs a catch-up), drafting only while it is at least as fast as plain steps (a
         # band below 1.0 kept batches drafting at up to 15% loss where the two kinds ran close: 4-row VLM batches)

@@ -107,8 +107,8 @@ def test_the_policy_takes_the_faster_kind_and_probes_the_other():
 
 def test_the_measuring_plain_step_leaves_drafting_in_use():
     """The call's first plain step only measures plain steps: drafting stays the kind in use and goes on where it is
-    at least as fast (10% ahead here), not only where it is 15% ahead (the band for leaving plain steps); but where a
-    drafted step costs three plain steps or more, the band applies."""
+    at least as fast (10% ahead here), not only where it is 15% ahead (the band for leaving plain steps). At one row
+    only: from two rows up the band applies."""
     policy = AdaptiveDrafter(PromptLookupDrafter(), probe_every=4)
     run = _AdaptiveRun(None)
     for _ in range(4):
@@ -123,13 +123,13 @@ def test_the_measuring_plain_step_leaves_drafting_in_use():
     assert policy._choose(behind) is False
     behind.drafting, behind.plain.samples = False, [(0.010, 1.0)]
     assert policy._choose(behind) is False
-    dear = _AdaptiveRun(None)  # a drafted step of three plain steps' cost, 10% ahead: the measuring step hands over
+    wide = _AdaptiveRun(None, rows=2)  # two rows, drafting 10% ahead: the measuring step hands over to plain steps
     for _ in range(4):
-        dear.drafted.add(0.030, 3.3)
-    assert policy._choose(dear) is False and dear.probing
-    dear.drafting, dear.since_switch = False, 0
-    dear.plain.add(0.010, 1.0)
-    assert policy._choose(dear) is False and not dear.probing and not dear.measuring
+        wide.drafted.add(0.020, [2.2, 2.2])
+    assert policy._choose(wide) is False and not wide.probing
+    wide.drafting, wide.since_switch = False, 0
+    wide.plain.add(0.010, 1.0)
+    assert policy._choose(wide) is False
 
 
 def test_drafting_that_won_in_a_recent_call_is_judged_afresh():
