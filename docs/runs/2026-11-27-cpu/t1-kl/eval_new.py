@@ -1,7 +1,9 @@
 """The zoo's DFlash drafter against a new one, side by side in one process, on the code suite's held-out prompts or
 HumanEval, greedy or sampled.
 
-    python eval_new.py DRAFTER_DIR --mode t1|greedy [--data humaneval --prompts 24] [--repeats 2] --out FILE"""
+    python eval_new.py DRAFTER_DIR --mode t1|greedy [--data humaneval --prompts 24] [--repeats 2] --out FILE
+
+(greedy mode also times lookup_alone and the tree cut, rows added for docs/runs/2026-11-27-cpu/more-data/)"""
 import argparse, json, os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
@@ -9,7 +11,8 @@ from mmspec.drafters.dflash_io import load_dflash
 from mmspec.eval.bench import compare
 from mmspec.eval.code_suite import EAGLE_CHAIN_TOKENS
 from mmspec.eval.datasets import code_items
-from mmspec.registry import build_drafter, CHAIN_CONFIDENCE, DFLASH_TREE, DFLASH_TREE_LOOKUP
+from mmspec.registry import build_drafter, CHAIN_CONFIDENCE, DFLASH_LOOKUP_ALONE, DFLASH_LOOKUP_CUT, DFLASH_TREE, \
+    DFLASH_TREE_LOOKUP
 from mmspec.zoo import load
 ap = argparse.ArgumentParser()
 ap.add_argument("drafter"); ap.add_argument("--mode", default="t1"); ap.add_argument("--data", default=None)
@@ -31,6 +34,9 @@ for tag, net in (("", zoo_net), ("-new", new_net)):
         extra[f"dflash-tree8{tag}"] = lambda net=net: build_drafter("dflash", net, target=tgt, tree_nodes=8, top_k=4)
     if a.mode == "greedy":
         extra[f"dflash-tree-lookup{tag}"] = lambda net=net: build_drafter("dflash", net, target=tgt, **DFLASH_TREE_LOOKUP)
+        extra[f"dflash-lookup-alone{tag}"] = lambda net=net: build_drafter("dflash", net, target=tgt,
+                                                                           **DFLASH_LOOKUP_ALONE)
+        extra[f"dflash-lookup-cut{tag}"] = lambda net=net: build_drafter("dflash", net, target=tgt, **DFLASH_LOOKUP_CUT)
 items = code_items(a.prompts, a.data)
 prompts = [entry.tokenizer(i.text, return_tensors="pt", add_special_tokens=False).input_ids for i in items]
 methods = ["plain", "chain", *extra] + (["prompt-lookup"] if a.mode == "greedy" else [])
