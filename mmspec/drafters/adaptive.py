@@ -17,26 +17,26 @@ and a step costs per row (``DraftContext.rows_leave`` on a CPU), τ_step is what
 instead (:func:`narrowed_tokens`), and a narrowed batch judges both kinds afresh (:meth:`AdaptiveDrafter.select_rows`).
 
 It starts by drafting (the call's first drafted step, which also feeds the prompt to the drafter, is not
-measured) for four measured steps, takes one plain step to measure it (at one row a probe: drafting stays the kind in use),
-and re-tries the kind it is not using every ``probe_every`` steps
+measured) for four measured steps, takes one plain step to measure it (at one row a probe: drafting stays the kind
+in use), and re-tries the kind it is not using every ``probe_every`` steps
 (times the drafted step's cost over the plain one's when drafting is the dearer kind), doubling the interval, up to
 64, while the probes lose (straight to 64 when the slowest row's rate is a quarter behind and the rows' average
 acceptance would not clearly win either), so a change in acceptance or load is seen. The first drafted step after plain ones
 catches the drafter up on the tokens it did not draft; it is measured with the others (what a switch costs is a
-cost of drafting). A later call at the same batch size starts where the last one stopped: its measurements, the
-kind in use, the probe interval and the steps since the last switch (what a server learns over time) — unless
-drafting won somewhere in one of the recent calls there (its measured rate beat plain steps'; the calls that ran the
-last four prompts: four at one row, the last one from four rows up): then the call keeps the plain steps'
-measurements but measures drafting afresh from its opening, as a first call does (one call's prompt says little about
-the next's: at one row, one code prompt the drafter could not guess had turned every later call to plain steps). A new prompt is often text the
-drafter knows again, while the last call may have ended on text it could not guess (a VLM's answer generated past its
-end: at batch 1 resuming on plain steps kept 85% of always drafting's speedup); where drafting never wins (a large
+cost of drafting). A later call at the same batch size starts where the last one stopped: its measurements, the kind in
+use, the probe interval and the steps since the last switch (what a server learns over time) — unless drafting won
+somewhere in one of the recent calls there (its measured rate beat plain steps'; the calls that ran the last four
+prompts: four at one row, the last one from four rows up): then the call keeps the plain steps' measurements but
+measures drafting afresh from its opening, as a first call does (one call's prompt says little about the next's: at one
+row, one code prompt the drafter could not guess had turned every later call to plain steps). A new prompt is often text
+the drafter knows again, while the last call may have ended on text it could not guess (a VLM's answer generated past
+its end: at batch 1 resuming on plain steps kept 85% of always drafting's speedup); where drafting never wins (a large
 batch) a call still starts on plain steps. Such a call's first step drafts all the same when the last call's first
 drafted step beat plain steps by the margin a switch to drafting needs (its slowest row's tokens over its time, the
-drafter's prompt prefill included): a short answer the drafter knows often comes whole in the first block. That
-opening is judged on its own and kept out of the windows and counters, so the resumed kind goes on after it. A call
-that judges drafting afresh (at two rows or more) stops the trial after two measured steps that are far behind the
-plain steps it remembers when each costs three plain steps or more.
+drafter's prompt prefill included): a short answer the drafter knows often comes whole in the first block. That opening
+is judged on its own and kept out of the windows and counters, so the resumed kind goes on after it. A call that judges
+drafting afresh (at two rows or more) stops the trial after two measured steps that are far behind the plain steps it
+remembers when each costs three plain steps or more.
 
 Where the inner drafter can draft on a plain step without the draft being verified (``shadow_drafts``: DFlash,
 prompt lookup) and the call is greedy, a drafting probe is screened first (:mod:`mmspec.drafters.shadow`): a draft
@@ -487,14 +487,11 @@ class AdaptiveDrafter(Drafter):
                 return False
             return True  # draft first (the call's first drafted step also feeds the prompt: not measured)
         if run.plain.seconds is None:
-            # then one plain step, to measure it: a probe of plain steps, judged with drafting in use (as the kind
-            # in use, plain steps would need drafting to win by the switching band to be left: at one row with
-            # lookup_alone, whose lone steps cost little more than plain ones, that band kept calls whose first
-            # drafted steps had won by 10-25% on plain steps until their next probe, eight steps on)
-            # That at one row only: from two rows up it hands over to plain steps, and drafting must win by the band
-            # to come back. Judged with drafting in use at every batch size, it kept drafting on near ties where a
-            # drafted step costs three to five plain steps (VLM sweeps at 4, 8 and 16 rows fell below
-            # mmspec-plain: 0.91x, 0.96x, 0.87x)
+            # then one plain step, to measure it. At one row it is a probe (drafting stays the kind in use): as a
+            # switch, drafting had to win by the band to come back, and calls of lookup_alone whose first drafted
+            # steps had won by 10-25% ran plain steps until the next probe. From two rows up it is a switch: there a
+            # drafted step costs three to five plain steps, and as a probe it kept drafting on near ties (VLM sweeps
+            # fell below mmspec-plain at 4, 8 and 16 rows: 0.91x, 0.96x, 0.87x)
             run.probing = run.rows == 1
             return False
         # hysteresis, on the side of drafting only: plain steps are kept until drafting is 15% faster (the estimates

@@ -20,8 +20,9 @@ What the block becomes (all three verified by the shared tree verifier):
   and its first child (next slot, rank 0), so the ``tree_nodes`` best-scoring prefixes are verified in one target
   pass; with ``tree_cut`` the search also stops at the first prefix whose probability falls below it (a tree as
   large as the drafter's confidence, as EAGLE-2's dynamic trees are: on a CPU the verify forward's cost grows with
-  its nodes, and most of a full budget is wasted where the drafter is unsure). Under sampling the same shape (a function of q alone) is filled by drawing each node's children from
-  their slot's q without replacement, which the verifier's multi-draft rule keeps lossless.
+  its nodes, and most of a full budget is wasted where the drafter is unsure). Under sampling the same shape (a
+  function of q alone) is filled by drawing each node's children from their slot's q without replacement, which the
+  verifier's multi-draft rule keeps lossless.
 
 With ``compress_to`` (a drafter with visual queries, on a VLM target) each picture in the prompt enters the context
 as ``compress_to`` entries instead of one per placeholder (FLASH's latent compression; see
@@ -135,8 +136,8 @@ class DFlashDrafter(Drafter):
         self.lookup_alone = None if lookup_alone is None else int(lookup_alone)
         if tree_cut is not None and (tree_nodes is None or isinstance(tree_cut, bool) or
                                      not isinstance(tree_cut, (int, float)) or not 0.0 < tree_cut < 1.0):
-            raise ValueError(f"tree_cut is the path probability below which a DDTree stops growing: it needs tree_nodes "
-                             f"and 0 < tree_cut < 1, got tree_nodes={tree_nodes}, tree_cut={tree_cut!r}")
+            raise ValueError(f"tree_cut is the path probability below which a DDTree stops growing: it needs "
+                             f"tree_nodes and 0 < tree_cut < 1, got tree_nodes={tree_nodes}, tree_cut={tree_cut!r}")
         self.tree_cut = None if tree_cut is None else float(tree_cut)
         self._cut = -math.inf if tree_cut is None else math.log(tree_cut)
         self.net = net.eval()

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..loading import zoo_diffusion_lm
-from ..registry import CHAIN_CONFIDENCE, DFLASH_LOOKUP_ALONE, DFLASH_LOOKUP_CUT, DFLASH_TREE, DFLASH_TREE_LOOKUP, build_drafter, \
-    zoo_diffuspec
+from ..registry import CHAIN_CONFIDENCE, DFLASH_LOOKUP_ALONE, DFLASH_LOOKUP_CUT, DFLASH_TREE, DFLASH_TREE_LOOKUP, \
+    build_drafter, zoo_diffuspec
 from ..zoo import code_data, load, zoo_home
 from .batch_sweep import batch_sweep
 from .bench import compare
@@ -21,8 +21,8 @@ DIFFUSION_METHODS = ["deer-s1", "deer", "diffuspec", "diffuspec-no-cps", "diffus
                      "diffuspec-lattice", "deer-lattice"]
 # code-dflash: confident chain, DDTree, the DDTree with a prompt-lookup branch grafted on (DFLASH_TREE_LOOKUP), the
 # same with long lookup continuations verified alone (DFLASH_LOOKUP_ALONE), and with the tree cut at a path
-# probability (DFLASH_LOOKUP_CUT), the whole block; and the chain and the
-# DDTree over blocks of 8 positions (DFlashDrafter's block=8)
+# probability (DFLASH_LOOKUP_CUT), the whole block; and the chain and the DDTree over blocks of 8 positions
+# (DFlashDrafter's block=8)
 BLOCK_METHODS = ["dflash", "dflash-tree", "dflash-tree-lookup", "dflash-lookup-alone", "dflash-lookup-cut",
                  "dflash-block", "dflash-b8", "dflash-tree-b8"]
 SHORT_BLOCK = 8

@@ -20,8 +20,8 @@ from PIL import Image
 from ..image_gen import NO_DRAFTER
 from ..pipeline import pipeline
 from ..loading import load_drafter, load_target
-from ..registry import DFLASH_LOOKUP_ALONE, DFLASH_LOOKUP_CUT, DFLASH_TREE, DFLASH_TREE_LOOKUP, IMAGE_DRAFTER_MODELS, draft_length, \
-    drafter_kind
+from ..registry import DFLASH_LOOKUP_ALONE, DFLASH_LOOKUP_CUT, DFLASH_TREE, DFLASH_TREE_LOOKUP, IMAGE_DRAFTER_MODELS, \
+    draft_length, drafter_kind
 from ..routes.text import text_drafter
 from ..routes.vlm import vlm_drafter
 from ..tree import DEFAULT_TREE, tree_label

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 from ..registry import CAUSAL_METHODS, DFLASH_TREE_LOOKUP
 
-# the fastest lossless method of each zoo target in `mmspec eval`. code, greedy: the DFlash DDTree with a
-# prompt-lookup branch (2.53-3.03x in three `mmspec eval --suite code --repeats 2` runs of 2026-11-26, against
-# EAGLE's 2.00-2.29x and the confident AR chain's 1.93-2.19x). Verifying long lookup continuations alone
-# (DFLASH_LOOKUP_ALONE, `lookup_alone=4`) is faster where every step drafts (see the registry) but not the default:
-# under the adaptive policy it trails the tree at every batch size but 8-16 rows (two 16-prompt sweeps of
-# 2026-11-27, after the policy stopped letting one lost call set the next ones on plain steps: 2.21x / 2.22x against
-# 2.49x / 2.46x at one row; before that fix 1.15x, docs/runs/2026-11-27-cpu/code-sweep-16..18.md); code, sampling: the confident
-# AR chain (0.95x at T = 1 against the DFlash DDTree's 0.72x: independent draws from each slot's q rarely make a chain
-# the target keeps).
+# the fastest lossless method of each zoo target in `mmspec eval`. code, greedy: the DFlash DDTree with a prompt-lookup
+# branch (2.53-3.03x in three `mmspec eval --suite code --repeats 2` runs of 2026-11-26, against EAGLE's 2.00-2.29x and
+# the confident AR chain's 1.93-2.19x). Verifying long lookup continuations alone (DFLASH_LOOKUP_ALONE,
+# `lookup_alone=4`) is faster where every step drafts (see the registry) but not the default: under the adaptive policy
+# it trails the tree at one to two rows (three 16-prompt sweeps of 2026-11-27, after the policy stopped letting one lost
+# call set the next ones on plain steps: 2.21-2.24x against 2.34-2.49x at one row; before that fix 1.15x;
+# docs/runs/2026-11-27-cpu/code-sweep-16..20.md); code, sampling: the confident AR chain (0.95x at T = 1 against the
+# DFlash DDTree's 0.72x: independent draws from each slot's q rarely make a chain the target keeps).
 # vlm: the DFlash block drafter (2.08x / 2.17x in two `mmspec eval --suite vlm --repeats 2` runs of 2026-11-26
 # against EAGLE's 1.86x / 1.92x and MSD's 1.82x / 1.78x)
 ZOO_METHOD = {"code-target": "dflash", "vlm-target": "dflash"}
