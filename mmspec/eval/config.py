@@ -25,6 +25,7 @@ SUITE_SETTINGS = {
     "image_drafter": ("image",), "image_classes": ("image",), "image_cfg_scale": ("image",),
     "image_temperature": ("image",), "image_quality": ("image",), "image_per_class": ("image",),
     "image_latency": ("image",), "image_sweep": ("image",), "image_device": ("image",),
+    "device": ("code", "chat", "vlm"),
 }
 
 
@@ -69,6 +70,7 @@ class EvalConfig:
     image_latency: int = 2  # pictures the image suite itself times (its own table)
     image_device: str | None = None  # where the zoo's image family runs (e.g. cuda); None: the CPU
     image_sweep: bool = False
+    device: str | None = None  # the code / chat / VLM suites' zoo models (targets and drafters), e.g. cuda; None: CPU
     device_map: str | None = None  # checkpoint targets: from_pretrained(device_map=...), e.g. "auto"
     drafter_device: str | None = None
     home: str | None = None  # zoo home (default $MMSPEC_HOME or the checkout's zoo/)
@@ -95,6 +97,15 @@ class EvalConfig:
                 raise ValueError(f"--image-device: {self.image_device!r} is not a device ({e})") from None
             if "image" not in self.suites:
                 raise ValueError("--image-device places the image suite's models, and the run has no image suite")
+        if self.device is not None:
+            try:
+                torch.device(self.device)
+            except RuntimeError as e:
+                raise ValueError(f"--device: {self.device!r} is not a device ({e})") from None
+            mine = [m for m in (self.model, self.vlm_model) if m is not None and not str(m).startswith("zoo:")]
+            if mine:
+                raise ValueError(f"--device places the zoo's models; a checkpoint target ({mine[0]}) takes "
+                                 "--device-map (and --drafter-device)")
         defaults = {f.name: f.default for f in fields(self) if f.default is not MISSING}
         for name, suites in SUITE_SETTINGS.items():
             if getattr(self, name) != defaults.get(name) and not set(suites) & set(self.suites):
@@ -222,6 +233,7 @@ EVAL_OPTIONS = table(
     Option("image_latency", int, ge=0, none=False, help="pictures the image suite's own table times"),
     Option("image_device", str, help="image suite: where the zoo's image models run (e.g. cuda)"),
     Option("image_sweep", bool, none=False, help="image suite: the δ / λ / k and tree sweeps"),
+    Option("device", str, help="code / chat / vlm suites: where the zoo's models run (e.g. cuda)"),
     Option("device_map", str, help="checkpoint targets: e.g. auto"),
     Option("drafter_device", str, help="where drafter models go (e.g. cuda:1)"),
     Option("home", str, help="zoo home"),
@@ -292,6 +304,8 @@ FLAGS = [
     ("--per-class", "image_per_class", int, "image quality: pictures per class"),
     ("--image-latency", "image_latency", int, "pictures the image suite's own table times"),
     ("--image-device", "image_device", str, "image suite: where the zoo's image models run (e.g. cuda)"),
+    ("--device", "device", str, "code / chat / vlm suites: where the zoo's models run, targets and drafters (e.g. "
+                                "cuda; the image suite takes --image-device)"),
     ("--device-map", "device_map", str, "checkpoint targets: e.g. auto"),
     ("--drafter-device", "drafter_device", str, "where drafter models go (e.g. cuda:1)"),
     ("--home", "home", str, "zoo home"),

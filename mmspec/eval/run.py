@@ -14,6 +14,7 @@ import torch
 import transformers
 
 from ..cli_errors import EXPECTED_ERRORS, error_line
+from ..zoo import placed_on
 from .aggregate import merge_shards, summarise_suite
 from .config import EvalConfig, add_eval_arguments, config_from_args
 from .cost_model import OWN_PLAIN
@@ -35,6 +36,12 @@ def environment(procs: Processes) -> dict:
             "device": "cuda" if torch.cuda.is_available() else "cpu"}
 
 
+def zoo_device(cfg: EvalConfig, suite: str) -> str | None:
+    """Where ``suite``'s zoo models load: ``--device`` for the text and VLM suites; the image suite's models go
+    where ``--image-device`` puts them (the CPU by default)."""
+    return None if suite == "image" else cfg.device
+
+
 def run_eval(cfg: EvalConfig) -> dict | None:
     """Run ``cfg``; returns the results on the main process (None on the others)."""
     transformers.logging.set_verbosity_error()
@@ -49,7 +56,13 @@ def run_eval(cfg: EvalConfig) -> dict | None:
         if "chat" in cfg.suites and cfg.chat_data is None:
             cfg.chat_data = str(sample_questions())
         # load and validate everything before timing; on a multi-GPU launch each process takes its own GPU
-        suites = [build_suite(cfg, name, procs.device) for name in cfg.suites]
+        if cfg.device is not None and procs.world > 1:
+            raise ValueError("--device places every zoo model on one device; a multi-process launch gives each "
+                             "process its own GPU")
+        suites = []
+        for name in cfg.suites:
+            with placed_on(zoo_device(cfg, name)):
+                suites.append(build_suite(cfg, name, procs.device))
         cfg.check_methods_known({s.name: s.available for s in suites})
         cfg.methods = {s.name: s.methods for s in suites}  # resolved: the re-run does exactly this
         for s in suites:
@@ -78,7 +91,8 @@ def _run_suites(cfg: EvalConfig, suites: list, procs: Processes, out: Path, t_st
     for suite in suites:
         t0 = time.perf_counter()
         mine = procs.shard(len(suite.items))
-        records = suite.run(mine, procs.rank) if mine else []
+        with placed_on(zoo_device(cfg, suite.name)):  # drafters load lazily, inside the suite's run
+            records = suite.run(mine, procs.rank) if mine else []
         shards = procs.gather(out, suite.name, records)
         if not procs.is_main:
             continue

@@ -9,6 +9,7 @@ Models live in ``<zoo home>/<name>/`` with their weights (safetensors), configs,
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -34,6 +35,19 @@ def use_device(device: str | None) -> None:
         except (RuntimeError, AssertionError) as exc:  # AssertionError: torch built without CUDA
             raise ValueError(f"device {device!r} cannot be used here ({exc})") from None
     _device = device
+
+
+@contextmanager
+def placed_on(device: str | None):
+    """:func:`use_device` for the length of a ``with`` block (``mmspec eval --device``: the code and VLM suites' zoo
+    models on the GPU, the image suite's where ``--image-device`` says); the earlier placement comes back after."""
+    global _device
+    before = _device
+    use_device(device)
+    try:
+        yield
+    finally:
+        _device = before
 
 
 def family_names(family: str) -> list[str]:
@@ -86,5 +100,5 @@ def metrics(name: str, home: str | Path | None = None) -> dict:
     return read_json(root / name / "metrics.json")
 
 
-__all__ = ["ZooEntry", "load", "use_device", "check_model_dir", "shipped_home", "metrics", "available", "family_names",
+__all__ = ["ZooEntry", "load", "use_device", "placed_on", "check_model_dir", "shipped_home", "metrics", "available", "family_names",
            "family_of", "zoo_home", "FAMILIES"]

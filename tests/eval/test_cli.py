@@ -123,6 +123,32 @@ def test_sampling_runs_repeat_with_their_seed(tmp_path):
     assert all(r["tau"] >= 1.0 for r in runs[0]["summary"])
 
 
+def test_device_places_the_zoo_models_of_the_text_suites(tmp_path, monkeypatch):
+    """``--device`` loads the code suite's zoo models (target and every drafter, which load lazily inside the
+    suite's run) on that device, and leaves the image suite's where ``--image-device`` puts them; the zoo's
+    placement is back to the CPU after the run."""
+    import mmspec.zoo as zoo
+    from mmspec.eval.run import zoo_device
+
+    seen = []
+    real_placed = zoo._placed
+
+    def placed(entry, device):  # every zoo.load ends here, with the device it puts the model on
+        seen.append((entry.name, device))
+        return real_placed(entry, device)
+
+    monkeypatch.setattr(zoo, "_placed", placed)
+    assert main(["eval", "--suite", "code", "--methods", "chain,dflash", "--prompts", "1", "--max-new-tokens", "8",
+                 "--device", "cpu", "--out", str(tmp_path / "run"), "--no-progress", "--no-plots"]) == 0
+    res = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert res["config"]["device"] == "cpu" and all(r["exact"] == 1.0 for r in res["suites"]["code"]["summary"])
+    names = {n for n, _ in seen}
+    assert {"code-drafter", "code-dflash"} <= names and all(d == "cpu" for _, d in seen)
+    assert zoo._device is None
+    cfg = EvalConfig(suites="code,image", device="cuda")
+    assert zoo_device(cfg, "code") == "cuda" and zoo_device(cfg, "image") is None
+
+
 def test_user_data_and_checkpoint_targets(tmp_path):
     from mmspec.zoo import vlm_data as vd
     from mmspec.zoo.home import zoo_home
@@ -172,6 +198,9 @@ def test_bad_requests_are_errors(tmp_path, capsys):
         (["--suite", "chat", "--data", str(bad)], "missing field"),
         (["--suite", "code,vlm", "--methods", "deer"], "suite vlm: none of the methods"),
         (["--suite", "sound"], "unknown suites"),
+        (["--suite", "code", "--device", "nowhere"], "is not a device"),
+        (["--suite", "image", "--device", "cpu"], "applies to the code / chat / vlm suite(s)"),
+        (["--suite", "code", "--model", str(tmp_path), "--device", "cpu"], "takes --device-map"),
     ]
     for argv, message in cases:
         assert main(["eval", *argv, "--out", str(tmp_path / "x"), "--no-progress"]) == 2, argv
