@@ -90,18 +90,15 @@ class EvalConfig:
                             for k, v in self.methods.items()}
         if self.num_prompts < 0 or self.max_new_tokens < 1 or self.repeats < 1 or self.warmup < 0:
             raise ValueError("num_prompts >= 0, max_new_tokens >= 1, repeats >= 1 and warmup >= 0 are required")
-        if self.image_device is not None:
-            try:
-                torch.device(self.image_device)
-            except RuntimeError as e:
-                raise ValueError(f"--image-device: {self.image_device!r} is not a device ({e})") from None
-            if "image" not in self.suites:
-                raise ValueError("--image-device places the image suite's models, and the run has no image suite")
+        for flag, device in (("--image-device", self.image_device), ("--device", self.device)):
+            if device is not None:
+                try:
+                    torch.device(device)
+                except RuntimeError as e:
+                    raise ValueError(f"{flag}: {device!r} is not a device ({e})") from None
+        if self.image_device is not None and "image" not in self.suites:
+            raise ValueError("--image-device places the image suite's models, and the run has no image suite")
         if self.device is not None:
-            try:
-                torch.device(self.device)
-            except RuntimeError as e:
-                raise ValueError(f"--device: {self.device!r} is not a device ({e})") from None
             mine = [m for m in (self.model, self.vlm_model) if m is not None and not str(m).startswith("zoo:")]
             if mine:
                 raise ValueError(f"--device places the zoo's models; a checkpoint target ({mine[0]}) takes "

@@ -100,5 +100,5 @@ def metrics(name: str, home: str | Path | None = None) -> dict:
     return read_json(root / name / "metrics.json")
 
 
-__all__ = ["ZooEntry", "load", "use_device", "placed_on", "check_model_dir", "shipped_home", "metrics", "available", "family_names",
-           "family_of", "zoo_home", "FAMILIES"]
+__all__ = ["ZooEntry", "load", "use_device", "placed_on", "check_model_dir", "shipped_home", "metrics", "available",
+           "family_names", "family_of", "zoo_home", "FAMILIES"]

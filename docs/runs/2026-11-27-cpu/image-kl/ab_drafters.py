@@ -11,7 +11,8 @@ from mmspec.image_gen import ImageGenerator
 from mmspec.training.dflash import tau_of
 
 ap = argparse.ArgumentParser()
-ap.add_argument("old"); ap.add_argument("--new", default=None); ap.add_argument("--rounds", type=int, default=3); ap.add_argument("--pictures", type=int, default=4)
+ap.add_argument("old"); ap.add_argument("--new", default=None)
+ap.add_argument("--rounds", type=int, default=3); ap.add_argument("--pictures", type=int, default=4)
 ap.add_argument("--out", required=True)
 a = ap.parse_args()
 torch.set_num_threads(2)
