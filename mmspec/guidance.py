@@ -30,11 +30,23 @@ DEFAULT_CFG_SCALE = 3.0  # the guidance scale of every image front-end (LANTERN'
 
 class CFGModel(nn.Module):
     def __init__(self, model, scale: float, null_token_id: int | None, allowed_ids=None, uncond=None,
-                 feature_entries=None):
+                 feature_entries=None, feature_branches: int = 1):
         super().__init__()
         # the ``hidden_states`` entries a drafter reads besides the last (a DFlash drafter's layers, entry i + 1 for
         # layer i): each returned guided; None: the last one only, as a feature drafter needs
         self.feature_entries = None if feature_entries is None else tuple(sorted({int(i) for i in feature_entries}))
+        # 2: each of those entries as [conditional, unconditional] side by side ([B, T, 2H]) instead of guided, for
+        # a drafter that reads both branches (DFlashDraftModel.feature_branches); the last entry stays guided
+        if feature_branches not in (1, 2):
+            raise ValueError(f"feature_branches must be 1 (guided features) or 2 (both branches'), got "
+                             f"{feature_branches}")
+        if feature_branches == 2 and not self.feature_entries:
+            raise ValueError("feature_branches=2 applies to the feature_entries a drafter reads: name them")
+        last = text_config(model).num_hidden_layers
+        if feature_branches == 2 and last in self.feature_entries:
+            raise ValueError(f"feature_branches=2 cannot name the last hidden_states entry ({last}): it stays guided, "
+                             "the LM head's input")
+        self.feature_branches = int(feature_branches)
         if scale != 1.0 and null_token_id is None and uncond is None:
             raise ValueError("classifier-free guidance (scale != 1) needs a null condition token (null_token_id) "
                              "or an unconditional-prompt rule (uncond)")
@@ -149,11 +161,17 @@ class CFGModel(nn.Module):
             # (with feature_entries, the same for each entry named: every other inner entry is left out, None)
             *inner, last = out.hidden_states
             if entries:
-                hidden = tuple(self._guide(h, B) if i in entries else None for i, h in enumerate(inner))
+                hidden = tuple(self._feature(h, B) if i in entries else None for i, h in enumerate(inner))
             else:
                 hidden = tuple(h[:B] for h in inner)
             hidden = hidden + (self._guide(last, B),)
         return CausalLMOutputWithPast(logits=guided, hidden_states=hidden, **output_kwargs(cache))
+
+    def _feature(self, h: torch.Tensor, rows: int) -> torch.Tensor:
+        """A drafter's feature of a stacked [2B, ...] entry: guided, or both branches side by side."""
+        if self.feature_branches == 2:
+            return torch.cat([h[:rows], h[rows:]], dim=-1)
+        return self._guide(h, rows)
 
     def _guide(self, h: torch.Tensor, rows: int) -> torch.Tensor:
         """h_u + s (h_c − h_u) of a stacked [2B, ...] feature (conditional rows first)."""

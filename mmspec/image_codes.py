@@ -183,11 +183,13 @@ def _sample_codes(target, ids, cache, root, real, keep, layout, b, guided, cfg_s
             ids = torch.cat([tok, tok])[:, None] if guided else tok[:, None]
 
 
-def guided_on_codes(model, layout: "TokenLayout", cfg_scale: float, feature_entries=None) -> CFGModel:
+def guided_on_codes(model, layout: "TokenLayout", cfg_scale: float, feature_entries=None,
+                    feature_branches: int = 1) -> CFGModel:
     """``model`` under classifier-free guidance with ``layout``'s null class, its logits restricted to the image
     codes (``feature_entries``: the guided ``hidden_states`` entries a drafter reads, :class:`CFGModel`)."""
     codes = torch.arange(layout.code_offset, layout.code_offset + layout.codebook_size)
-    return CFGModel(model, cfg_scale, layout.null_id, codes, feature_entries=feature_entries)
+    return CFGModel(model, cfg_scale, layout.null_id, codes, feature_entries=feature_entries,
+                    feature_branches=feature_branches)
 
 
 __all__ = ["guided_on_codes", "LAYOUT_KEY", "TokenLayout", "layout_of", "decode_codes", "codebook", "cfg_logits", "restrict_to_codes",

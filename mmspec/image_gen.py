@@ -173,8 +173,8 @@ class ImageGenerator:
         return Relaxation.from_codebook(self.codebook, self.layout.vocab_size, lantern_k, self.layout.code_offset,
                                         delta=delta, lam=lam)
 
-    def _guided(self, model, cfg_scale: float, feature_entries=None) -> CFGModel:
-        return guided_on_codes(model, self.layout, cfg_scale, feature_entries)
+    def _guided(self, model, cfg_scale: float, feature_entries=None, feature_branches: int = 1) -> CFGModel:
+        return guided_on_codes(model, self.layout, cfg_scale, feature_entries, feature_branches)
 
     def _drafter(self, kind: str, cfg_scale: float, tree, num_tokens: int, guided_target: CFGModel | None = None):
         """The named drafter (``ar`` / ``feature`` / ``sar``, or ``none``: the loop's own plain sampling) built for
@@ -190,7 +190,7 @@ class ImageGenerator:
             how = "`mmspec train dflash`" if kind == "dflash" else "`mmspec train image-drafter`"
             raise ValueError(f"no {kind} drafter loaded: build it (`mmspec zoo build --only "
                              f"{IMAGE_DRAFTER_MODELS[kind]}`) or train one ({how}) and pass it as {kind}_drafter=")
-        guided_target = guided_target or self._guided(self.target, cfg_scale, self._entries(kind))
+        guided_target = guided_target or self._feature_target(kind, cfg_scale)
         return image_drafter(net=net, guided_target=guided_target, tree=tree, num_tokens=num_tokens)
 
     def drafting(self, drafter: str, method: str, tree, num_tokens: int | None, lam: float | None) -> tuple:
@@ -209,11 +209,14 @@ class ImageGenerator:
             num_tokens = IMAGE_CHAIN_TOKENS
         return tree, num_tokens, lam
 
-    def _entries(self, kind: str):
-        """The guided target's ``feature_entries`` drafter ``kind`` reads: a DFlash drafter reads several layers'
-        features, each guided as the last one is; None for the others (the last one only)."""
+    def _feature_target(self, kind: str, cfg_scale: float) -> CFGModel:
+        """The guided target returning the features drafter ``kind`` reads: a DFlash drafter reads several layers'
+        features, each guided as the last one is or (``feature_branches`` = 2) both branches' side by side; the
+        others the last layer's only."""
         net = self.feature_drafters.get(kind)
-        return net.hidden_entries if kind == "dflash" and net is not None else None
+        if kind != "dflash" or net is None:
+            return self._guided(self.target, cfg_scale)
+        return self._guided(self.target, cfg_scale, net.hidden_entries, net.feature_branches)
 
     @torch.no_grad()
     def generate(self, class_ids, method: str | None = None, cfg_scale: float = DEFAULT_CFG_SCALE,
@@ -257,7 +260,7 @@ class ImageGenerator:
             codes = generate_codes(self.target, class_ids, cfg_scale, temperature, 0, rng, self.layout, streamer)
         else:
             relax = self.relaxation(**bound) if bound else None
-            guided = self._guided(self.target, cfg_scale, self._entries(drafter))  # the engine's and the drafter's
+            guided = self._feature_target(drafter, cfg_scale)  # the engine's and the drafter's
             engine = SpeculativeGenerator(guided, self._drafter(drafter, cfg_scale, tree, num_tokens, guided),
                                           relaxation=relax, measure_output_tv=measure_output_tv)
             ids = self.layout.class_tokens(class_ids)[:, None].to(self.target.device)

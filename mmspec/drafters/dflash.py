@@ -70,7 +70,7 @@ def check_target(net: DFlashDraftModel, target) -> None:
     """Refuse a target this drafter was not built for, by name: its width, depth and vocabulary must be the ones
     the drafter's features and slots assume."""
     cfg = text_config(target)
-    width = net.fc.in_features // len(net.target_layer_ids)
+    width = net.fc.in_features // (len(net.target_layer_ids) * net.feature_branches)
     if width != cfg.hidden_size:
         raise ValueError(f"this DFlash drafter reads {len(net.target_layer_ids)} target layers of width {width}, "
                          f"but the target's hidden size is {cfg.hidden_size}: it was trained for another model")
@@ -112,6 +112,10 @@ class DFlashDrafter(Drafter):
                  compress_to: int | None = None, block: int | None = None, draft_vocab=None,
                  lookup: int | None = None, lookup_alone: int | None = None, tree_cut: float | None = None):
         check_target(net, target)
+        if net.feature_branches != getattr(target, "feature_branches", 1):
+            raise ValueError(f"this DFlash drafter reads {net.feature_branches} feature(s) per target layer but the "
+                             f"target returns {getattr(target, 'feature_branches', 1)}: a drafter of both CFG branches "
+                             "needs CFGModel(..., feature_branches=2), one of guided features the default")
         if compress_to is not None:
             net.check_compress(compress_to)
         check_confidence(confidence)

@@ -57,6 +57,8 @@ def _zlab_config(data: dict) -> Qwen3Config:
 VISUAL_QUERIES_KEY = "mmspec_visual_queries"  # the speculators layout's field for mmspec's picture compression
 # (engines that do not know it ignore the field, and refuse the extra ``queries`` weight: a drafter without visual
 # queries is what they serve)
+FEATURE_BRANCHES_KEY = "mmspec_feature_branches"  # its field for a guided image target's two-branch features (the
+# wider ``fc`` is refused by engines that do not know it: they serve one feature per layer)
 
 
 def _speculators_config(data: dict) -> Qwen3Config:
@@ -80,6 +82,8 @@ def _speculators_config(data: dict) -> Qwen3Config:
                          "target_layer_ids": [int(i) - 1 for i in aux]}  # hidden_states numbering -> layer index
     if data.get(VISUAL_QUERIES_KEY):
         cfg.dflash_config["visual_queries"] = int(data[VISUAL_QUERIES_KEY])
+    if data.get(FEATURE_BRANCHES_KEY, 1) != 1:
+        cfg.dflash_config["feature_branches"] = int(data[FEATURE_BRANCHES_KEY])
     verifier = (data.get("speculators_config") or {}).get("verifier") or {}
     cfg.num_target_layers = data.get("num_target_layers")
     cfg.verifier = verifier
@@ -140,7 +144,9 @@ def save_dflash(net: DFlashDraftModel, path: str | Path, layout: str = "zlab", v
         data = {**base, "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": net.block_size,
                 "num_target_layers": cfg.num_target_layers,
                 "dflash_config": {"mask_token_id": net.mask_token_id, "target_layer_ids": net.target_layer_ids,
-                                  **({"visual_queries": net.visual_queries} if net.visual_queries else {})}}
+                                  **({"visual_queries": net.visual_queries} if net.visual_queries else {}),
+                                  **({"feature_branches": net.feature_branches} if net.feature_branches != 1
+                                     else {})}}
     elif layout == "speculators":
         base["model_type"] = "qwen3"
         data = {
@@ -151,6 +157,7 @@ def save_dflash(net: DFlashDraftModel, path: str | Path, layout: str = "zlab", v
             "sliding_window_non_causal": True, "tie_word_embeddings": False,
             "transformer_layer_config": base,
             **({VISUAL_QUERIES_KEY: net.visual_queries} if net.visual_queries else {}),
+            **({FEATURE_BRANCHES_KEY: net.feature_branches} if net.feature_branches != 1 else {}),
             "speculators_config": {
                 "algorithm": "dflash", "default_proposal_method": "greedy",
                 "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": net.block_size - 1,

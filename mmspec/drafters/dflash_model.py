@@ -28,9 +28,9 @@ rotary positions of the drafter's own sequence, in training and decoding alike).
 
 from __future__ import annotations
 
-from typing import Callable
-
+import copy
 import math
+from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -68,10 +68,12 @@ def make_config(target_config, num_layers: int = 2, block_size: int = DEFAULT_BL
                 mask_token_id: int | None = None, target_layer_ids: list[int] | None = None,
                 intermediate_size: int | None = None, num_attention_heads: int | None = None,
                 num_key_value_heads: int | None = None, head_dim: int | None = None,
-                visual_queries: int = 0) -> Qwen3Config:
+                visual_queries: int = 0, feature_branches: int = 1) -> Qwen3Config:
     """A drafter config for ``target_config`` (a text config): as wide as the target, its heads by default, and the
     fields the reference layout carries (``block_size``, ``dflash_config``, ``num_target_layers``); with
-    ``visual_queries`` > 0, that many learned queries for compressing each picture's context (mmspec's own key)."""
+    ``visual_queries`` > 0, that many learned queries for compressing each picture's context (mmspec's own key);
+    with ``feature_branches`` = 2, a drafter of a CFG-guided target that reads each layer's conditional and
+    unconditional features side by side instead of their guided combination (mmspec's own key)."""
     if mask_token_id is None:
         raise ValueError("a DFlash drafter needs a mask token id (the tokenizer's mask token, or a spare id)")
     if block_size < 2:
@@ -103,9 +105,14 @@ def make_config(target_config, num_layers: int = 2, block_size: int = DEFAULT_BL
     cfg.num_target_layers = n
     if visual_queries < 0:
         raise ValueError(f"visual_queries must be >= 0, got {visual_queries}")
+    if feature_branches not in (1, 2):
+        raise ValueError(f"feature_branches must be 1 (one feature per layer) or 2 (a guided target's conditional "
+                         f"and unconditional features), got {feature_branches}")
     cfg.dflash_config = {"mask_token_id": int(mask_token_id), "target_layer_ids": [int(i) for i in ids]}
     if visual_queries:
         cfg.dflash_config["visual_queries"] = int(visual_queries)
+    if feature_branches != 1:
+        cfg.dflash_config["feature_branches"] = int(feature_branches)
     return cfg
 
 
@@ -122,7 +129,7 @@ class DFlashDraftModel(nn.Module):
         self.layers = nn.ModuleList([Qwen3DecoderLayer(config, i) for i in range(config.num_hidden_layers)])
         self.norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         k = len(self.target_layer_ids)
-        self.fc = nn.Linear(k * config.hidden_size, config.hidden_size, bias=False)
+        self.fc = nn.Linear(k * self.feature_branches * config.hidden_size, config.hidden_size, bias=False)
         self.hidden_norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = Qwen3RotaryEmbedding(config)
         self._rope_table: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -147,6 +154,11 @@ class DFlashDraftModel(nn.Module):
     def visual_queries(self) -> int:
         """Learned queries for compressing a picture's context (0: none; the paper's drafter)."""
         return int(self.config.dflash_config.get("visual_queries", 0))
+
+    @property
+    def feature_branches(self) -> int:
+        """Features per target layer: 1, or 2 for a guided target's conditional and unconditional ones."""
+        return int(self.config.dflash_config.get("feature_branches", 1))
 
     @property
     def device(self) -> torch.device:
@@ -248,6 +260,25 @@ class DFlashDraftModel(nn.Module):
         return rms_norm(self.norm, h)
 
 
+
+@torch.no_grad()
+def with_branch_features(net: DFlashDraftModel, scale: float) -> DFlashDraftModel:
+    """``net`` (guided features h_u + s (h_c − h_u) per layer) as a drafter of the same target that reads each
+    layer's conditional and unconditional features side by side, drafting exactly what ``net`` drafts: its ``fc``
+    W_j of layer j becomes [s W_j, (1 − s) W_j] over [h_c, h_u], since W_j (h_u + s (h_c − h_u)) is that. A warm
+    start: training then lets the drafter weigh the two branches as it needs instead of at the guidance scale."""
+    if net.feature_branches != 1:
+        raise ValueError("the drafter reads both branches already")
+    config = copy.deepcopy(net.config)
+    config.dflash_config = {**config.dflash_config, "feature_branches": 2}
+    out = DFlashDraftModel(config).to(device=net.device, dtype=net.dtype)
+    state = {k: v for k, v in net.state_dict().items() if k != "fc.weight"}
+    H = config.hidden_size
+    blocks = net.fc.weight.view(H, len(net.target_layer_ids), 1, H)
+    state["fc.weight"] = torch.cat([scale * blocks, (1.0 - scale) * blocks], dim=2).reshape(H, -1)
+    out.load_state_dict(state, strict=False)
+    return out.train(net.training)
+
 def check_block(net: DFlashDraftModel, block: int | None) -> int:
     """The block length to run: ``block`` (2 up to the drafter's block size), or the whole block when None."""
     if block is None:
@@ -305,4 +336,4 @@ def teacher_forced_logits(net: DFlashDraftModel, embed: nn.Module, lm_head: nn.M
 
 
 __all__ = ["check_block", "DEFAULT_BLOCK_SIZE", "DEFAULT_NUM_FEATURE_LAYERS", "default_layer_ids", "make_config", "DFlashDraftModel", "emitted",
-           "teacher_forced_logits"]
+           "teacher_forced_logits", "with_branch_features"]

@@ -55,7 +55,7 @@ TAU_BOUND = dict(lam=10.0, lantern_k=16)  # LANTERN++'s bound the recorded relax
 
 def guided_target(target, layout, net: DFlashDraftModel) -> CFGModel:
     """The target under CFG, returning the guided features of ``net``'s layers."""
-    return guided_on_codes(target, layout, CFG_SCALE, net.hidden_entries)
+    return guided_on_codes(target, layout, CFG_SCALE, net.hidden_entries, net.feature_branches)
 
 
 def rows_of(seqs: torch.LongTensor) -> Generations:

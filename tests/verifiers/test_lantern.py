@@ -241,13 +241,13 @@ def test_image_feature_drafter_is_exact_under_cfg(tree, sar):
     assert seen and all((d < CODES).all() for d in seen)  # drafts are codes only, like the target's output
 
 
-def _dflash_net(guided: CFGModel, seed: int = 7, block: int = 5):
+def _dflash_net(guided: CFGModel, seed: int = 7, block: int = 5, layers=(0, 1)):
     """A random DFlash block drafter for the guided tiny target (weights at std 0.2: sharp slot distributions)."""
     from mmspec.drafters.dflash_model import DFlashDraftModel, make_config
 
     torch.manual_seed(seed)
     net = DFlashDraftModel(make_config(guided.config, num_layers=1, block_size=block, mask_token_id=guided.null_token_id,
-                                       target_layer_ids=[0, 1]))
+                                       target_layer_ids=list(layers)))
     with torch.no_grad():
         for p in net.parameters():
             if p.dim() > 1:
@@ -280,15 +280,91 @@ def test_guided_feature_entries_are_guided_on_both_paths():
     assert stock[0] is None and direct[0] is None  # entries not named are left out
 
 
-@pytest.mark.parametrize("kw", [dict(num_tokens=4), dict(tree_nodes=6, top_k=3)])
+def test_branch_feature_entries_are_both_branches_on_both_paths():
+    """With ``feature_branches=2`` CFGModel returns [h_c, h_u] of each named layer side by side (the last entry stays
+    guided: the LM head maps it to the guided logits), the same through the stock forward and on our cache."""
+    from mmspec.cache import SpecKVCache
+    from mmspec.verifiers.tree_forward import chain_parents, tree_forward
+
+    target, _ = _models()
+    t = CFGModel(target, 3.0, NULL, torch.arange(CODES), feature_entries=[1], feature_branches=2)
+    ids = torch.tensor([[CODES, 1, 2, 3], [CODES + 1, 4, 5, 6]])
+    unc = ids.clone()
+    unc[:, 0] = NULL
+    with torch.no_grad():
+        stock = t(input_ids=ids, output_hidden_states=True).hidden_states
+        c = target(ids, output_hidden_states=True).hidden_states
+        u = target(unc, output_hidden_states=True).hidden_states
+        cache = SpecKVCache.for_model(t, 2, 16)
+        valid = torch.ones_like(ids, dtype=torch.bool)
+        direct = tree_forward(t, cache, ids, chain_parents(valid), valid, output_hidden_states=True).hidden_states
+    want = torch.cat([c[1], u[1]], dim=-1)
+    torch.testing.assert_close(stock[1], want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(direct[1], want, rtol=1e-4, atol=1e-4)
+    last = len(c) - 1  # (2: this target has two layers)
+    torch.testing.assert_close(direct[last], u[last] + 3.0 * (c[last] - u[last]), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="feature_branches must be 1"):
+        CFGModel(target, 3.0, NULL, feature_entries=[1], feature_branches=3)
+    with pytest.raises(ValueError, match="name them"):
+        CFGModel(target, 3.0, NULL, feature_branches=2)
+    with pytest.raises(ValueError, match="cannot name the last"):
+        CFGModel(target, 3.0, NULL, feature_entries=[1, 2], feature_branches=2)
+
+
+def _branch_net(guided: CFGModel, seed: int = 7, block: int = 5):
+    """A random two-branch DFlash drafter: :func:`with_branch_features` of a random one, its ``fc`` then moved off
+    the guided combination (so the branches are read apart)."""
+    from mmspec.drafters.dflash_model import with_branch_features
+
+    net = with_branch_features(_dflash_net(guided, seed, block, layers=(0,)), guided.scale)
+    with torch.no_grad():
+        net.fc.weight.add_(torch.randn(net.fc.weight.shape, generator=torch.Generator().manual_seed(seed)) * 0.2)
+    return net
+
+
+def test_branch_drafter_starts_as_the_guided_one_and_is_refused_by_the_wrong_target():
+    """``with_branch_features`` drafts exactly the slots the guided-feature drafter drafts (its fc is the guided
+    combination, split), and a drafter is refused by a target that returns the other kind of features."""
+    from mmspec.drafters.dflash import DFlashDrafter
+    from mmspec.drafters.dflash_model import teacher_forced_logits, with_branch_features
+
+    target, _ = _models()
+    net = _dflash_net(CFGModel(target, 3.0, NULL, torch.arange(CODES)), layers=(0,))
+    wide = with_branch_features(net, 3.0)
+    entries = [i + 1 for i in net.target_layer_ids]
+    guided = CFGModel(target, 3.0, NULL, torch.arange(CODES), feature_entries=entries)
+    both = CFGModel(target, 3.0, NULL, torch.arange(CODES), feature_entries=entries, feature_branches=2)
+    ids = torch.tensor([[CODES, 1, 2, 3, 4, 5, 6], [CODES + 1, 4, 5, 6, 7, 8, 9]])
+    anchors = torch.tensor([[0, 2], [1, 3]])
+    with torch.no_grad():
+        f1 = net.select_features(guided(input_ids=ids, output_hidden_states=True).hidden_states)
+        f2 = wide.select_features(both(input_ids=ids, output_hidden_states=True).hidden_states)
+        embed, head = target.get_input_embeddings(), target.get_output_embeddings()
+        want = teacher_forced_logits(net, embed, head, ids, f1, anchors)
+        got = teacher_forced_logits(wide, embed, head, ids, f2, anchors)
+    assert f2.shape[-1] == 2 * f1.shape[-1] and wide.feature_branches == 2
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="reads 2 feature"):
+        DFlashDrafter(wide, guided)
+    with pytest.raises(ValueError, match="reads 1 feature"):
+        DFlashDrafter(net, both)
+    with pytest.raises(ValueError, match="already"):
+        with_branch_features(wide, 3.0)
+
+
+@pytest.mark.parametrize("kw", [dict(num_tokens=4), dict(tree_nodes=6, top_k=3), dict(num_tokens=4, branches=2)])
 def test_image_dflash_drafter_is_exact_under_cfg(kw):
     """The DFlash block drafter on the guided target's layers drafts codes only, and greedy output equals guided
-    greedy decoding (chain and DDTree)."""
+    greedy decoding (chain and DDTree; and a drafter reading both CFG branches' features)."""
     from mmspec.drafters.dflash import DFlashDrafter
 
     target, _ = _models()
-    net = _dflash_net(CFGModel(target, 3.0, NULL, torch.arange(CODES)))
-    t = CFGModel(target, 3.0, NULL, torch.arange(CODES), feature_entries=[i + 1 for i in net.target_layer_ids])
+    kw = dict(kw)
+    branches = kw.pop("branches", 1)
+    make = _branch_net if branches == 2 else _dflash_net
+    net = make(CFGModel(target, 3.0, NULL, torch.arange(CODES)))
+    t = CFGModel(target, 3.0, NULL, torch.arange(CODES), feature_entries=[i + 1 for i in net.target_layer_ids],
+                 feature_branches=branches)
     drafter = DFlashDrafter(net, t, **kw)
     seen = []
     inner = drafter.propose
@@ -338,7 +414,8 @@ def test_zoo_image_cli_and_suite(tmp_path):
         assert (tmp_path / "bench" / name).exists()
 
 
-CFG_SAMPLING_CASES = ["chain", "tree", "tree-delta0", "feature-tree", "sar-lattice", "dflash-chain", "dflash-ddtree"]
+CFG_SAMPLING_CASES = ["chain", "tree", "tree-delta0", "feature-tree", "sar-lattice", "dflash-chain", "dflash-ddtree",
+                      "dflash-branches"]
 
 
 @pytest.mark.parametrize("case", CFG_SAMPLING_CASES)
@@ -381,8 +458,9 @@ def test_cfg_sampling_is_lossless(case):
     if case.startswith("dflash"):  # each slot drawn from its own q; DDTree's children without replacement
         from mmspec.drafters.dflash import DFlashDrafter
 
-        net = _dflash_net(T, seed=11, block=3)
-        T = CFGModel(t, 2.0, null, allowed, feature_entries=[i + 1 for i in net.target_layer_ids])
+        net = (_branch_net if case == "dflash-branches" else _dflash_net)(T, seed=11, block=3)
+        T = CFGModel(t, 2.0, null, allowed, feature_entries=[i + 1 for i in net.target_layer_ids],
+                     feature_branches=net.feature_branches)
         drafter = DFlashDrafter(net, T, **(dict(tree_nodes=4, top_k=2) if case == "dflash-ddtree" else {}))
     relax = None
     if case == "tree-delta0":
@@ -398,3 +476,16 @@ def test_cfg_sampling_is_lossless(case):
     keep = exp >= 5
     scaled = exp[keep] * counts[keep].sum() / exp[keep].sum()
     assert stats.chisquare(counts[keep].numpy(), scaled.numpy()).pvalue > 1e-4
+
+
+@pytest.mark.parametrize("layout", ["zlab", "speculators"])
+def test_branch_drafter_round_trips_through_both_layouts(layout, tmp_path):
+    """A two-branch drafter keeps ``feature_branches`` (and its wider fc) through either directory layout."""
+    from mmspec.drafters.dflash_io import load_dflash, save_dflash
+
+    target, _ = _models()
+    net = _branch_net(CFGModel(target, 3.0, NULL, torch.arange(CODES)))
+    back = load_dflash(save_dflash(net, tmp_path / layout, layout=layout))
+    assert back.feature_branches == 2
+    for (k, a), (_, b) in zip(net.state_dict().items(), back.state_dict().items()):
+        assert torch.equal(a, b), k
