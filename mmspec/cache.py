@@ -294,6 +294,28 @@ class SpecKVCache(Cache):
         self._write_offset = base
         return positions
 
+    def block_view(self, T: int):
+        """What a block of ``T`` new nodes that sees each row's committed prefix and the whole block attends to, when
+        its keys / values are thrown away after the forward (a DFlash drafter's block): ``(positions [B, T], mask
+        [B, 1, T, L + T] boolean or None for a lone unpadded row, keys, values)``, ``keys`` / ``values`` each layer's
+        committed entries ``[B, H_kv, L, D]`` (L: the longest row's committed length) for the caller to put in front
+        of the block's own. Nothing is registered or written: the cache is left as it was."""
+        if self.num_pending:
+            raise ValueError("block_view reads the committed prefix: commit or discard pending nodes first")
+        if self.layout.window is not None:
+            raise ValueError("block_view builds one full-attention mask: a sliding-window cache needs prepare_append")
+        L = int(self.lengths.max())
+        self._check_room(L + T)
+        positions = self.seen_tokens[:, None] + torch.arange(T, device=self.device)
+        mask = None
+        if not self.lone_unpadded_row:
+            B = self.batch_size_
+            prefix = self._prefix_mask(L)
+            mask = torch.cat([prefix[:, None, :].expand(B, T, L), prefix.new_ones(B, T, T)], dim=2)[:, None]
+        keys = [layer.keys[:, :, :L] for layer in self.layers]
+        values = [layer.values[:, :, :L] for layer in self.layers]
+        return positions, mask, keys, values
+
     def _append_one(self, parents: torch.LongTensor, valid: torch.BoolTensor, base: int):
         """:meth:`prepare_append` of one node per row onto the committed prefix (a plain step, a root): the same
         result in a few tensor ops. The node sees the row's prefix and itself (a padding node too: no attention

@@ -43,7 +43,7 @@ from ..state import DraftContext
 from ..tree import DraftTree
 from ..verifiers.acceptance import AcceptResult
 from ..verifiers.logits import SamplingConfig
-from ..verifiers.tree_forward import chain_parents, text_config
+from ..verifiers.tree_forward import text_config
 from .base import Drafter, check_confidence, feature_buffer, store_path_features, trusted_slots
 from .dflash_model import DFlashDraftModel, check_block, emitted
 from .prompt_lookup import lookup_continuation
@@ -283,7 +283,9 @@ class DFlashDrafter(Drafter):
     @torch.no_grad()
     def slot_hidden(self, context: DraftContext, run: DFlashRun) -> torch.Tensor:
         """[B, num_tokens, H] the block's final-normed states at its first ``num_tokens`` slots (one drafter forward;
-        the LM head is applied by the caller, to the slots it needs)."""
+        the LM head is applied by the caller, to the slots it needs). The block attends to the context cache's
+        committed keys / values and its own, which are not kept (:meth:`SpecKVCache.block_view`); a lone unpadded
+        row's block sees every entry, so it runs without a mask (SDPA's unmasked path)."""
         net, cache = self.net, run.cache
         dev = net.device
         state = context.state
@@ -291,17 +293,9 @@ class DFlashDrafter(Drafter):
         tokens = torch.full((B, T), net.mask_token_id, dtype=torch.long, device=dev)
         tokens[:, 0] = state.roots.to(dev)
         x = self.embed(tokens).to(net.dtype)
-        every = torch.ones(B, T, dtype=torch.bool, device=dev)
-        see_all = torch.ones(B, T, T, dtype=torch.bool, device=dev)
-        depth = torch.arange(T, device=dev).expand(B, T)
-        positions, mask = cache.prepare_append(chain_parents(every), every, see_all, depth)
-        if cache.lone_unpadded_row:
-            mask = None  # the block sees every committed slot and itself whole: SDPA's unmasked path
+        positions, mask, keys, values = cache.block_view(T)
         cos, sin = net.rope(x, positions)
-        try:
-            h = net.block(x, cos, sin, lambda i, k, v: cache.layers[i].update(k, v), mask)
-        finally:
-            cache.discard_pending()
+        h = net.block_after(x, cos, sin, keys, values, mask)
         return h[:, 1: 1 + self.num_tokens]
 
     @torch.no_grad()

@@ -261,6 +261,15 @@ class DFlashDraftModel(nn.Module):
 
 
 
+    def block_after(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: list[torch.Tensor],
+                    values: list[torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
+        """:meth:`block` after given context keys / values ``keys[i]`` / ``values[i]`` [B, H_kv, L, D] of each layer
+        (a cache's committed entries), which it reads and does not extend: decoding's draft forward."""
+        def keys_values(i, k, v):
+            return torch.cat([keys[i], k], dim=2), torch.cat([values[i], v], dim=2)
+
+        return self.block(x, cos, sin, keys_values, mask)
+
 @torch.no_grad()
 def with_branch_features(net: DFlashDraftModel, scale: float) -> DFlashDraftModel:
     """``net`` (guided features h_u + s (h_c − h_u) per layer) as a drafter of the same target that reads each

@@ -247,6 +247,37 @@ def test_prepare_chain_is_prepare_append_of_a_chain_without_the_mask(layout):
         SpecKVCache(1, 3, 4).prepare_chain(valid)
 
 
+def test_block_view_is_prepare_append_of_a_see_all_block_that_leaves_the_cache_as_it_was():
+    """A DFlash block read against the committed prefix: block_view's positions and mask are prepare_append's for a
+    block whose nodes see each other, its keys / values are the committed slots, and nothing is registered."""
+    from mmspec.verifiers.tree_forward import chain_parents
+
+    B, T = 3, 4
+    caches = []
+    for view in (False, True):
+        cache = SpecKVCache(2, B, 16)
+        g = torch.Generator().manual_seed(0)
+        for layer in cache.layers:
+            layer.update(torch.randn(B, 1, 6, 2, generator=g), torch.randn(B, 1, 6, 2, generator=g))
+        cache.lengths = torch.tensor([4, 6, 5])
+        cache.starts = torch.tensor([1, 0, 2])
+        caches.append(cache)
+    every = torch.ones(B, T, dtype=torch.bool)
+    pos_a, mask_a = caches[0].prepare_append(chain_parents(every), every, torch.ones(B, T, T, dtype=torch.bool),
+                                             torch.arange(T).expand(B, T))
+    pos_b, mask_b, keys, values = caches[1].block_view(T)
+    assert torch.equal(pos_a, pos_b) and torch.equal(mask_a, mask_b)
+    assert caches[1].num_pending == 0 and torch.equal(caches[1].lengths, torch.tensor([4, 6, 5]))
+    for i, layer in enumerate(caches[1].layers):
+        assert torch.equal(keys[i], layer.keys[:, :, :6]) and torch.equal(values[i], layer.values[:, :, :6])
+    lone = SpecKVCache(1, 1, 16)
+    lone.layers[0].update(torch.randn(1, 1, 3, 2), torch.randn(1, 1, 3, 2))
+    lone.lengths = torch.tensor([3])
+    assert lone.block_view(T)[1] is None  # a lone unpadded row's block sees every entry: no mask
+    with pytest.raises(ValueError, match="sequence longer than the cache"):
+        lone.block_view(14)
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "mistral"])
 def test_the_direct_forward_gives_the_stock_logits_and_hidden_states(arch):
     """The verifier runs a DIRECT class's modules in order, also when a drafter reads the target's features
