@@ -255,14 +255,17 @@ def _dflash_net(guided: CFGModel, seed: int = 7, block: int = 5, layers=(0, 1)):
     return net.eval()
 
 
-def test_guided_feature_entries_are_guided_on_both_paths():
-    """With ``feature_entries`` CFGModel returns h_u + s (h_c − h_u) of each named layer, the same through the
-    stock forward (training features) and its direct module calls on our cache (decoding)."""
+@pytest.mark.parametrize("branches", [1, 2])
+def test_feature_entries_on_both_paths(branches):
+    """With ``feature_entries`` CFGModel returns h_u + s (h_c − h_u) of each named layer (with ``feature_branches=2``
+    [h_c, h_u] side by side; the last entry stays guided either way: the LM head maps it to the guided logits), the
+    same through the stock forward (training features) and its direct module calls on our cache (decoding)."""
     from mmspec.cache import SpecKVCache
     from mmspec.verifiers.tree_forward import chain_parents, tree_forward
 
     target, _ = _models()
-    t = CFGModel(target, 3.0, NULL, torch.arange(CODES), feature_entries=[1, 2])
+    named = [1, 2] if branches == 1 else [1]  # (2 is this two-layer target's last entry)
+    t = CFGModel(target, 3.0, NULL, torch.arange(CODES), feature_entries=named, feature_branches=branches)
     ids = torch.tensor([[CODES, 1, 2, 3], [CODES + 1, 4, 5, 6]])
     unc = ids.clone()
     unc[:, 0] = NULL
@@ -273,36 +276,16 @@ def test_guided_feature_entries_are_guided_on_both_paths():
         cache = SpecKVCache.for_model(t, 2, 16)
         valid = torch.ones_like(ids, dtype=torch.bool)
         direct = tree_forward(t, cache, ids, chain_parents(valid), valid, output_hidden_states=True).hidden_states
-    for i in (1, 2, len(c) - 1):
-        want = u[i] + 3.0 * (c[i] - u[i])
+    last = len(c) - 1
+    for i in (*named, last):
+        want = torch.cat([c[i], u[i]], dim=-1) if branches == 2 and i != last else u[i] + 3.0 * (c[i] - u[i])
         torch.testing.assert_close(stock[i], want, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(direct[i], want, rtol=1e-4, atol=1e-4)
     assert stock[0] is None and direct[0] is None  # entries not named are left out
 
 
-def test_branch_feature_entries_are_both_branches_on_both_paths():
-    """With ``feature_branches=2`` CFGModel returns [h_c, h_u] of each named layer side by side (the last entry stays
-    guided: the LM head maps it to the guided logits), the same through the stock forward and on our cache."""
-    from mmspec.cache import SpecKVCache
-    from mmspec.verifiers.tree_forward import chain_parents, tree_forward
-
+def test_branch_features_are_refused_where_they_cannot_apply():
     target, _ = _models()
-    t = CFGModel(target, 3.0, NULL, torch.arange(CODES), feature_entries=[1], feature_branches=2)
-    ids = torch.tensor([[CODES, 1, 2, 3], [CODES + 1, 4, 5, 6]])
-    unc = ids.clone()
-    unc[:, 0] = NULL
-    with torch.no_grad():
-        stock = t(input_ids=ids, output_hidden_states=True).hidden_states
-        c = target(ids, output_hidden_states=True).hidden_states
-        u = target(unc, output_hidden_states=True).hidden_states
-        cache = SpecKVCache.for_model(t, 2, 16)
-        valid = torch.ones_like(ids, dtype=torch.bool)
-        direct = tree_forward(t, cache, ids, chain_parents(valid), valid, output_hidden_states=True).hidden_states
-    want = torch.cat([c[1], u[1]], dim=-1)
-    torch.testing.assert_close(stock[1], want, rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(direct[1], want, rtol=1e-4, atol=1e-4)
-    last = len(c) - 1  # (2: this target has two layers)
-    torch.testing.assert_close(direct[last], u[last] + 3.0 * (c[last] - u[last]), rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="feature_branches must be 1"):
         CFGModel(target, 3.0, NULL, feature_entries=[1], feature_branches=3)
     with pytest.raises(ValueError, match="name them"):
