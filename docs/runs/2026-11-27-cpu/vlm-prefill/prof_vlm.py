@@ -28,7 +28,7 @@ def wrap(obj, name, method):
 gens = {"mmspec-plain": SpeculativeGenerator(target.model, NoDrafter())}
 for m in ("dflash", "eagle-chain"):
     d = fac[m]()
-    for n in ("begin", "propose", "observe", "_prefill", "_catch_up", "slot_hidden", "target_features"):
+    for n in ("begin", "propose", "observe", "_prefill", "_catch_up", "slot_hidden", "head", "_chain", "target_features"):
         if hasattr(d, n):
             wrap(d, n, m)
     gens[m] = SpeculativeGenerator(target.model, d)
