@@ -40,12 +40,13 @@ class CFGModel(nn.Module):
         if feature_branches not in (1, 2):
             raise ValueError(f"feature_branches must be 1 (guided features) or 2 (both branches'), got "
                              f"{feature_branches}")
-        if feature_branches == 2 and not self.feature_entries:
-            raise ValueError("feature_branches=2 applies to the feature_entries a drafter reads: name them")
-        last = text_config(model).num_hidden_layers
-        if feature_branches == 2 and last in self.feature_entries:
-            raise ValueError(f"feature_branches=2 cannot name the last hidden_states entry ({last}): it stays guided, "
-                             "the LM head's input")
+        if feature_branches == 2:
+            if not self.feature_entries:
+                raise ValueError("feature_branches=2 applies to the feature_entries a drafter reads: name them")
+            last = text_config(model).num_hidden_layers
+            if last in self.feature_entries:
+                raise ValueError(f"feature_branches=2 cannot name the last hidden_states entry ({last}): it stays "
+                                 "guided, the LM head's input")
         self.feature_branches = int(feature_branches)
         if scale != 1.0 and null_token_id is None and uncond is None:
             raise ValueError("classifier-free guidance (scale != 1) needs a null condition token (null_token_id) "

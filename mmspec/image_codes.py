@@ -192,5 +192,11 @@ def guided_on_codes(model, layout: "TokenLayout", cfg_scale: float, feature_entr
                     feature_branches=feature_branches)
 
 
-__all__ = ["guided_on_codes", "LAYOUT_KEY", "TokenLayout", "layout_of", "decode_codes", "codebook", "cfg_logits", "restrict_to_codes",
+def guided_for_dflash(model, layout: "TokenLayout", cfg_scale: float, net) -> CFGModel:
+    """:func:`guided_on_codes` returning the features DFlash drafter ``net`` reads: its layers' entries, guided or
+    (``net.feature_branches`` = 2) both branches side by side."""
+    return guided_on_codes(model, layout, cfg_scale, net.hidden_entries, net.feature_branches)
+
+
+__all__ = ["guided_on_codes", "guided_for_dflash", "LAYOUT_KEY", "TokenLayout", "layout_of", "decode_codes", "codebook", "cfg_logits", "restrict_to_codes",
            "sample_from_logits", "generate_codes"]

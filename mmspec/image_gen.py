@@ -31,7 +31,7 @@ from .drafters.feature_model import signature_mismatch
 from .frontend import ImageOutput, call_generator
 from .generator import SpeculativeGenerator, check_streamer
 from .guidance import DEFAULT_CFG_SCALE, CFGModel
-from .image_codes import codebook, decode_codes, generate_codes, guided_on_codes
+from .image_codes import codebook, decode_codes, generate_codes, guided_for_dflash, guided_on_codes
 from .options import check_image_call
 from .registry import DFLASH_IMAGE_TREES, IMAGE_CHAIN_TOKENS, IMAGE_DRAFTER_MODELS, IMAGE_DRAFTERS, \
     check_image_method, image_defaults, image_drafter, resolve_bound
@@ -173,8 +173,8 @@ class ImageGenerator:
         return Relaxation.from_codebook(self.codebook, self.layout.vocab_size, lantern_k, self.layout.code_offset,
                                         delta=delta, lam=lam)
 
-    def _guided(self, model, cfg_scale: float, feature_entries=None, feature_branches: int = 1) -> CFGModel:
-        return guided_on_codes(model, self.layout, cfg_scale, feature_entries, feature_branches)
+    def _guided(self, model, cfg_scale: float) -> CFGModel:
+        return guided_on_codes(model, self.layout, cfg_scale)
 
     def _drafter(self, kind: str, cfg_scale: float, tree, num_tokens: int, guided_target: CFGModel | None = None):
         """The named drafter (``ar`` / ``feature`` / ``sar``, or ``none``: the loop's own plain sampling) built for
@@ -216,7 +216,7 @@ class ImageGenerator:
         net = self.feature_drafters.get(kind)
         if kind != "dflash" or net is None:
             return self._guided(self.target, cfg_scale)
-        return self._guided(self.target, cfg_scale, net.hidden_entries, net.feature_branches)
+        return guided_for_dflash(self.target, self.layout, cfg_scale, net)
 
     @torch.no_grad()
     def generate(self, class_ids, method: str | None = None, cfg_scale: float = DEFAULT_CFG_SCALE,

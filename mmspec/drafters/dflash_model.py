@@ -259,8 +259,6 @@ class DFlashDraftModel(nn.Module):
             h = decoder_layer(layer, h, cos, sin, lambda k, v, i=i: keys_values(i, k, v), mask)
         return rms_norm(self.norm, h)
 
-
-
     def block_after(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: list[torch.Tensor],
                     values: list[torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
         """:meth:`block` after given context keys / values ``keys[i]`` / ``values[i]`` [B, H_kv, L, D] of each layer
@@ -269,6 +267,7 @@ class DFlashDraftModel(nn.Module):
             return torch.cat([keys[i], k], dim=2), torch.cat([values[i], v], dim=2)
 
         return self.block(x, cos, sin, keys_values, mask)
+
 
 @torch.no_grad()
 def with_branch_features(net: DFlashDraftModel, scale: float) -> DFlashDraftModel:
@@ -281,12 +280,13 @@ def with_branch_features(net: DFlashDraftModel, scale: float) -> DFlashDraftMode
     config = copy.deepcopy(net.config)
     config.dflash_config = {**config.dflash_config, "feature_branches": 2}
     out = DFlashDraftModel(config).to(device=net.device, dtype=net.dtype)
-    state = {k: v for k, v in net.state_dict().items() if k != "fc.weight"}
+    state = net.state_dict()
     H = config.hidden_size
     blocks = net.fc.weight.view(H, len(net.target_layer_ids), 1, H)
     state["fc.weight"] = torch.cat([scale * blocks, (1.0 - scale) * blocks], dim=2).reshape(H, -1)
-    out.load_state_dict(state, strict=False)
+    out.load_state_dict(state)
     return out.train(net.training)
+
 
 def check_block(net: DFlashDraftModel, block: int | None) -> int:
     """The block length to run: ``block`` (2 up to the drafter's block size), or the whole block when None."""

@@ -41,13 +41,12 @@ def use_device(device: str | None) -> None:
 def placed_on(device: str | None):
     """:func:`use_device` for the length of a ``with`` block (``mmspec eval --device``: the code and VLM suites' zoo
     models on the GPU, the image suite's where ``--image-device`` says); the earlier placement comes back after."""
-    global _device
     before = _device
     use_device(device)
     try:
         yield
     finally:
-        _device = before
+        use_device(before)
 
 
 def family_names(family: str) -> list[str]:

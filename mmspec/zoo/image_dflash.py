@@ -26,7 +26,7 @@ import torch
 from ..drafters.dflash_io import load_dflash, save_dflash
 from ..drafters.dflash_model import DFlashDraftModel, make_config
 from ..guidance import CFGModel
-from ..image_codes import guided_on_codes
+from ..image_codes import guided_for_dflash
 from ..image_gen import ImageGenerator
 from ..training.deer import Generations
 from ..training.dflash import DFlashTrainConfig, block_acceptance, tau_of, train_dflash, validation_batches
@@ -55,7 +55,7 @@ TAU_BOUND = dict(lam=10.0, lantern_k=16)  # LANTERN++'s bound the recorded relax
 
 def guided_target(target, layout, net: DFlashDraftModel) -> CFGModel:
     """The target under CFG, returning the guided features of ``net``'s layers."""
-    return guided_on_codes(target, layout, CFG_SCALE, net.hidden_entries, net.feature_branches)
+    return guided_for_dflash(target, layout, CFG_SCALE, net)
 
 
 def rows_of(seqs: torch.LongTensor) -> Generations:
