@@ -302,15 +302,45 @@ class SpeculativeGenerator:
         with timed(stats, "draft_time"):
             tree = self.drafter.propose(call.context, call.run)
         with timed(stats, "verify_time"):
-            check = call.verifier.verify(self.target, call.cache, tree, state.generator,
+            verified, index = self._emittable(call, tree)
+            check = call.verifier.verify(self.target, call.cache, verified, state.generator,
                                          output_hidden_states=call.features)
         stats.record_forward(int(state.active.sum()))
         stats.record_relaxation(check.result, state.active)
-        self._commit(call, tree, check.result)
+        self._commit(call, verified, check.result)
         if state.active.any():
             with timed(stats, "draft_time"):
                 hidden = None if check.hidden_states is None else self.drafter.target_features(check.hidden_states)
-                self.drafter.observe(call.context, call.run, tree, check.result, hidden)
+                result = check.result
+                if index is not None:  # the drafter sees its own tree's node indices
+                    result, hidden = _as_proposed(result, hidden, index, tree.num_nodes)
+                self.drafter.observe(call.context, call.run, tree, result, hidden)
+
+    @staticmethod
+    def _emittable(call: _Call, tree: DraftTree) -> tuple[DraftTree, torch.LongTensor | None]:
+        """The nodes of ``tree`` whose tokens could be emitted, and where they came from (:meth:`DraftTree.kept`):
+        a row emits at most its remaining budget and nothing after an EOS, so the nodes deeper than the budget
+        allows and those below a drafted EOS are never emitted whatever the target says. The verify forward's
+        cost grows with its nodes on a CPU (a chain of 15 drafted past an answer's EOS costs the VLM suite's last
+        step the most), and dropping them changes no emitted token (greedy) or its distribution (sampling: each
+        emitted token's acceptance reads only its ancestors and their siblings, all kept). Finished rows keep their
+        root alone."""
+        if tree.is_root_only:
+            return tree, None
+        state, req = call.state, call.request
+        room = torch.where(state.active, req.max_new_tokens - call.generated - 1, 0)  # drafts a row may still emit
+        deep = tree.max_depth > int(room.min())
+        eos = torch.isin(tree.tokens, req.eos) & tree.valid if req.eos.numel() else None
+        if eos is not None:
+            eos[:, 0] = False
+        if not deep and (eos is None or not bool(eos.any())):
+            return tree, None
+        keep = tree.depth <= room[:, None]
+        if eos is not None:  # below a drafted EOS: an EOS among its ancestors other than itself
+            keep &= (tree.ancestor_mask & eos[:, None, :]).sum(-1) <= eos.long()
+        if bool((keep | ~tree.valid).all()):
+            return tree, None
+        return tree.kept(keep)
 
     def _commit(self, call: _Call, tree: DraftTree, result: AcceptResult) -> None:
         """Append each row's emitted tokens (cut at EOS and at the budget) to the buffer, and keep exactly those
@@ -373,3 +403,19 @@ class SpeculativeGenerator:
         stats.verify_time -= stats.output_tv_time
         stats.total_time = time.perf_counter() - t_start - stats.output_tv_time
         return GenerationOutput(sequences, stats)
+
+
+def _as_proposed(result: AcceptResult, hidden: torch.Tensor | None, index: torch.LongTensor,
+                 nodes: int) -> tuple[AcceptResult, torch.Tensor | None]:
+    """A verification of a kept subtree (:meth:`DraftTree.kept`, ``index`` [B, N']) in the node indices of the tree
+    of ``nodes`` nodes it was cut from: its paths mapped back, and the features [B, N', F] at their nodes (zeros at
+    the dropped ones, which no path reaches)."""
+    paths = index.gather(1, result.paths)
+    mapped = AcceptResult(paths, result.path_lengths, result.bonus, result.moved_mass, result.output_tv)
+    if hidden is None:
+        return mapped, None
+    B, _, F = hidden.shape
+    at = torch.where(index > 0, index, nodes)  # padding (index 0 past the root) goes to a scratch column
+    at[:, 0] = 0
+    full = hidden.new_zeros(B, nodes + 1, F).scatter_(1, at[..., None].expand(-1, -1, F), hidden)
+    return mapped, full[:, :nodes]

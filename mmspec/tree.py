@@ -125,6 +125,39 @@ class DraftTree:
         return DraftTree(torch.tensor(tokens, device=dev), torch.tensor(parents, device=dev),
                          torch.tensor(valid, device=dev))
 
+    def kept(self, keep: torch.BoolTensor) -> tuple["DraftTree", torch.LongTensor | None]:
+        """The tree of the nodes ``keep`` [B, N] marks (the root always; a kept node's ancestors must be kept), in
+        their order, and ``index`` [B, N']: the original node of each new one (0 at padding), or None where the
+        kept nodes are the first ones of every row (node indices unchanged). Siblings keep their order, so a
+        verifier tries them as it would have."""
+        B, N = self.tokens.shape
+        keep = keep & self.valid
+        keep[:, 0] = True
+        count = keep.sum(1)
+        width = int(count.max())
+        q = self.q
+        if bool((keep[:, 1:] <= keep[:, :-1]).all()):  # a prefix of every row: the first columns
+            ok = keep[:, :width]
+            tokens = torch.where(ok, self.tokens[:, :width], self.tokens[:, :1])
+            parents = torch.where(ok, self.parents[:, :width], 0)
+            parents[:, 0] = -1
+            tree = DraftTree(tokens, parents, ok, None if q is None else q[:, :width], self.sibling_rule)
+            if self._cache.get("chain"):
+                tree._cache["chain"] = True
+                tree._cache["anc"] = self.ancestor_mask[:, :width, :width]
+            return tree, None
+        at = torch.arange(N, device=keep.device)
+        index = torch.where(keep, at, N).sort(1).values[:, :width]
+        ok = index < N
+        index = torch.where(ok, index, 0)
+        new_at = keep.long().cumsum(1) - 1  # each kept node's new index
+        tokens = torch.where(ok, self.tokens.gather(1, index), self.tokens[:, :1])
+        parents = torch.where(ok, new_at.gather(1, self.parents.gather(1, index).clamp(min=0)), 0)
+        parents[:, 0] = -1
+        if q is not None:
+            q = q.gather(1, index[..., None].expand(-1, -1, q.shape[-1]))
+        return DraftTree(tokens, parents, ok, q, self.sibling_rule), index
+
     def first_rows(self, n: int) -> "DraftTree":
         """The same trees for the first ``n`` rows of the batch (derived views are recomputed for them)."""
         return DraftTree(self.tokens[:n], self.parents[:n], self.valid[:n], None if self.q is None else self.q[:n],

@@ -6,6 +6,7 @@ import torch
 from mmspec import DEFAULT_TREE, SpeculativeGenerator, TreeTemplate
 from mmspec.drafters import AutoregressiveDrafter, PromptLookupDrafter
 from mmspec.tiny import tiny_model
+from mmspec.verifiers.tree_verifier import TreeVerifier
 
 ARCHS = ["llama", "qwen2", "mistral"]
 each_arch = pytest.mark.parametrize("tiny_pair", ARCHS, indirect=True)
@@ -60,6 +61,45 @@ def test_eos_inside_draft(tiny_pair, ragged_batch, greedy_reference):
         out = SpeculativeGenerator(target, drafter).generate(ids, attention_mask=mask, max_new_tokens=20,
                                                              eos_token_id=eos, pad_token_id=0)
         assert torch.equal(out.sequences, ref), (arch, name)
+
+
+@pytest.mark.parametrize("name", ["chain-self", "static-tree-self", "dynamic-tree-self"])
+def test_verifies_only_emittable_nodes(tiny_pair, greedy_reference, monkeypatch, name):
+    """The target verifies no node that could not be emitted — below a drafted EOS, or deeper than the drafts a
+    row's remaining budget allows — and the output is unchanged (the drafter draws its nodes as before)."""
+    target, weak = tiny_pair
+    ids = torch.randint(3, 90, (1, 9), generator=torch.Generator().manual_seed(11))
+    free = greedy_reference(target, ids, 20)
+    proposed, verified = [], []
+    drafter = drafters(target, weak)[name]
+    propose = drafter.propose
+    drafter.propose = lambda context, run: proposed.append(propose(context, run)) or proposed[-1]
+    verify = TreeVerifier.verify
+
+    def spy(self, model, cache, tree, *args, **kwargs):
+        verified.append(tree)
+        return verify(self, model, cache, tree, *args, **kwargs)
+
+    monkeypatch.setattr(TreeVerifier, "verify", spy)
+    nodes = {"proposed": 0, "verified": 0}
+    for eos, budget in ((int(free[0, 9 + 7]), 20), ([], 18)):  # an EOS inside a draft; a budget ending mid-draft
+        proposed.clear(), verified.clear()
+        ref = greedy_reference(target, ids, budget, eos_token_id=eos)
+        out = SpeculativeGenerator(target, drafter).generate(ids, max_new_tokens=budget, eos_token_id=eos)
+        assert torch.equal(out.sequences, ref), (name, eos)
+        done = 1  # the prefill's token
+        for tree, emitted in zip(verified, out.stats.accept_lengths[0][1:]):
+            assert tree.max_depth <= budget - done - 1
+            if eos != []:
+                drafted_eos = (tree.tokens == eos) & tree.valid
+                drafted_eos[:, 0] = False
+                below = (tree.ancestor_mask & drafted_eos[:, None, :]).sum(-1) > drafted_eos.long()
+                assert not bool((below & tree.valid).any())
+            done += emitted
+        nodes["proposed"] += sum(int(t.valid.sum()) for t in proposed)
+        nodes["verified"] += sum(int(t.valid.sum()) for t in verified)
+    # the drafter's own trees ran past the answer's end or the budget: their unreachable nodes were left out
+    assert nodes["verified"] < nodes["proposed"], name
 
 
 @each_arch

@@ -146,3 +146,35 @@ def test_ancestor_mask_of_chains_and_trees_is_the_walked_one():
     tree = torch.tensor([[-1, 0, 0, 1, 1, 2], [-1, 0, 1, 1, 3, 0]])
     for parents in (restarts, tree):
         assert torch.equal(ancestor_mask(parents), _walked_ancestors(parents))
+
+
+def test_kept_drops_nodes_and_maps_them_back():
+    """A kept subtree (nodes 2 and 4 dropped, a non-prefix set) keeps its nodes' order, tokens, parents and q, and
+    ``index`` maps each new node to its original; rows of different sizes pad with the root."""
+    tokens = torch.tensor([[9, 1, 2, 3, 4, 5], [8, 6, 7, 6, 7, 8]])
+    parents = torch.tensor([[-1, 0, 0, 1, 2, 1], [-1, 0, 0, 1, 1, 3]])
+    q = torch.rand(2, 6, 10)
+    tree = DraftTree(tokens, parents, q=q, sibling_rule="iid")
+    keep = torch.tensor([[True, True, False, True, False, True], [True, True, True, True, True, True]])
+    kept, index = tree.kept(keep)
+    assert index.tolist() == [[0, 1, 3, 5, 0, 0], [0, 1, 2, 3, 4, 5]]
+    assert kept.valid.tolist() == [[True] * 4 + [False] * 2, [True] * 6]
+    assert kept.tokens.tolist() == [[9, 1, 3, 5, 9, 9], [8, 6, 7, 6, 7, 8]]
+    assert kept.parents.tolist() == [[-1, 0, 1, 1, 0, 0], [-1, 0, 0, 1, 1, 3]]
+    assert torch.equal(kept.q[0, :4], q[0, [0, 1, 3, 5]]) and torch.equal(kept.q[1], q[1])
+    assert kept.sibling_rule == "iid"
+    # the paths of the kept tree are the original's paths through kept nodes
+    assert sorted(index[0].gather(0, torch.tensor(p)).tolist() for p in kept.paths(0)) == [[0, 1, 3], [0, 1, 5]]
+
+
+def test_kept_prefix_keeps_node_indices():
+    """Where every row keeps its first nodes (a chain cut short), the tree is its first columns and no index is
+    needed; a chain stays a chain."""
+    chain = DraftTree.chain(torch.tensor([5, 6]), torch.tensor([[1, 2, 3], [4, 5, 6]]))
+    keep = torch.tensor([[True, True, False, False], [True, True, True, False]])
+    kept, index = chain.kept(keep)
+    assert index is None
+    assert kept.tokens.tolist() == [[5, 1, 5], [6, 4, 5]] and kept.valid.tolist() == [[True, True, False], [True] * 3]
+    assert kept.is_chain and kept.ancestor_mask.shape == (2, 3, 3)
+    root_kept, _ = chain.kept(torch.zeros(2, 4, dtype=torch.bool))  # the root is always kept
+    assert root_kept.tokens.tolist() == [[5], [6]]
