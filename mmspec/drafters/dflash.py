@@ -45,7 +45,7 @@ from ..verifiers.acceptance import AcceptResult
 from ..verifiers.logits import SamplingConfig
 from ..verifiers.tree_forward import text_config
 from .base import Drafter, check_confidence, feature_buffer, store_path_features, trusted_slots
-from .dflash_model import DFlashDraftModel, check_block, emitted
+from .dflash_model import DFlashDraftModel, check_block, checked_vocab, emitted
 from .prompt_lookup import lookup_continuation
 
 
@@ -94,7 +94,8 @@ class DFlashDrafter(Drafter):
     ``block``: run blocks of that many positions instead of the drafter's whole block (a forward over 8 positions
     costs a CPU far less than over 16; a drafter trained with ``block_choices`` drafts them as well as its own).
     ``draft_vocab``: the only token ids it drafts (e.g. the most frequent in the target's answers), so the LM head
-    runs over those rows alone (:meth:`head`). ``lookup``: graft up to that many prompt-lookup tokens (the
+    runs over those rows alone (:meth:`head`; None: the drafter's own, ``dflash_config["draft_vocab"]``, if it has one;
+    ``range(vocab_size)`` drafts from the whole vocabulary whatever it has). ``lookup``: graft up to that many prompt-lookup tokens (the
     continuation after an earlier match of the context's last 1-3 tokens) onto the DDTree as one more branch
     (:meth:`~mmspec.tree.DraftTree.grafted`), so text that repeats the prompt is drafted whatever the block drafter
     thinks of it; in greedy calls and under ``sampled_drafts=False`` (a deterministic tree either way), not onto a
@@ -149,11 +150,12 @@ class DFlashDrafter(Drafter):
         self.lm_head = target.get_output_embeddings()
         self.never = getattr(target, "disallowed", None)  # ids the target never emits: no draft mass
         self.draft_vocab = self.draft_head = self.draft_bias = None
+        V = self.lm_head.weight.shape[0]
+        if draft_vocab is None:
+            draft_vocab = net.draft_vocab
         if draft_vocab is not None:
-            ids = torch.as_tensor(draft_vocab, dtype=torch.long).flatten()
-            V = self.lm_head.weight.shape[0]
-            if ids.numel() == 0 or int(ids.min()) < 0 or int(ids.max()) >= V or ids.unique().numel() != ids.numel():
-                raise ValueError(f"draft_vocab must hold distinct token ids in 0..{V - 1} (got {ids.numel()} ids)")
+            ids = torch.tensor(checked_vocab(draft_vocab, V), dtype=torch.long)
+        if draft_vocab is not None and ids.numel() < V:  # (the whole vocabulary needs no gathered head)
             # the head's rows of those ids, gathered once (a slot's logits then cost |draft_vocab| rows, not V)
             self.draft_vocab = ids.to(self.lm_head.weight.device)
             self.draft_head = self.lm_head.weight.detach()[self.draft_vocab].clone()

@@ -60,6 +60,9 @@ VISUAL_QUERIES_KEY = "mmspec_visual_queries"  # the speculators layout's field f
 FEATURE_BRANCHES_KEY = "mmspec_feature_branches"  # its field for a guided image target's two-branch features (the
 # wider ``fc`` is refused by engines that do not know it: they serve one feature per layer)
 
+DRAFT_VOCAB_KEY = "mmspec_draft_vocab"  # its field for the ids the drafter drafts by default (engines that do not
+# know it draft from the whole vocabulary, as any DFlash drafter can)
+
 
 def _speculators_config(data: dict) -> Qwen3Config:
     layer = dict(data.get("transformer_layer_config") or {})
@@ -84,6 +87,8 @@ def _speculators_config(data: dict) -> Qwen3Config:
         cfg.dflash_config["visual_queries"] = int(data[VISUAL_QUERIES_KEY])
     if data.get(FEATURE_BRANCHES_KEY, 1) != 1:
         cfg.dflash_config["feature_branches"] = int(data[FEATURE_BRANCHES_KEY])
+    if data.get(DRAFT_VOCAB_KEY):
+        cfg.dflash_config["draft_vocab"] = [int(i) for i in data[DRAFT_VOCAB_KEY]]
     verifier = (data.get("speculators_config") or {}).get("verifier") or {}
     cfg.num_target_layers = data.get("num_target_layers")
     cfg.verifier = verifier
@@ -146,7 +151,8 @@ def save_dflash(net: DFlashDraftModel, path: str | Path, layout: str = "zlab", v
                 "dflash_config": {"mask_token_id": net.mask_token_id, "target_layer_ids": net.target_layer_ids,
                                   **({"visual_queries": net.visual_queries} if net.visual_queries else {}),
                                   **({"feature_branches": net.feature_branches} if net.feature_branches != 1
-                                     else {})}}
+                                     else {}),
+                                  **({"draft_vocab": net.draft_vocab} if net.draft_vocab is not None else {})}}
     elif layout == "speculators":
         base["model_type"] = "qwen3"
         data = {
@@ -158,6 +164,7 @@ def save_dflash(net: DFlashDraftModel, path: str | Path, layout: str = "zlab", v
             "transformer_layer_config": base,
             **({VISUAL_QUERIES_KEY: net.visual_queries} if net.visual_queries else {}),
             **({FEATURE_BRANCHES_KEY: net.feature_branches} if net.feature_branches != 1 else {}),
+            **({DRAFT_VOCAB_KEY: net.draft_vocab} if net.draft_vocab is not None else {}),
             "speculators_config": {
                 "algorithm": "dflash", "default_proposal_method": "greedy",
                 "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": net.block_size - 1,

@@ -68,12 +68,14 @@ def make_config(target_config, num_layers: int = 2, block_size: int = DEFAULT_BL
                 mask_token_id: int | None = None, target_layer_ids: list[int] | None = None,
                 intermediate_size: int | None = None, num_attention_heads: int | None = None,
                 num_key_value_heads: int | None = None, head_dim: int | None = None,
-                visual_queries: int = 0, feature_branches: int = 1) -> Qwen3Config:
+                visual_queries: int = 0, feature_branches: int = 1, draft_vocab=None) -> Qwen3Config:
     """A drafter config for ``target_config`` (a text config): as wide as the target, its heads by default, and the
     fields the reference layout carries (``block_size``, ``dflash_config``, ``num_target_layers``); with
     ``visual_queries`` > 0, that many learned queries for compressing each picture's context (mmspec's own key);
     with ``feature_branches`` = 2, a drafter of a CFG-guided target that reads each layer's conditional and
-    unconditional features side by side instead of their guided combination (mmspec's own key)."""
+    unconditional features side by side instead of their guided combination (mmspec's own key); with
+    ``draft_vocab``, the token ids it drafts by default (FR-Spec's draft vocabulary, e.g. every id of the target's
+    training answers; mmspec's own key, :class:`~mmspec.drafters.dflash.DFlashDrafter`'s ``draft_vocab``)."""
     if mask_token_id is None:
         raise ValueError("a DFlash drafter needs a mask token id (the tokenizer's mask token, or a spare id)")
     if block_size < 2:
@@ -113,7 +115,17 @@ def make_config(target_config, num_layers: int = 2, block_size: int = DEFAULT_BL
         cfg.dflash_config["visual_queries"] = int(visual_queries)
     if feature_branches != 1:
         cfg.dflash_config["feature_branches"] = int(feature_branches)
+    if draft_vocab is not None:
+        cfg.dflash_config["draft_vocab"] = checked_vocab(draft_vocab, target_config.vocab_size)
     return cfg
+
+
+def checked_vocab(ids, vocab_size: int) -> list[int]:
+    """``ids`` as a sorted list of distinct token ids, refused unless non-empty and inside ``0..vocab_size − 1``."""
+    ids = torch.as_tensor(list(ids) if not isinstance(ids, torch.Tensor) else ids, dtype=torch.long).flatten()
+    if ids.numel() == 0 or int(ids.min()) < 0 or int(ids.max()) >= vocab_size or ids.unique().numel() != ids.numel():
+        raise ValueError(f"draft_vocab must hold distinct token ids in 0..{vocab_size - 1} (got {ids.numel()} ids)")
+    return sorted(int(i) for i in ids)
 
 
 class DFlashDraftModel(nn.Module):
@@ -159,6 +171,12 @@ class DFlashDraftModel(nn.Module):
     def feature_branches(self) -> int:
         """Features per target layer: 1, or 2 for a guided target's conditional and unconditional ones."""
         return int(self.config.dflash_config.get("feature_branches", 1))
+
+    @property
+    def draft_vocab(self) -> list[int] | None:
+        """The ids it drafts by default (None: the whole vocabulary)."""
+        ids = self.config.dflash_config.get("draft_vocab")
+        return None if ids is None else [int(i) for i in ids]
 
     @property
     def device(self) -> torch.device:
@@ -344,5 +362,5 @@ def teacher_forced_logits(net: DFlashDraftModel, embed: nn.Module, lm_head: nn.M
     return lm_head(h[:, :, 1:])
 
 
-__all__ = ["check_block", "DEFAULT_BLOCK_SIZE", "DEFAULT_NUM_FEATURE_LAYERS", "default_layer_ids", "make_config", "DFlashDraftModel", "emitted",
+__all__ = ["check_block", "checked_vocab", "DEFAULT_BLOCK_SIZE", "DEFAULT_NUM_FEATURE_LAYERS", "default_layer_ids", "make_config", "DFlashDraftModel", "emitted",
            "teacher_forced_logits", "with_branch_features"]

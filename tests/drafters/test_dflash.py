@@ -228,6 +228,26 @@ def test_draft_vocab_drafts_only_its_ids_and_stays_exact(target, ragged_batch, g
             DFlashDrafter(net, target, draft_vocab=bad)
 
 
+def test_a_drafters_own_draft_vocab_is_its_default(target, tmp_path):
+    """A drafter built with ``draft_vocab`` drafts from those ids unless told otherwise (``range(V)``: the whole
+    vocabulary, no gathered head), and both layouts keep them."""
+    ids = list(range(2, VOCAB, 5))
+    net = make_net(target)
+    net.config.dflash_config["draft_vocab"] = make_config(target.config, num_layers=1, block_size=4,
+                                                          mask_token_id=MASK, draft_vocab=ids[::-1]).dflash_config[
+        "draft_vocab"]
+    assert net.draft_vocab == ids  # sorted, distinct
+    assert DFlashDrafter(net, target).draft_vocab.tolist() == ids
+    assert DFlashDrafter(net, target, draft_vocab=[1, 4]).draft_vocab.tolist() == [1, 4]
+    assert DFlashDrafter(net, target, draft_vocab=range(VOCAB)).draft_vocab is None
+    assert DFlashDrafter(make_net(target), target).draft_vocab is None
+    for layout in ("zlab", "speculators"):
+        save_dflash(net, tmp_path / layout, layout=layout)
+        assert load_dflash(tmp_path / layout).draft_vocab == ids, layout
+    with pytest.raises(ValueError, match="draft_vocab must hold distinct token ids"):
+        make_config(target.config, mask_token_id=MASK, draft_vocab=[VOCAB])
+
+
 @pytest.mark.parametrize("block", [None, 4])
 def test_decoding_blocks_equal_the_training_pattern(target, block):
     """The engine's slot logits for a block (from the drafter's cache) equal teacher_forced_logits at that anchor:

@@ -94,9 +94,10 @@ def test_micro_build_loads_checksums_and_runs_exactly(tmp_path, greedy_reference
         assert all(0.0 <= a <= 1.0 for accs in m["slot_accuracy"].values() for a in accs)
     # the block drafter: trained on the target's answers with their pictures, τ of real decoding recorded
     block = read_json(tmp_path / "vlm-dflash" / "metrics.json")
-    assert block["steps"] > 0 and block["train_rows"] > 0 and len(block["heldout_shipped"]["slot_agreement"]) == 15
+    assert block["steps"] > 0 and block["train_rows"] > 0 and len(block["heldout_shipped"]["slot_agreement"]) == 31
     assert all(t >= 1.0 for k, t in block["tau_decode"].items() if k != "scenes")
     entry = load("vlm-dflash", home=tmp_path)
+    assert entry.model.draft_vocab and block["draft_vocab_ids"] == len(entry.model.draft_vocab)  # its answers' ids
     assert vlm.checksum(entry)["sum"] == pytest.approx(entry.config["checksum"]["sum"], rel=1e-4, abs=1e-3)
     factories = feature_factories(tmp_path)
     # vlm-dflash-c: stage 1's drafter, trained on with compressed pictures; the paper's drafter has no queries
@@ -104,7 +105,8 @@ def test_micro_build_loads_checksums_and_runs_exactly(tmp_path, greedy_reference
     assert comp["visual_queries"] == 8 and block["visual_queries"] == 0
     assert set(comp["heldout_after_by_setting"]) == {"1", "2", "4", "8"}
     assert {"chain15-c1", "chain15-c4", "chain15-c8"} <= set(comp["tau_decode"])
-    assert comp["steps"] == block["steps"] + comp["stages"]["2"]["steps"]
+    assert comp["steps"] == block["stages"]["1"]["steps"] + comp["stages"]["2"]["steps"]
+    assert block["steps"] == block["stages"]["1"]["steps"] + block["stages"]["3"]["steps"] and block["block_size"] == 32
     centry = load("vlm-dflash-c", home=tmp_path)
     assert vlm.checksum(centry)["sum"] == pytest.approx(centry.config["checksum"]["sum"], rel=1e-4, abs=1e-3)
     for method in ("eagle-dynamic", "msd-chain", "msd-dynamic", "flash-1", "dflash", "dflash-tree", "dflash-c1",
