@@ -24,6 +24,13 @@ def attn_implementation(model) -> str:
     return impl
 
 
+def sees_all_without_mask(model) -> bool:
+    """Whether the model's attention reads no mask as "every key is visible" (SDPA, mmspec's tree attention, flash
+    attention); eager attention builds a causal mask of its own instead."""
+    impl = attn_implementation(model)
+    return impl in ("sdpa", ATTENTION_NAME) or impl.startswith("flash")
+
+
 def to_model_mask(mask, model, dtype: torch.dtype | None = None):
     """SDPA, eager attention and mmspec's tree attention off a GPU get the bool mask additive (in ``dtype``, default
     the model's); the tree attention's Triton kernel takes it as is. ``mask`` may be a ``{layer type: mask}`` dict
@@ -84,6 +91,11 @@ def tree_forward(model, cache: SpecKVCache, input_ids: torch.LongTensor | None, 
     the output then.
     """
     positions, mask = cache.prepare_append(parents, valid, ancestors, depth)
+    if mask is None and not sees_all_without_mask(model):
+        # a lone row's plain step needs no mask, but an attention that builds its own from the cache's sizes when
+        # given none (eager) would size it for a cache that does not yet hold the step: it gets an explicit one
+        mask = torch.ones(parents.shape[0], 1, parents.shape[1], cache.get_seq_length(), dtype=torch.bool,
+                          device=parents.device)
     mask = to_model_mask(add_prefix_blocks(mask, prefix_blocks, cache.layout), model)
     if position_ids is None:
         position_ids = model_position_ids(positions, cache.position_shift)

@@ -23,6 +23,8 @@ class BeginTogether(Drafter):
     def __init__(self, inner: Drafter, barrier: threading.Barrier, runs: list):
         self.inner, self.barrier, self.runs = inner, barrier, runs
         self.vocab_size, self.needs_target_hidden = inner.vocab_size, inner.needs_target_hidden
+        # finished rows leave the batch as they do alone (a sampled step's draws depend on the batch's rows)
+        self.drops_rows = inner.drops_rows
 
     @property
     def max_nodes(self) -> int:
@@ -42,6 +44,9 @@ class BeginTogether(Drafter):
 
     def observe(self, context, run, tree, result, hidden=None):
         self.inner.observe(context, run, tree, result, hidden)
+
+    def select_rows(self, run, keep):
+        return self.inner.select_rows(run, keep)
 
 
 def two_threads(target, drafter, calls: list[dict]) -> tuple[list, list]:

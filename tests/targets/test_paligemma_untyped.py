@@ -10,6 +10,7 @@ only: refused."""
 import pytest
 import torch
 
+from mmspec.drafters.no_draft import NoDrafter
 from mmspec import SpeculativeGenerator
 from mmspec.drafters import AutoregressiveDrafter, PromptLookupDrafter
 from mmspec.tree import DraftTree, TreeTemplate
@@ -144,6 +145,11 @@ def test_untyped_prompt_eager_exact(tiny_pair):
     ref = reference(model, ids, mask, pixels)
     for drafter in drafters(tiny_pair, ref)[1:]:
         assert torch.equal(speculative(model, drafter, ids, mask, pixels).sequences, ref)
+    # a lone row's plain steps (one node, no mask from the cache): eager attention gets an explicit one
+    one = {k: v[:1] for k, v in dict(ids=ids, mask=mask, pixels=pixels).items()}
+    ref_one = reference(model, one["ids"], one["mask"], one["pixels"])
+    for drafter in (NoDrafter(), drafters(tiny_pair, ref_one)[1]):
+        assert torch.equal(speculative(model, drafter, one["ids"], one["mask"], one["pixels"]).sequences, ref_one)
 
 
 def test_untyped_sliding_window_prompt_refused():

@@ -5,12 +5,14 @@ is compared with plain decoding's).
 
     python ab_emittable.py --suite vlm --methods dflash,eagle-chain --rounds 3 --out F
     python ab_emittable.py --suite code [--data humaneval --prompts 24] --methods dflash-lookup-cut,eagle-chain --out F"""
-import argparse, json, os, time
+import argparse, json, os, sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 from mmspec.drafters.no_draft import NoDrafter
 from mmspec.generator import SpeculativeGenerator
 from mmspec.zoo import load
+from interleave import interleaved
 
 
 class EveryNode(SpeculativeGenerator):
@@ -48,20 +50,9 @@ gens = {"plain": SpeculativeGenerator(model, NoDrafter())}
 for m in a.methods.split(","):
     gens[f"{m}/emittable"] = SpeculativeGenerator(model, fac[m]())
     gens[f"{m}/every-node"] = EveryNode(model, fac[m]())
-secs = {k: 0.0 for k in gens}; steps = {k: 0 for k in gens}; tokens = {k: 0 for k in gens}; exact = {k: 0 for k in gens}
-ref = {}
-for r in range(a.rounds + 1):  # round 0 warms up
-    for i, (ids, kw) in enumerate(calls):
-        for k, g in gens.items():
-            t = time.perf_counter()
-            o = g.generate(ids, max_new_tokens=budget, eos_token_id=eos, **kw)
-            dt = time.perf_counter() - t
-            seq = o.sequences[0].tolist()
-            if k == "plain":
-                ref[i] = seq
-            if r:
-                secs[k] += dt; steps[k] += o.stats.target_forwards; tokens[k] += o.stats.new_tokens
-                exact[k] += int(seq == ref[i])
+T = interleaved(gens, calls, a.rounds, budget, eos)
+secs = {k: t["seconds"] for k, t in T.items()}; steps = {k: t["forwards"] for k, t in T.items()}
+tokens = {k: t["tokens"] for k, t in T.items()}; exact = {k: t["exact"] for k, t in T.items()}
 n = a.rounds * len(calls)
 out = {k: {"seconds": secs[k], "speedup": secs["plain"] / secs[k], "tau": tokens[k] / max(steps[k] - n, 1),
            "exact": exact[k] / n} for k in gens}

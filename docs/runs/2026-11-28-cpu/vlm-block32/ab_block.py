@@ -3,7 +3,8 @@
 output compared with plain decoding's), with the EAGLE chain, the best feature drafter, as the reference.
 
     python ab_block.py --new-home HOME --prompts 8 --rounds 3 --out F"""
-import argparse, json, os, time
+import argparse, json, os, sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 from mmspec.drafters.dflash import DFlashDrafter
@@ -12,6 +13,7 @@ from mmspec.eval.vlm_suite import feature_factories, vlm_prompts
 from mmspec.generator import SpeculativeGenerator
 from mmspec.registry import CHAIN_CONFIDENCE, DFLASH_TREE
 from mmspec.zoo import load
+from interleave import interleaved
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--new-home", required=True); ap.add_argument("--prompts", type=int, default=8)
@@ -35,21 +37,10 @@ gens = {"plain": SpeculativeGenerator(model, NoDrafter()),
         "dflash (block 32 run at 16)": SpeculativeGenerator(model, DFlashDrafter(new, model, block=16,
                                                                                  confidence=CHAIN_CONFIDENCE)),
         "dflash-tree (block 32)": SpeculativeGenerator(model, DFlashDrafter(new, model, **DFLASH_TREE))}
-secs = {k: 0.0 for k in gens}; steps = {k: 0 for k in gens}; tokens = {k: 0 for k in gens}; exact = {k: 0 for k in gens}
-ref = {}
-for r in range(a.rounds + 1):  # round 0 warms up
-    for i, (ids, kw) in enumerate(calls):
-        for k, g in gens.items():
-            t = time.perf_counter()
-            o = g.generate(ids, max_new_tokens=64, eos_token_id=eos, **kw)
-            dt = time.perf_counter() - t
-            seq = o.sequences[0].tolist()
-            if k == "plain":
-                ref[i] = seq
-            if r:
-                secs[k] += dt; steps[k] += o.stats.target_forwards - 1; tokens[k] += o.stats.new_tokens - 1
-                exact[k] += int(seq == ref[i])
+T = interleaved(gens, calls, a.rounds, 64, eos)
+secs = {k: t["seconds"] for k, t in T.items()}; exact = {k: t["exact"] for k, t in T.items()}
 n = a.rounds * len(calls)
+steps = {k: t["forwards"] - n for k, t in T.items()}; tokens = {k: t["tokens"] - n for k, t in T.items()}  # after the prefill
 out = {k: {"seconds": secs[k], "speedup": secs["plain"] / secs[k], "tau": tokens[k] / max(steps[k], 1),
            "steps_per_prompt": steps[k] / n, "exact": exact[k] / n} for k in gens}
 for k, v in out.items():

@@ -3,7 +3,8 @@ training answers, from the build's cached answers) and with shorter blocks, side
 EAGLE chain on the VLM suite's prompts (greedy, EOS on; every output compared with plain decoding's).
 
     python ab_vocab.py --answers HOME/.build/vlm-dflash/<target>/answers-train.pt --rounds 3 --out F"""
-import argparse, json, os, time
+import argparse, json, os, sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 from mmspec.drafters.dflash import DFlashDrafter
@@ -12,6 +13,7 @@ from mmspec.eval.vlm_suite import feature_factories, vlm_prompts
 from mmspec.generator import SpeculativeGenerator
 from mmspec.registry import CHAIN_CONFIDENCE
 from mmspec.zoo import load
+from interleave import interleaved
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--answers", required=True); ap.add_argument("--prompts", type=int, default=8)
@@ -30,17 +32,8 @@ mk = lambda **kw: SpeculativeGenerator(model, DFlashDrafter(net, model, confiden
 gens = {"plain": SpeculativeGenerator(model, NoDrafter()), "eagle-chain": SpeculativeGenerator(model, fac["eagle-chain"]()),
         "dflash": mk(), "dflash vocab": mk(draft_vocab=ids), "dflash block 24": mk(block=24),
         "dflash block 24 vocab": mk(block=24, draft_vocab=ids)}
-secs = {k: 0.0 for k in gens}; exact = {k: 0 for k in gens}; ref = {}
-for r in range(a.rounds + 1):
-    for i, (x, kw) in enumerate(calls):
-        for k, g in gens.items():
-            t = time.perf_counter(); o = g.generate(x, max_new_tokens=64, eos_token_id=eos, **kw)
-            dt = time.perf_counter() - t
-            seq = o.sequences[0].tolist()
-            if k == "plain":
-                ref[i] = seq
-            if r:
-                secs[k] += dt; exact[k] += int(seq == ref[i])
+T = interleaved(gens, calls, a.rounds, 64, eos)
+secs = {k: t["seconds"] for k, t in T.items()}; exact = {k: t["exact"] for k, t in T.items()}
 n = a.rounds * len(calls)
 out = {k: {"seconds": secs[k], "speedup": secs["plain"] / secs[k], "vs_eagle": secs["eagle-chain"] / secs[k],
            "exact": exact[k] / n} for k in gens}
