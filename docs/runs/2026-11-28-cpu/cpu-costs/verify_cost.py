@@ -5,7 +5,6 @@ call; median of 15), twice: what a verify forward of N nodes costs on this CPU a
 import os, time, copy
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
-from transformers import DynamicCache
 from mmspec.zoo import load
 torch.set_num_threads(2)
 tgt = load("code-target").model
