@@ -329,13 +329,13 @@ class SpeculativeGenerator:
             return tree, None
         state, req = call.state, call.request
         room = torch.where(state.active, req.max_new_tokens - call.generated - 1, 0)  # drafts a row may still emit
-        deep = tree.max_depth > int(room.min())
+        deep = (tree.depth > room[:, None]) & tree.valid
         eos = torch.isin(tree.tokens, req.eos) & tree.valid if req.eos.numel() else None
         if eos is not None:
             eos[:, 0] = False
-        if not deep and (eos is None or not bool(eos.any())):
+        if not bool((deep if eos is None else deep | eos).any()):  # (the one device sync of a step that drops none)
             return tree, None
-        keep = tree.depth <= room[:, None]
+        keep = ~deep
         if eos is not None:  # below a drafted EOS: an EOS among its ancestors other than itself
             keep &= (tree.ancestor_mask & eos[:, None, :]).sum(-1) <= eos.long()
         if bool((keep | ~tree.valid).all()):

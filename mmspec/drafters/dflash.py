@@ -151,13 +151,11 @@ class DFlashDrafter(Drafter):
         self.never = getattr(target, "disallowed", None)  # ids the target never emits: no draft mass
         self.draft_vocab = self.draft_head = self.draft_bias = None
         V = self.lm_head.weight.shape[0]
-        if draft_vocab is None:
-            draft_vocab = net.draft_vocab
-        if draft_vocab is not None:
-            ids = torch.tensor(checked_vocab(draft_vocab, V), dtype=torch.long)
-        if draft_vocab is not None and ids.numel() < V:  # (the whole vocabulary needs no gathered head)
+        ids = net.draft_vocab if draft_vocab is None else draft_vocab  # (a drafter's own, read from its config)
+        ids = None if ids is None else checked_vocab(ids, V)
+        if ids is not None and len(ids) < V:  # (the whole vocabulary needs no gathered head)
             # the head's rows of those ids, gathered once (a slot's logits then cost |draft_vocab| rows, not V)
-            self.draft_vocab = ids.to(self.lm_head.weight.device)
+            self.draft_vocab = torch.tensor(ids, dtype=torch.long, device=self.lm_head.weight.device)
             self.draft_head = self.lm_head.weight.detach()[self.draft_vocab].clone()
             bias = getattr(self.lm_head, "bias", None)
             self.draft_bias = None if bias is None else bias.detach()[self.draft_vocab].clone()
