@@ -46,13 +46,17 @@ from ..verifiers.logits import SamplingConfig
 from ..verifiers.tree_forward import text_config
 from .base import Drafter, check_confidence, feature_buffer, store_path_features, trusted_slots
 from .dflash_model import DFlashDraftModel, check_block, checked_vocab, emitted
-from .prompt_lookup import lookup_continuation
+from .prompt_lookup import lookup_match
 
 
 LAZY_SLOTS = 4  # slots the confident chain sends through the LM head first (the rest follow in one call)
 _IMPOSSIBLE = -60.0  # log-probability below which a slot's token is one its (warped) q gives no mass
 _GREEDY = SamplingConfig(False)  # the drafts of the greedy block (``sampled_drafts=False``)
 LOOKUP_NGRAM = (1, 3)  # the n-gram lengths ``lookup`` matches (min, max), as PromptLookupDrafter's defaults
+# the shortest match a lone lookup step needs (a continuation after a one-token match only joins the DDTree): along
+# the zoo's code target's greedy answers a lone continuation after a one-token match emitted 2.0 tokens a step and
+# nothing past its root 70-75% of the time, after longer matches 3.5-9 (HumanEval and the suite's prompts)
+ALONE_MATCH = 2
 
 
 @dataclass
@@ -310,7 +314,7 @@ class DFlashDrafter(Drafter):
             # the full branch (the largest size's): the lone step's, else grafted onto the tree, looked up once
             branches = self._branches(state, self.lookup) if self.lookup is not None else None
             alone = self._lookup_alone(state, branches) if self.lookup_alone is not None else None
-            return alone if alone is not None else self.propose_sized(context, run, [0], branches)[0]
+            return alone if alone is not None else self.propose_sized(context, run, [0], branches and branches[0])[0]
         self._catch_up(context, run)
         roots = state.roots.to(self.net.device)
         if self.tree_nodes is not None:
@@ -319,19 +323,23 @@ class DFlashDrafter(Drafter):
         return self._chain(roots, self.slot_hidden(context, run), state, sampling)
 
     @staticmethod
-    def _branches(state, length: int) -> list[list[int]]:
-        """Each row's prompt-lookup continuation of up to ``length`` tokens (none for a row not generating)."""
-        return [lookup_continuation(state.row(b), length, LOOKUP_NGRAM[1], LOOKUP_NGRAM[0]).tolist() if active else []
-                for b, active in enumerate(state.active.tolist())]
+    def _branches(state, length: int) -> tuple[list[list[int]], list[int]]:
+        """Each row's prompt-lookup continuation of up to ``length`` tokens, and the length of the match it follows
+        (none, 0, for a row not generating)."""
+        found = [lookup_match(state.row(b), length, LOOKUP_NGRAM[1], LOOKUP_NGRAM[0]) if active else (None, 0)
+                 for b, active in enumerate(state.active.tolist())]
+        return [[] if c is None else c.tolist() for c, _ in found], [n for _, n in found]
 
-    def _lookup_alone(self, state, branches: list[list[int]] | None = None) -> DraftTree | None:
-        """The root with each row's lookup continuation (``branches``, looked up here if not given), when every row
-        still generating has one of at least ``lookup_alone`` tokens; else None (the step drafts the DDTree)."""
-        branches = self._branches(state, self.lookup) if branches is None else branches
+    def _lookup_alone(self, state, branches: tuple | None = None) -> DraftTree | None:
+        """The root with each row's lookup continuation (``branches``, from :meth:`_branches`, looked up here if not
+        given), when every row still generating has one of at least ``lookup_alone`` tokens after a match of at least
+        ``ALONE_MATCH`` tokens; else None (the step drafts the DDTree)."""
+        conts, matched = self._branches(state, self.lookup) if branches is None else branches
         rows = state.active.tolist()
-        if not any(rows) or any(a and len(c) < self.lookup_alone for a, c in zip(rows, branches)):
+        if not any(rows) or any(a and (len(c) < self.lookup_alone or n < ALONE_MATCH)
+                                for a, c, n in zip(rows, conts, matched)):
             return None
-        return DraftTree.root_only(state.roots.to(self.net.device)).grafted(branches)
+        return DraftTree.root_only(state.roots.to(self.net.device)).grafted(conts)
 
     @torch.no_grad()
     def propose_sized(self, context: DraftContext, run: DFlashRun, which: list[int],
@@ -350,7 +358,7 @@ class DFlashDrafter(Drafter):
                             state.generator, nodes)
         longest = max(L for _, L in sizes)
         if longest and branches is None:
-            branches = self._branches(state, longest)
+            branches = self._branches(state, longest)[0]
         trees = []
         for n, L in sizes:
             tree = full if n == nodes else DraftTree(full.tokens[:, :n + 1], full.parents[:, :n + 1],

@@ -14,8 +14,11 @@ from ..tree import DraftTree
 from .base import Drafter
 
 
-def lookup_continuation(context: torch.LongTensor, num_tokens: int, max_ngram: int, min_ngram: int) -> torch.LongTensor:
-    """The continuation after an earlier match of the context's suffix (may be empty).
+def lookup_match(context: torch.LongTensor, num_tokens: int, max_ngram: int, min_ngram: int
+                 ) -> tuple[torch.LongTensor, int]:
+    """The continuation after an earlier match of the context's suffix (may be empty), and the length of the suffix
+    matched (0: none). How long the match is says how far to trust it: on the zoo's code target a continuation after
+    a one-token match is accepted whole far less often than one after a match of two or three.
 
     Among matches of the longest n-gram that matches at all, take the one with the longest available
     continuation (up to ``num_tokens``), the most recent among equals: a match right before the end
@@ -28,8 +31,13 @@ def lookup_continuation(context: torch.LongTensor, num_tokens: int, max_ngram: i
         if hits.numel():
             available = (L - (hits + n)).clamp(max=num_tokens)
             best = int(hits[(available * (L + 1) + hits).argmax()])
-            return context[best + n: best + n + num_tokens]
-    return context[:0]
+            return context[best + n: best + n + num_tokens], n
+    return context[:0], 0
+
+
+def lookup_continuation(context: torch.LongTensor, num_tokens: int, max_ngram: int, min_ngram: int) -> torch.LongTensor:
+    """The continuation of :func:`lookup_match` alone."""
+    return lookup_match(context, num_tokens, max_ngram, min_ngram)[0]
 
 
 class PromptLookupDrafter(Drafter):

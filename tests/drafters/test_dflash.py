@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from mmspec import SpeculativeGenerator
-from mmspec.drafters.dflash import DFlashDrafter
+from mmspec.drafters.dflash import ALONE_MATCH, DFlashDrafter
+from mmspec.drafters.prompt_lookup import lookup_match
 from mmspec.drafters.dflash_io import load_dflash, read_config, save_dflash
 from mmspec.drafters.dflash_model import DFlashDraftModel, default_layer_ids, make_config, teacher_forced_logits
 from mmspec.tiny import tiny_model
@@ -145,11 +146,14 @@ def test_lookup_branch_stays_exact_and_is_drafted(target, ragged_batch, greedy_r
 
 
 @pytest.mark.parametrize("rows", [1, 2])
-def test_lookup_alone_skips_the_block_drafter_where_every_row_has_a_long_continuation(target, greedy_reference, rows):
+def test_lookup_alone_skips_the_block_drafter_where_every_row_has_a_long_continuation(target, greedy_reference, rows,
+                                                                                      monkeypatch):
     """lookup_alone: a greedy step where every row still generating has a lookup continuation of at least that many
     tokens verifies it alone (no drafter forward); other steps draft the DDTree with the branch, and the tokens the
     lone steps accept reach the drafter's context at its next forward. The output stays the target's; a row without
-    such a continuation makes its batch's step draft the tree; sampling calls never take the lone branch."""
+    such a continuation makes its batch's step draft the tree; sampling calls never take the lone branch. (One-token
+    matches count here: a random target rarely repeats two tokens of its prompt; the gate has its own test.)"""
+    monkeypatch.setattr("mmspec.drafters.dflash.ALONE_MATCH", 1)
     net = make_net(target)
     base = torch.randint(3, VOCAB, (2, 6), generator=torch.Generator().manual_seed(8))
     ids = torch.cat([base, base, base[:, :3]], 1)[:rows]  # repeating prompts: lookup has something to offer
@@ -203,6 +207,26 @@ def test_lookup_alone_waits_for_every_row(target):
     state.active = torch.tensor([True, False])
     tree = drafter._lookup_alone(state)  # row 1 finished: row 0's continuation decides
     assert tree is not None and tree.tokens[0].tolist() == [5, *base[3:6].tolist(), *base[:3].tolist()]
+
+
+def test_lookup_alone_needs_a_match_of_two_tokens(target):
+    """A continuation after a one-token match joins the DDTree but is never verified alone (ALONE_MATCH): the same
+    continuation after a two-token match is. lookup_match reports the match length that decides it."""
+    net = make_net(target)
+    drafter = DFlashDrafter(net, target, tree_nodes=5, top_k=3, lookup=6, lookup_alone=3)
+    cont = [20, 21, 22, 23, 24]
+    state = type("S", (), {})()
+    state.batch_size, state.active, state.roots = 1, torch.tensor([True]), torch.tensor([5])
+    rows = {0: torch.tensor([9, 7, 8, *cont, 30, 31, 8])}  # "8" matched alone: (7, 8) is not "31, 8"
+    state.row = lambda b: rows[b]
+    assert lookup_match(rows[0], 6, 3, 1)[1] == 1
+    assert drafter._branches(state, 6) == ([cont + [30]], [1])
+    assert drafter._lookup_alone(state) is None
+    rows[0] = torch.tensor([9, 7, 8, *cont, 30, 7, 8])  # now "7, 8" matches: the same continuation, verified alone
+    assert lookup_match(rows[0], 6, 3, 1)[1] == 2
+    tree = drafter._lookup_alone(state)
+    assert tree is not None and tree.tokens[0].tolist() == [5, *cont, 30]
+    assert ALONE_MATCH == 2
 
 
 def test_draft_vocab_drafts_only_its_ids_and_stays_exact(target, ragged_batch, greedy_reference):
