@@ -109,13 +109,15 @@ DFLASH_TREE_LOOKUP = dict(DFLASH_TREE, lookup=12)
 # and steps whose lookup continuation has 4 tokens or more verify it alone, without the block drafter (greedy calls):
 # in one process on this CPU (2026-11-27, two runs each) 2.89-2.91x against 2.74-2.75x on the code suite's 8 prompts
 # and 1.54-1.56x against 1.47-1.48x on 24 HumanEval prompts (prompt lookup alone 1.44-1.46x); a threshold of 3 did
-# the same, 2 or 8 less (docs/runs/2026-11-27-cpu/lookup-alone/). An option, not the zoo default: see zoo_defaults
+# the same, 2 or 8 less (docs/runs/2026-11-27-cpu/lookup-alone/); since 2026-11-28 only after a match of two tokens
+# or more (dflash.ALONE_MATCH)
 DFLASH_LOOKUP_ALONE = dict(DFLASH_TREE_LOOKUP, lookup_alone=4)
 # and the DDTree stops growing at prefixes less probable than 3% (tree_cut): on a CPU the verify forward over the
 # 28 nodes of the tree and its branch costs 1.6-1.85 plain steps, and where the drafter is unsure most of them are not
 # accepted. In one process (2026-11-27, docs/runs/2026-11-27-cpu/tree-cut/): 24 HumanEval prompts 1.51x against
 # 1.44x without the cut (two repeats; 5% at 0.05 in a one-repeat run: 1.58x against 1.55x), the code suite's 16
-# prompts 2.38x against 2.41x
+# prompts 2.38x against 2.41x. With ALONE_MATCH (2026-11-28) the zoo's greedy default for the code target (see
+# routes/zoo_defaults.py): HumanEval 1.57x against 1.54x without the cut, the suite 3.28x against 3.29x
 DFLASH_LOOKUP_CUT = dict(DFLASH_LOOKUP_ALONE, tree_cut=0.03)
 IMAGE_DFLASH_TREE = dict(tree_nodes=16, top_k=4)  # the same on the image target (tree="ddtree")
 # DiffuSpec's CPS mix of dLM and causal-proxy scores for the zoo. The paper's λ = 0.5 suits a 7B dLM with a strong

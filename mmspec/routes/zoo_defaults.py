@@ -4,22 +4,24 @@ method, the zoo model that drafts it."""
 
 from __future__ import annotations
 
-from ..registry import CAUSAL_METHODS, DFLASH_TREE_LOOKUP
+from ..registry import CAUSAL_METHODS, DFLASH_LOOKUP_CUT
 
 # the fastest lossless method of each zoo target in `mmspec eval`. code, greedy: the DFlash DDTree with a prompt-lookup
 # branch (2.53-3.03x in three `mmspec eval --suite code --repeats 2` runs of 2026-11-26, against EAGLE's 2.00-2.29x and
-# the confident AR chain's 1.93-2.19x). Verifying long lookup continuations alone (DFLASH_LOOKUP_ALONE,
-# `lookup_alone=4`) is faster where every step drafts (see the registry) but not the default: under the adaptive policy
-# it trails the tree at one to two rows (three 16-prompt sweeps of 2026-11-27, after the policy stopped letting one lost
-# call set the next ones on plain steps: 2.21-2.24x against 2.34-2.49x at one row; before that fix 1.15x;
-# docs/runs/2026-11-27-cpu/code-sweep-16..20.md); code, sampling: the confident AR chain (0.95x at T = 1 against the
+# the confident AR chain's 1.93-2.19x), where a lookup continuation of 4 tokens or more after a match of 2 tokens or
+# more is verified alone and the tree stops at prefixes below 3% (DFLASH_LOOKUP_CUT). Under the adaptive policy that
+# trailed the plain grafted tree while any match sent a step alone (2.21-2.24x against 2.34-2.49x at one row,
+# docs/runs/2026-11-27-cpu/code-sweep-16..20.md); since lone steps need a two-token match (ALONE_MATCH) it leads at
+# every batch size that drafts (two `mmspec bench --suite code --prompts 16` sweeps of 2026-11-28: 2.56 / 2.64x against
+# 2.37 / 2.44x at one row, 2.12 / 2.20x against 2.02 / 2.05x at two, 1.50x against 1.49x at four,
+# docs/runs/2026-11-28-cpu/default-sweep-{1,2}); code, sampling: the confident AR chain (0.95x at T = 1 against the
 # DFlash DDTree's 0.72x: independent draws from each slot's q rarely make a chain the target keeps).
 # vlm: the DFlash block drafter (2.08x / 2.17x in two `mmspec eval --suite vlm --repeats 2` runs of 2026-11-26
 # against EAGLE's 1.86x / 1.92x and MSD's 1.82x / 1.78x)
 ZOO_METHOD = {"code-target": "dflash", "vlm-target": "dflash"}
 ZOO_SAMPLING_METHOD = {"code-target": "chain"}  # a sampling call's method where it is not ZOO_METHOD's
 # (target, method): the settings the zoo's drafter runs with when the caller sets none of the method's shape
-ZOO_SETTINGS = {("code-target", "dflash"): DFLASH_TREE_LOOKUP}
+ZOO_SETTINGS = {("code-target", "dflash"): DFLASH_LOOKUP_CUT}
 ZOO_DRAFTERS = {
     "code-target": {"deer": "zoo:code-deer", "diffuspec": "zoo:code-dlm", "dflash": "zoo:code-dflash", "eagle": "zoo:code-eagle",
                     **{m: "zoo:code-drafter" for m in CAUSAL_METHODS}},
@@ -39,13 +41,14 @@ def zoo_default(target, method: str | None) -> tuple[str | None, str | None]:
 
 
 def zoo_settings(target, method: str, options: dict) -> dict:
-    """``options`` with the zoo's tuned settings of ``method`` on ``target`` filled in, when the caller set none of
-    the options that shape its drafts (e.g. the code target's ``dflash``: a DDTree of 16 nodes with a prompt-lookup
-    branch of 12, not the whole block's chain)."""
+    """``options`` with the zoo's tuned settings of ``method`` on ``target`` filled in where the caller set none, when
+    the caller set none of the options that shape its drafts (e.g. the code target's ``dflash``: a DDTree of 16 nodes
+    with a prompt-lookup branch of 12, not the whole block's chain; a caller's own ``lookup_alone`` or ``tree_cut``
+    is kept)."""
     tuned = ZOO_SETTINGS.get((target.zoo, method))
     if tuned is None or any(options.get(k) is not None for k in SHAPE_OPTIONS):
         return options
-    return {**options, **tuned}
+    return {**options, **{k: v for k, v in tuned.items() if options.get(k) is None}}
 
 
 def zoo_sampling_method(target, drafter, method: str | None, given: list[str]) -> str | None:

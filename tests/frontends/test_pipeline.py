@@ -44,16 +44,19 @@ def test_routes_by_inspection(code):
 
 
 def test_zoo_text_default_is_the_dflash_tree_when_greedy_and_exact(code, greedy_reference):
-    """The code target's default (its fastest greedy method): the DFlash DDTree with a prompt-lookup branch; a caller's
-    lookup_alone or tree_cut keeps the tuned tree."""
+    """The code target's default (its fastest greedy method): the DFlash DDTree with a prompt-lookup branch, long
+    continuations verified alone and the tree cut at 3%; a caller's own lookup_alone or tree_cut is kept, with the
+    rest of the tuned tree; a caller's shape (tree_nodes, lookup) replaces the tuned settings."""
     pipe = mmspec.pipeline("zoo:code-target")
     assert isinstance(pipe, TextPipeline) and pipe.method == "dflash" and isinstance(pipe.drafter, DFlashDrafter)
     d = pipe.drafter
-    assert (d.tree_nodes, d.top_k, d.lookup, d.lookup_alone) == (16, 4, 12, None)
-    d = mmspec.pipeline("zoo:code-target", lookup_alone=4).drafter
-    assert (d.tree_nodes, d.top_k, d.lookup, d.lookup_alone) == (16, 4, 12, 4)
-    d = mmspec.pipeline("zoo:code-target", tree_cut=0.03).drafter
-    assert (d.tree_nodes, d.lookup, d.tree_cut) == (16, 12, 0.03)
+    assert (d.tree_nodes, d.top_k, d.lookup, d.lookup_alone, d.tree_cut) == (16, 4, 12, 4, 0.03)
+    d = mmspec.pipeline("zoo:code-target", lookup_alone=2).drafter
+    assert (d.tree_nodes, d.top_k, d.lookup, d.lookup_alone, d.tree_cut) == (16, 4, 12, 2, 0.03)
+    d = mmspec.pipeline("zoo:code-target", tree_cut=0.1).drafter
+    assert (d.tree_nodes, d.lookup, d.lookup_alone, d.tree_cut) == (16, 12, 4, 0.1)
+    d = mmspec.pipeline("zoo:code-target", tree_nodes=8, lookup=6).drafter
+    assert (d.tree_nodes, d.lookup, d.lookup_alone, d.tree_cut) == (8, 6, None, None)
     with pytest.raises(ValueError, match="tree_cut"):
         mmspec.pipeline("zoo:code-target", tree_cut=1.5)
     deer = mmspec.pipeline("zoo:code-target", method="deer")  # the aligned diffusion drafter by name
@@ -86,7 +89,7 @@ def test_zoo_dflash_settings_unless_the_caller_shapes_the_drafts():
     """method='dflash' on the code target gets the zoo's tuned DDTree + lookup; a caller's shape option replaces
     them (and a named method or a shape option leaves sampling calls on the pipeline's method)."""
     named = mmspec.pipeline("zoo:code-target", method="dflash")
-    assert (named.drafter.tree_nodes, named.drafter.lookup, named.drafter.lookup_alone) == (16, 12, None)
+    assert (named.drafter.tree_nodes, named.drafter.lookup, named.drafter.lookup_alone) == (16, 12, 4)
     assert named.sampling_method is None
     chain = mmspec.pipeline("zoo:code-target", method="dflash", num_tokens=5)
     assert chain.drafter.tree_nodes is None and chain.drafter.num_tokens == 5 and chain.drafter.lookup is None
