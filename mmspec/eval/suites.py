@@ -27,7 +27,7 @@ from ..routes.vlm import vlm_drafter
 from ..tree import DEFAULT_TREE, tree_label
 from ..verifiers.tree_forward import text_config
 from ..zoo import vlm_data as vd
-from .bench import ALL_METHODS, compare, prompt_record, time_methods
+from .bench import ALL_METHODS, AUTO, compare, prompt_record, time_methods
 from .code_suite import BLOCK_METHODS as CODE_BLOCK_METHODS, CODE_METHODS, diffusion_factories
 from .config import EvalConfig
 from .cost_model import OWN_PLAIN
@@ -36,6 +36,13 @@ from .image_suite import suite_methods
 from .vlm_suite import BLOCK_METHODS as VLM_BLOCK_METHODS, VLM_METHODS, feature_factories, vlm_prompts
 
 NEEDS_DRAFT = ("hf-assisted", "chain", "tree", "dynamic")
+UNDRAFTED = ("plain", "mmspec-plain", "hf-assisted", "hf-prompt-lookup")  # no mmspec drafter to run adaptively
+
+
+def with_auto(available: list[str]) -> list[str]:
+    """``available`` and, for each method mmspec drafts, ``<method>-auto``: its drafter under the adaptive policy
+    (:class:`~mmspec.drafters.adaptive.AdaptiveDrafter`, what ``mmspec.pipeline`` runs by default), timed as any row."""
+    return available + [m + AUTO for m in available if m not in UNDRAFTED]
 
 
 @dataclass
@@ -156,7 +163,7 @@ def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:
                 extra.pop(name, None)
             extra.update(_dflash_methods(target, draft))
             draft = load_drafter("zoo:code-drafter", target, cfg.home)
-        available = ALL_METHODS + list(extra)
+        available = with_auto(ALL_METHODS + list(extra))
         default = [m for m in CODE_METHODS if m in available]  # a zoo without code-dflash / code-eagle runs the rest
     else:
         draft = load_drafter(cfg.drafter, target, cfg.home, drafter_device) if cfg.drafter else None
@@ -168,6 +175,7 @@ def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:
             text_drafter(target, draft, "chain")
         available = [m for m in ALL_METHODS if draft is not None or m not in NEEDS_DRAFT] + list(extra)
         default = available
+        available = with_auto(available)
     methods = cfg.methods_for(suite, available, default)
     if suite == "code":
         items = code_items(cfg.num_prompts, cfg.code_data)
@@ -226,7 +234,8 @@ def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:
             return skipped
         report = compare(target.model, draft, prompts, methods, max_new_tokens=cfg.max_new_tokens,
                          num_tokens=cfg.num_tokens, do_sample=cfg.do_sample, temperature=cfg.temperature,
-                         repeats=cfg.repeats, progress=cfg.progress, extra={m: extra[m] for m in methods if m in extra},
+                         repeats=cfg.repeats, progress=cfg.progress,
+                         extra={m: f for m, f in extra.items() if m in methods or m + AUTO in methods},
                          eos_token_id=eos, seed=cfg.seed, warmup=cfg.warmup, per_prompt=True, desc=desc)
         return _records(suite, report, items, kept) + skipped
 

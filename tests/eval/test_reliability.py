@@ -144,3 +144,30 @@ def test_a_dflash_drafter_given_to_the_zoo_code_suite_takes_its_dflash_rows(tmp_
     assert "dflash-tree-lookup" in suite.available  # yours too
     assert not {"dflash-block", "dflash-b8", "dflash-tree-b8"} & set(suite.available)
     assert suite.methods == ["plain", "chain", "dflash", "dflash-tree"]
+
+
+def test_the_code_suite_times_a_drafting_method_under_the_adaptive_policy(tmp_path, monkeypatch):
+    """``<method>-auto`` rows (what ``mmspec.pipeline`` runs by default) are timed like any other: the drafter runs
+    wrapped in the adaptive policy and its output stays exact; methods with no mmspec drafter have no such row."""
+    import mmspec.eval.bench as bench
+    from mmspec.eval.config import EvalConfig
+
+    wrapped = []
+
+    class Recording(bench.AdaptiveDrafter):
+        def __init__(self, inner, **kw):
+            wrapped.append(type(inner).__name__)
+            super().__init__(inner, **kw)
+
+    monkeypatch.setattr(bench, "AdaptiveDrafter", Recording)
+    cfg = EvalConfig(suites=["code"], num_prompts=1, max_new_tokens=8, progress=False, plots=False,
+                     methods=["plain", "prompt-lookup-auto", "chain-auto"], out=str(tmp_path))
+    suite = suites.text_suite(cfg, "code")
+    assert {"chain-auto", "prompt-lookup-auto"} <= set(suite.available)
+    assert not {"plain-auto", "mmspec-plain-auto", "hf-assisted-auto"} & set(suite.available)
+    assert suite.methods == ["plain", "prompt-lookup-auto", "chain-auto"]
+    by = {r["method"]: r for r in suite.run([0], "code")}
+    assert by["chain-auto"]["exact"] and by["prompt-lookup-auto"]["exact"]
+    assert sorted(set(wrapped)) == ["AutoregressiveDrafter", "PromptLookupDrafter"]
+    with pytest.raises(ValueError, match="unknown methods"):
+        suites.text_suite(EvalConfig(suites=["code"], num_prompts=1, methods={"code": ["plain-auto"]}), "code")
