@@ -294,6 +294,29 @@ class SpecKVCache(Cache):
         self._write_offset = base
         return positions
 
+    def extend_committed(self, kv: list[tuple[torch.Tensor, torch.Tensor]], counts: torch.LongTensor) -> None:
+        """Commit each row's first ``counts[b]`` of the entries ``kv[i]`` = (keys, values) ``[B, H_kv, n, D]`` of layer
+        i right after its committed prefix, with no pending step (entries that attend to nothing and were computed
+        elsewhere: a DFlash drafter's new context keys / values, from its block's forward). A row's entries past its
+        count land beyond its new length, where nothing reads them."""
+        if self.num_pending:
+            raise ValueError("extend_committed writes after the committed prefix: commit or discard pending nodes first")
+        n = kv[0][0].shape[2]
+        base = int(self.lengths.max())
+        self._check_room(base + n)
+        same = self.batch_size_ == 1 or bool((self.lengths == base).all())
+        if not same:
+            B, H, _, D = kv[0][0].shape
+            index = (self.lengths[:, None] + torch.arange(n, device=self.device))[:, None, :, None].expand(B, H, n, D)
+        for layer, (k, v) in zip(self.layers, kv):
+            if same:
+                layer.keys[:, :, base: base + n] = k
+                layer.values[:, :, base: base + n] = v
+            else:
+                layer.keys.scatter_(2, index, k)
+                layer.values.scatter_(2, index, v)
+        self.lengths = self.lengths + counts.to(self.lengths)
+
     def block_view(self, T: int):
         """What a block of ``T`` new nodes that sees each row's committed prefix and the whole block attends to, when
         its keys / values are thrown away after the forward (a DFlash drafter's block): ``(positions [B, T], mask

@@ -240,21 +240,24 @@ class DFlashDrafter(Drafter):
         run.cache, run.shift = cache, P - S
 
     def _catch_up(self, context: DraftContext, run: DFlashRun) -> None:
-        """Append the fused features of every verified position the cache does not hold yet (the prompt at the
-        first draft; after that the accepted paths of the steps since the last draft), so that it holds every
-        position before the root."""
+        """The context cache over the prompt, at the call's first draft. The verified positions that join it later
+        (the accepted paths of the steps since the last draft) are appended by the next block forward itself
+        (:meth:`slot_hidden`), so that the cache holds every position before the root while the block attends."""
         if run.cache is None:
             self._prefill(context, run)
+
+    def _new_entries(self, context: DraftContext, run: DFlashRun) -> tuple[torch.Tensor, torch.LongTensor] | None:
+        """(fused features [B, n, H], counts [B]) of the verified positions the context cache does not hold yet, the
+        root left out (the target has not computed its feature yet); None when there are none."""
         cache = run.cache
         unseen = context.state.unseen(cache.lengths + run.shift)  # token positions from the first one not held
-        new = (unseen.counts - 1).clamp(min=0)  # all but the root, whose feature the target has not computed yet
+        new = (unseen.counts - 1).clamp(min=0)
         width = int(new.max())
         if width == 0:
-            return
+            return None
         at = unseen.positions[:, :width]
         feats = run.features.gather(1, at[..., None].expand(-1, -1, run.features.shape[-1]))
-        self._append(cache, self.net.fuse(feats), torch.arange(width, device=at.device)[None, :] < new[:, None])
-        cache.commit_first(new)
+        return self.net.fuse(feats), new
 
     def select_rows(self, run: DFlashRun, keep: torch.LongTensor) -> DFlashRun:
         rows = keep.to(run.features.device)
@@ -287,9 +290,12 @@ class DFlashDrafter(Drafter):
     @torch.no_grad()
     def slot_hidden(self, context: DraftContext, run: DFlashRun) -> torch.Tensor:
         """[B, num_tokens, H] the block's final-normed states at its first ``num_tokens`` slots (one drafter forward;
-        the LM head is applied by the caller, to the slots it needs). The block attends to the context cache's
-        committed keys / values and its own, which are not kept (:meth:`SpecKVCache.block_view`); a lone unpadded
-        row's block sees every entry, so it runs without a mask (SDPA's unmasked path)."""
+        the LM head is applied by the caller, to the slots it needs). The forward also computes the keys / values
+        of the verified positions the context cache does not hold yet (:meth:`_new_entries`), in the same products
+        as the block's own, and commits them to the cache after it (:meth:`SpecKVCache.extend_committed`); the block
+        attends to the committed entries, those, and itself, whose keys / values are not kept. A lone unpadded row's
+        block sees every entry, so it runs without a mask (SDPA's unmasked path)."""
+        self._catch_up(context, run)
         net, cache = self.net, run.cache
         dev = net.device
         state = context.state
@@ -297,9 +303,29 @@ class DFlashDrafter(Drafter):
         tokens = torch.full((B, T), net.mask_token_id, dtype=torch.long, device=dev)
         tokens[:, 0] = state.roots.to(dev)
         x = self.embed(tokens).to(net.dtype)
+        entries = self._new_entries(context, run)
         positions, mask, keys, values = cache.block_view(T)
+        ctx = None
+        if entries is not None:
+            ctx, new = entries
+            n = ctx.shape[1]
+            valid = torch.arange(n, device=dev)[None, :] < new[:, None]
+            seen = cache.seen_tokens[:, None]
+            positions = torch.cat([torch.where(valid, seen + torch.arange(n, device=dev), 0), positions + new[:, None]], 1)
+            if mask is not None:
+                L = keys[0].shape[2]
+                mask = torch.cat([mask[..., :L], valid[:, None, None, :].expand(B, 1, T, n), mask[..., L:]], -1)
         cos, sin = net.rope(x, positions)
-        h = net.block_after(x, cos, sin, keys, values, mask)
+        added = []
+
+        def keys_values(i, k, v):
+            if ctx is not None:
+                added.append((k[:, :, :n], v[:, :, :n]))
+            return torch.cat([keys[i], k], dim=2), torch.cat([values[i], v], dim=2)
+
+        h = net.block(x, cos, sin, keys_values, mask, context=ctx)
+        if ctx is not None:
+            cache.extend_committed(added, new)
         return h[:, 1: 1 + self.num_tokens]
 
     @torch.no_grad()

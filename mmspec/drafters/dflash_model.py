@@ -267,24 +267,18 @@ class DFlashDraftModel(nn.Module):
 
     def block(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
               keys_values: Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
-              mask: torch.Tensor | None) -> torch.Tensor:
+              mask: torch.Tensor | None, context: torch.Tensor | None = None) -> torch.Tensor:
         """The block's forward: ``x`` [B, T, H] (embedded block tokens) at rotary ``cos`` / ``sin`` [B, T, D];
         ``keys_values(i, k, v)`` returns layer i's keys / values to attend to given the block's own (the context's
         in front of them: from a cache, or concatenated in training); ``mask`` [B, 1, T, S] bool (True = attend).
+        ``context`` [B, n, H]: fused context entries whose keys / values each layer computes in the same products as
+        the block's (:meth:`context_kv`'s function; decoding's new entries): ``cos`` / ``sin`` then cover them first
+        ([B, n + T, D]) and ``keys_values`` gets their n keys / values in front of the block's.
         Returns the final-normed hidden states [B, T, H]."""
         h = x
         for i, layer in enumerate(self.layers):
-            h = decoder_layer(layer, h, cos, sin, lambda k, v, i=i: keys_values(i, k, v), mask)
+            h = decoder_layer(layer, h, cos, sin, lambda k, v, i=i: keys_values(i, k, v), mask, extra=context)
         return rms_norm(self.norm, h)
-
-    def block_after(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: list[torch.Tensor],
-                    values: list[torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
-        """:meth:`block` after given context keys / values ``keys[i]`` / ``values[i]`` [B, H_kv, L, D] of each layer
-        (a cache's committed entries), which it reads and does not extend: decoding's draft forward."""
-        def keys_values(i, k, v):
-            return torch.cat([keys[i], k], dim=2), torch.cat([values[i], v], dim=2)
-
-        return self.block(x, cos, sin, keys_values, mask)
 
 
 @torch.no_grad()

@@ -72,22 +72,27 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 def decoder_layer(layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys_values,
-                  mask: torch.Tensor | None) -> torch.Tensor:
+                  mask: torch.Tensor | None, extra: torch.Tensor | None = None) -> torch.Tensor:
     """One Llama / Qwen3-style decoder layer over ``h`` [B, T, H] as tensor ops on its own weights (q / k RMSNorm when
     the attention module has them, as Qwen3's does); ``cos`` / ``sin`` [B, T, D]. ``keys_values(k, v)`` returns the
     keys / values the queries attend to given the new nodes' own (a cache's update, or a drafter's extra context in
-    front of them). ``mask``: [B, 1, T, S] boolean (True = attend), or None for a single query that sees every key."""
+    front of them). ``mask``: [B, 1, T, S] boolean (True = attend), or None for a single query that sees every key.
+    ``extra`` [B, n, H]: rows that get keys and values only, projected in the same products as the nodes' own (a
+    DFlash drafter's new context entries, already normed); ``cos`` / ``sin`` then cover [B, n + T] (extra first) and
+    ``keys_values`` gets the n + T keys / values, extra's first."""
     attn, mlp = layer.self_attn, layer.mlp
     B, T, _ = h.shape
     D = attn.head_dim
     x = rms_norm(layer.input_layernorm, h)
+    kv_in = x if extra is None else torch.cat([extra.to(x.dtype), x], 1)
+    n = kv_in.shape[1] - T
     q = F.linear(x, attn.q_proj.weight).view(B, T, -1, D)
-    k = F.linear(x, attn.k_proj.weight).view(B, T, -1, D)
+    k = F.linear(kv_in, attn.k_proj.weight).view(B, n + T, -1, D)
     if getattr(attn, "q_norm", None) is not None:
         q, k = rms_norm(attn.q_norm, q), rms_norm(attn.k_norm, k)
-    v = F.linear(x, attn.v_proj.weight).view(B, T, -1, D).transpose(1, 2)
+    v = F.linear(kv_in, attn.v_proj.weight).view(B, n + T, -1, D).transpose(1, 2)
     cos, sin = cos[:, None], sin[:, None]
-    q, k = _rotate(q.transpose(1, 2), cos, sin), _rotate(k.transpose(1, 2), cos, sin)
+    q, k = _rotate(q.transpose(1, 2), cos[:, :, n:], sin[:, :, n:]), _rotate(k.transpose(1, 2), cos, sin)
     k, v = keys_values(k, v)
     # SDPA with grouped K/V heads read in place on a CPU (repeated elsewhere): the tree attention's reference
     o = tree_attention_reference(q, k, v, mask, attn.scaling)

@@ -389,8 +389,15 @@ def test_a_dflash_drafter_builds_its_context_only_once_it_drafts(code):
         pytest.skip("zoo:code-dflash is not built")
     inner = extra["dflash-tree"]()
     widths = []
-    append = inner._append
-    inner._append = lambda cache, ctx, valid: widths.append(ctx.shape[1]) or append(cache, ctx, valid)
+    append, entries = inner._append, inner._new_entries
+    inner._append = lambda cache, ctx, valid: widths.append(ctx.shape[1]) or append(cache, ctx, valid)  # the prompt
+
+    def new_entries(context, run):  # the positions verified since, which the next block forward appends
+        found = entries(context, run)
+        if found is not None:
+            widths.append(found[0].shape[1])
+        return found
+    inner._new_entries = new_entries
     prompt_length, out = _plain_then_drafting(code, inner, widths)
     assert out.stats.mean_accepted_tokens > 1.0
     assert widths[:2] == [prompt_length, 6]  # the prompt's positions, then the six the plain steps verified
