@@ -94,6 +94,13 @@ class Responses:
             tokens[i, : len(p) + len(r)] = torch.tensor(list(p) + list(r))
         return cls(tokens, torch.tensor([len(p) for p, _ in rows]), torch.tensor([len(p) + len(r) for p, r in rows]))
 
+    def answer_ids(self) -> list[int]:
+        """Every distinct id of the responses (prompts left out), ascending: a drafter's draft vocabulary (FR-Spec,
+        arXiv 2502.14856) when the responses are its target's own answers."""
+        at = torch.arange(self.tokens.shape[1])[None, :]
+        answers = (at >= self.prefix[:, None]) & (at < self.lengths[:, None])
+        return self.tokens[answers].unique().tolist()
+
     def rows(self) -> list[tuple[list[int], list[int]]]:
         """The (prompt ids, response ids) pairs back (``from_rows(data.rows())`` rebuilds ``data``)."""
         return [(t[:p].tolist(), t[p:n].tolist()) for t, p, n in zip(self.tokens, self.prefix.tolist(),

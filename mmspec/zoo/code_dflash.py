@@ -265,8 +265,14 @@ def build(home: Path, micro: bool = False, progress: bool = True, names: list[st
               "heldout_before": stages[len(plan)]["heldout_before"], "heldout_after": stages[len(plan)]["heldout_after"],
               "heldout_set": "stages 3-4's validation rows: the target's answers to the validation split's completion "
                              "prompts", "feature_seconds": feature_seconds}
+    # its draft vocabulary: every id of the target's answers to stage 3's training prompts (FR-Spec; the LM head over
+    # the block's slots then costs those rows, the verifier keeps every id, and the grafted lookup branch drafts any id
+    # of the context). Side by side on 24 HumanEval prompts (2026-11-28, docs/runs/2026-11-28-cpu/code-vocab/):
+    # dflash-lookup-cut faster at the same tau
+    net.config.dflash_config["draft_vocab"] = train.answer_ids()
     out, info, shipped = ship(net, tok, home, "code-dflash", "code", micro, SEED, target)
     metrics = {"layers": LAYERS, "hidden": cfg.hidden_size, "block_size": BLOCK,
+               "draft_vocab_ids": len(shipped.draft_vocab),
                "target_layer_ids": shipped.target_layer_ids,
                "params": sum(p.numel() for p in shipped.parameters()),
                "train_rows": stages[len(plan)]["train_rows"], "val_rows": len(val), **report,

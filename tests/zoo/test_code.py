@@ -122,6 +122,9 @@ def test_micro_build_loads_and_matches_checksum(tmp_path, greedy_reference):
     assert block["heldout_set"].startswith("stages 3-4's validation rows")
     assert {"chain15", "chain8"} <= set(block["tau_decode"]) and all(t >= 1.0 for t in block["tau_decode"].values())
     assert len(block["heldout_shipped"]["slot_agreement"]) == 15
+    # its draft vocabulary: every id of the target's answers to stage 3's training prompts, shipped in its config
+    shipped = load("code-dflash", home=tmp_path).model
+    assert shipped.draft_vocab and len(shipped.draft_vocab) == block["draft_vocab_ids"] < shipped.config.vocab_size
     assert "tau_chain8" in read_json(tmp_path / "code-eagle" / "metrics.json")
     for drafter in (DFlashDrafter(load("code-dflash", home=tmp_path).model, target.model, tree_nodes=6),
                     FeatureDrafter(load("code-eagle", home=tmp_path).model, target.model, num_tokens=4)):
