@@ -340,8 +340,8 @@ class DFlashDrafter(Drafter):
             # the full branch (the largest size's): the lone step's, else grafted onto the tree, looked up once
             branches = self._branches(state, self.lookup) if self.lookup is not None else None
             alone = self._lookup_alone(state, branches) if self.lookup_alone is not None else None
-            return alone if alone is not None else self.propose_sized(context, run, [0], branches and branches[0])[0]
-        self._catch_up(context, run)
+            conts = None if branches is None else branches[0]
+            return alone if alone is not None else self.propose_sized(context, run, [0], conts)[0]
         roots = state.roots.to(self.net.device)
         if self.tree_nodes is not None:
             return self._ddtree(roots, self.head(self.slot_hidden(context, run)), sampling, state.generator,
@@ -376,7 +376,6 @@ class DFlashDrafter(Drafter):
         branches at the longest size's length, when the caller has looked them up already)."""
         if self.tree_nodes is None:
             raise ValueError("only a DDTree drafter proposes trees of several sizes (set tree_nodes)")
-        self._catch_up(context, run)
         state = context.state
         sizes = [self._budgets[i] for i in which]
         nodes = max(n for n, _ in sizes)
