@@ -25,3 +25,34 @@ def interleaved(gens: dict, calls: list, rounds: int, budget: int, eos) -> dict:
                     tot["tokens"] += o.stats.new_tokens
                     tot["exact"] += int(seq == ref[i])
     return totals
+
+
+def code_run(description: str):
+    """The code A/B scripts' shared start: their arguments (``--data``, ``--prompts``, ``--rounds``, ``--out``), 2
+    threads, and (args, target model, zoo code-dflash, calls) for the chosen prompts."""
+    import argparse
+    import os
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from mmspec.eval.datasets import code_items
+    from mmspec.zoo import load
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--data", default=None); ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=2); ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    torch.set_num_threads(2)
+    target = load("code-target")
+    calls = [(target.tokenizer(i.text, return_tensors="pt", add_special_tokens=False).input_ids, {})
+             for i in code_items(a.prompts, a.data)]
+    return a, target.model, load("code-dflash").model, calls
+
+
+def summary(totals: dict, rounds: int, calls: list) -> dict:
+    """Per generator of :func:`interleaved`'s totals: seconds, speedup over ``"plain"``, τ (new tokens per target
+    forward after the prefill) and the share of exact calls; printed one line each."""
+    n = rounds * len(calls)
+    out = {k: {"seconds": t["seconds"], "speedup": totals["plain"]["seconds"] / t["seconds"],
+               "tau": t["tokens"] / max(t["forwards"] - n, 1), "exact": t["exact"] / n} for k, t in totals.items()}
+    for k, v in out.items():
+        print(f"{k:18s} {v['speedup']:.3f}x  tau {v['tau']:.2f}  exact {v['exact']:.2f}")
+    return out
