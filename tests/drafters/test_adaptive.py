@@ -529,3 +529,38 @@ def test_a_step_cost_that_stays_as_rows_leave_narrows_the_gain_of_dropping_them(
     straggler = _Rate(8, [(0.068, [8] * 7 + [2])] * 4, rows_leave=True, reference=(1, 0.019))
     assert straggler.tokens == pytest.approx(narrowed_tokens([8.0] * 7 + [2.0], 0.012 / 0.068))
     assert straggler.tokens < _Rate(8, [(0.068, [8] * 7 + [2])] * 4, rows_leave=True).tokens
+
+
+def test_at_one_row_a_fresh_judgement_pools_the_recent_calls_acceptance():
+    """A one-row call after calls where drafting won judges drafting on its own steps pooled with the recent calls'
+    tokens a step (worth PRIOR_STEPS steps): four opening steps of 1.25 tokens, after calls that drafted 3, keep
+    drafting (the window alone would switch to plain steps); a run of steps that stay poor still switches. A batch
+    judges its own steps alone, and windows made with ``like`` (a probe's own steps, one draft's verdict) drop the
+    prior."""
+    from mmspec.drafters.adaptive import PRIOR_STEPS, RowTokens
+    policy = AdaptiveDrafter(PromptLookupDrafter(), probe_every=64)
+    memory = dict(arms=[[(0.020, RowTokens([3], c)) for c in (1, 2) for _ in range(8)]], arm=0,
+                  plain=[(0.010, 1.0)] * 8, drafting=True, since_switch=5, probe_every=64, since_shadow=0,
+                  won=True, won_before=(), opening_won=True, plain_calls=0)
+    policy._memory[1] = dict(memory)
+    context = SimpleNamespace(state=SimpleNamespace(tokens=torch.zeros(1, 3, dtype=torch.long),
+                                                    sampling=SimpleNamespace(do_sample=False)),
+                              hidden=None, rows_leave=False)
+    run = policy.begin(context)
+    assert run.drafted.samples == [] and run.drafted.prior == (pytest.approx(3.0), PRIOR_STEPS)
+    run.fed, run.since_switch = True, 1
+    for _ in range(4):
+        run.drafted.add(0.020, RowTokens([1.25], run.call))
+    assert run.drafted.tokens == pytest.approx((PRIOR_STEPS * 3 + 4 * 1.25) / (PRIOR_STEPS + 4))
+    assert policy._choose(run) is True  # pooled: 2.1 tokens in 20 ms against 1 in 10 ms
+    assert run.drafted.like(4, run.drafted.samples).tokens == pytest.approx(1.25)
+    alone = _AdaptiveRun(None, since_switch=1, plain=_Rate(8, [(0.010, 1.0)] * 8))
+    alone.drafted.samples = list(run.drafted.samples)
+    assert policy._choose(alone) is False  # the same steps judged alone: plain steps
+    for _ in range(4):
+        run.drafted.add(0.020, RowTokens([1.25], run.call))
+    assert policy._choose(run) is False  # eight poor steps outweigh the recent calls
+    policy._memory[4] = dict(memory, arms=[[(0.050, RowTokens([3] * 4, 1))] * 8])
+    wide = SimpleNamespace(state=SimpleNamespace(tokens=torch.zeros(4, 3, dtype=torch.long),
+                                                 sampling=context.state.sampling), hidden=None, rows_leave=False)
+    assert policy.begin(wide).drafted.prior is None
