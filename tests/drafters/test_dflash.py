@@ -252,6 +252,36 @@ def test_draft_vocab_drafts_only_its_ids_and_stays_exact(target, ragged_batch, g
             DFlashDrafter(net, target, draft_vocab=bad)
 
 
+def test_greedy_drafts_over_the_draft_vocab_alone_are_the_full_rows_drafts(target):
+    """Greedy drafting reads the logits of the drafted ids alone (``greedy_logits``): the same DDTree and the same
+    confident chain as from the whole vocabulary's row with the other ids at −inf (what ``head`` gives), ids the
+    target never emits left out of both; a sampled tree refuses such logits (its q must cover the vocabulary)."""
+    from mmspec.drafters.dflash import _GREEDY
+    from types import SimpleNamespace
+    net = make_net(target)
+    ids = list(range(1, VOCAB, 3))
+    drafter = DFlashDrafter(net, target, draft_vocab=ids, tree_nodes=9, top_k=3, num_tokens=5)
+    never = torch.zeros(VOCAB, dtype=torch.bool)
+    never[ids[:4]] = True
+    h = torch.randn(2, 5, target.config.hidden_size) * 3
+    roots = torch.tensor([4, 7])
+    for mask in (None, never):
+        drafter.never = mask
+        drafter.draft_never = None if mask is None else mask[drafter.draft_vocab]
+        sub, col = drafter.greedy_logits(h)
+        assert sub.shape[-1] == len(ids) and torch.equal(col, drafter.draft_vocab)
+        full = drafter._ddtree(roots, drafter.head(h), _GREEDY, None, 9)
+        fast = drafter._ddtree(roots, sub, _GREEDY, None, 9, col)
+        assert torch.equal(full.tokens, fast.tokens) and torch.equal(full.parents, fast.parents)
+        assert not any(t in ids[:4] for t in fast.tokens[:, 1:].flatten().tolist()) or mask is None
+        state = SimpleNamespace(active=torch.tensor([True, True]), sampling=_GREEDY)
+        chain = drafter._chain(roots, h, state)
+        expect = drafter.head(h).argmax(-1)
+        assert torch.equal(chain.tokens[:, 1:], expect[:, :chain.tokens.shape[1] - 1])
+    with pytest.raises(ValueError, match="whole vocabulary"):
+        drafter._ddtree(roots, sub, SimpleNamespace(do_sample=True), None, 9, col)
+
+
 def test_a_drafters_own_draft_vocab_is_its_default(target, tmp_path):
     """A drafter built with ``draft_vocab`` drafts from those ids unless told otherwise (``range(V)``: the whole
     vocabulary, no gathered head), and both layouts keep them."""
