@@ -1,5 +1,5 @@
 """Trace the adaptive policy on HumanEval at one row, interleaved with plain decoding and always drafting (`dflash-lookup-cut`): per call the kinds of steps (D drafted, p plain, s plain with an unverified draft) and the tokens of drafted steps; `old` is the policy without the pooled prior (a one-row call judged on its own steps alone). Usage: python trace_auto.py [prompts] > trace.txt"""
-import os, sys, time, json
+import os, sys, time
 sys.path[:0] = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
@@ -21,14 +21,9 @@ class NoPrior(AdaptiveDrafter):
         return run
 auto = AdaptiveDrafter(DFlashDrafter(net, model, **DFLASH_LOOKUP_CUT))
 old = NoPrior(DFlashDrafter(net, model, **DFLASH_LOOKUP_CUT))
-log = []
-orig_obs = AdaptiveDrafter.observe
-def obs(self, context, run, tree, result, hidden=None):
-    k = "D" if (run.drafting or run.opening) else ("s" if run.shadow is not None and run.since_shadow == 0 else "p")
-    t = time.perf_counter() - run.t_proposed + run.t_draft
-    orig_obs(self, context, run, tree, result, hidden)
-    log.append((k, int(result.num_accepted[0]) + 1, t))
-AdaptiveDrafter.observe = obs
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from step_log import log_steps
+log = log_steps()
 gens = {"plain": SpeculativeGenerator(model, NoDrafter()),
         "always": SpeculativeGenerator(model, DFlashDrafter(net, model, **DFLASH_LOOKUP_CUT)),
         "old": SpeculativeGenerator(model, old), "auto": SpeculativeGenerator(model, auto)}

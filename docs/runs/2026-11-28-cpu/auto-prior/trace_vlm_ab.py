@@ -13,7 +13,6 @@ torch.set_num_threads(2)
 target = load("vlm-target")
 net = load("vlm-dflash").model
 prompts = vlm_prompts(target.tokenizer, int(sys.argv[1]), "mixed")
-import mmspec.drafters.adaptive as A
 class Old(AdaptiveDrafter):
     def _go_on_drafting(self, run):
         pass
@@ -21,14 +20,9 @@ class NoPrior(AdaptiveDrafter):
     def _go_on_drafting(self, run):
         super()._go_on_drafting(run); run.drafted.prior = None
 mk = lambda cls: cls(DFlashDrafter(net, target.model, confidence=CHAIN_CONFIDENCE))
-log = []
-orig_obs = AdaptiveDrafter.observe
-def obs(self, context, run, tree, result, hidden=None):
-    k = "D" if (run.drafting or run.opening) else ("s" if run.shadow is not None and run.since_shadow == 0 else "p")
-    t = time.perf_counter() - run.t_proposed + run.t_draft
-    orig_obs(self, context, run, tree, result, hidden)
-    log.append((k, int(result.num_accepted[0]) + 1, t))
-AdaptiveDrafter.observe = obs
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from step_log import log_steps
+log = log_steps()
 gens = {"plain": SpeculativeGenerator(target.model, NoDrafter()),
         "always": SpeculativeGenerator(target.model, DFlashDrafter(net, target.model, confidence=CHAIN_CONFIDENCE)),
         "old": SpeculativeGenerator(target.model, mk(Old)), "noprior": SpeculativeGenerator(target.model, mk(NoPrior)),
