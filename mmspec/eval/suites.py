@@ -276,6 +276,7 @@ def vlm_suite(cfg: EvalConfig, device: str | None = None) -> Suite:
         extra = _vlm_drafter_methods(cfg, target, proc, drafter_device)
         available = BASE_VLM + list(extra)
         default = available
+    available = with_auto(available)  # what mmspec.pipeline runs: each drafter under the adaptive policy
     methods = cfg.methods_for("vlm", available, default)
     items = vlm_items(cfg.num_prompts, cfg.vlm_data)
     tok = getattr(proc, "tokenizer", proc)
@@ -297,7 +298,8 @@ def vlm_suite(cfg: EvalConfig, device: str | None = None) -> Suite:
         prompts = [{k: v.to(dev) for k, v in encoded[i].items()} for i in indices]
         report = compare(target.model, None, prompts, methods, max_new_tokens=cfg.max_new_tokens,
                          num_tokens=k, do_sample=cfg.do_sample, temperature=cfg.temperature, repeats=cfg.repeats,
-                         progress=cfg.progress, extra={m: extra[m] for m in methods if m in extra},
+                         progress=cfg.progress,
+                         extra={m: f for m, f in extra.items() if m in methods or m + AUTO in methods},
                          eos_token_id=eos, seed=cfg.seed, warmup=cfg.warmup, per_prompt=True, desc=desc)
         return _records("vlm", report, items, indices)
 

@@ -171,3 +171,27 @@ def test_the_code_suite_times_a_drafting_method_under_the_adaptive_policy(tmp_pa
     assert sorted(set(wrapped)) == ["AutoregressiveDrafter", "PromptLookupDrafter"]
     with pytest.raises(ValueError, match="unknown methods"):
         suites.text_suite(EvalConfig(suites=["code"], num_prompts=1, methods={"code": ["plain-auto"]}), "code")
+
+
+def test_the_vlm_suite_times_the_block_drafter_under_the_adaptive_policy(tmp_path, monkeypatch):
+    """The VLM suite has ``<method>-auto`` rows too (``mmspec.pipeline`` runs a VLM's drafter under the policy): the
+    block drafter wrapped, its answers exact; HF prompt lookup has none."""
+    import mmspec.eval.bench as bench
+    from mmspec.eval.config import EvalConfig
+
+    wrapped = []
+
+    class Recording(bench.AdaptiveDrafter):
+        def __init__(self, inner, **kw):
+            wrapped.append(type(inner).__name__)
+            super().__init__(inner, **kw)
+
+    monkeypatch.setattr(bench, "AdaptiveDrafter", Recording)
+    cfg = EvalConfig(suites=["vlm"], num_prompts=1, max_new_tokens=8, progress=False, plots=False,
+                     methods={"vlm": ["plain", "dflash-auto", "prompt-lookup-auto"]}, out=str(tmp_path))
+    suite = suites.vlm_suite(cfg)
+    assert {"dflash-auto", "eagle-chain-auto", "prompt-lookup-auto"} <= set(suite.available)
+    assert not {"plain-auto", "hf-prompt-lookup-auto"} & set(suite.available)
+    by = {r["method"]: r for r in suite.run([0], "vlm")}
+    assert by["dflash-auto"]["exact"] and by["prompt-lookup-auto"]["exact"]
+    assert sorted(set(wrapped)) == ["DFlashDrafter", "PromptLookupDrafter"]
