@@ -450,8 +450,7 @@ class AdaptiveDrafter(Drafter):
                 # afresh, its own steps pooled with the recent calls' acceptance (PRIOR_STEPS steps' worth): a
                 # prompt's first lines are often ones the drafter guesses worst (HumanEval at one row: four steps of
                 # 1.25 tokens turned calls to plain steps whose always-drafting run was 25-35% faster than plain)
-                recent = _Rate(DRAFTED_WINDOW, known["arms"][0])
-                run.drafted.prior = (recent.tokens, PRIOR_STEPS)
+                run.drafted.prior = _prior(known["arms"][0])
             # else (a batch, judged on its own steps: its rows already pool several prompts, and a drafted step is
             # dear) drafting won lately: its first FIRST_DRAFTED measured steps draft, judged afresh
         return run
@@ -672,8 +671,7 @@ class AdaptiveDrafter(Drafter):
         its end, which the drafter cannot guess); at one row on the VLM suite, resuming plain steps after openings of
         9-29 tokens left 5% of always drafting's speedup unused."""
         run.open_drafted, run.drafting, run.since_switch, run.probing = False, True, 0, False
-        recent = run.drafted.like(DRAFTED_WINDOW, run.drafted.samples)
-        run.drafted.prior = (recent.tokens, PRIOR_STEPS) if recent.samples else None
+        run.drafted.prior = _prior(run.drafted.samples)
         run.drafted.samples, run.probe_every = [], self.probe_every
 
     def _judge_opening(self, run: _AdaptiveRun) -> None:
@@ -703,6 +701,12 @@ class AdaptiveDrafter(Drafter):
             return
         run.drafted.add(cost, RowTokens(low, run.call))
         run.shadow = None
+
+
+def _prior(samples: list) -> tuple | None:
+    """(tokens a step, PRIOR_STEPS) of the recent calls' drafted ``samples`` at one row: what a call judging drafting
+    afresh pools its own steps with (:attr:`_Rate.prior`); None without samples."""
+    return (_Rate(DRAFTED_WINDOW, samples).tokens, PRIOR_STEPS) if samples else None
 
 
 def _recent_calls(rows: int) -> int:

@@ -163,7 +163,7 @@ class DFlashDrafter(Drafter):
             self.draft_head = self.lm_head.weight.detach()[self.draft_vocab].clone()
             bias = getattr(self.lm_head, "bias", None)
             self.draft_bias = None if bias is None else bias.detach()[self.draft_vocab].clone()
-        # the ids the target never emits, among the drafted ones (greedy drafts read those logits alone: see `top`)
+        # the ids the target never emits, among the drafted ones (their logits alone: see `greedy_logits`)
         self.draft_never = None if self.never is None or self.draft_vocab is None else \
             self.never.to(self.draft_vocab.device)[self.draft_vocab]
         self.num_tokens = num_tokens
@@ -285,10 +285,10 @@ class DFlashDrafter(Drafter):
         is unchanged and sampling stays lossless (q gives the other ids no mass; the residual keeps them)."""
         if self.draft_vocab is None:
             return emitted(self.lm_head(h).float(), self.never)
-        sub = torch.nn.functional.linear(h, self.draft_head, self.draft_bias).float()
+        sub, ids = self.greedy_logits(h)  # (the ids it never emits already −inf)
         full = sub.new_full((*sub.shape[:-1], self.lm_head.weight.shape[0]), float("-inf"))
-        full[..., self.draft_vocab] = sub
-        return emitted(full, self.never)
+        full[..., ids] = sub
+        return full
 
     def greedy_logits(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(float logits [..., n], ids [n] or None) of slot states for greedy drafting, which reads only the best ids

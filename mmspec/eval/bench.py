@@ -167,6 +167,11 @@ AUTO = "-auto"  # "<method>-auto": that method's drafter under the adaptive poli
 AUTO_SIZES = "-auto-sizes"  # the same, also choosing among the drafter's tree sizes per step (tree_sizes=True)
 
 
+def used_factories(factories: dict, methods: list[str]) -> dict:
+    """The drafter factories ``methods`` need: each method's own, and the inner drafter of its ``<method>-auto`` row."""
+    return {m: f for m, f in factories.items() if m in methods or m + AUTO in methods}
+
+
 def auto_factories(methods: list[str], extra: dict, draft, num_tokens: int | None) -> dict:
     """Factories for the ``<method>-auto`` (and ``-auto-sizes``) names among ``methods``: the method's drafter (from
     ``extra``, or an AR chain / tree / prompt lookup over ``draft``) wrapped in

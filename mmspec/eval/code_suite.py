@@ -14,7 +14,7 @@ from ..registry import CHAIN_CONFIDENCE, DFLASH_LOOKUP_ALONE, DFLASH_LOOKUP_CUT,
     build_drafter, zoo_diffuspec
 from ..zoo import code_data, load, zoo_home
 from .batch_sweep import batch_sweep
-from .bench import compare
+from .bench import compare, used_factories
 
 BASE_METHODS = ["plain", "mmspec-plain", "hf-assisted", "hf-prompt-lookup", "chain", "prompt-lookup"]
 DIFFUSION_METHODS = ["deer-s1", "deer", "diffuspec", "diffuspec-no-cps", "diffuspec-no-adl", "diffuspec-no-cps-no-adl",
@@ -127,7 +127,7 @@ def run_code_sweep(methods: list[str] | None, batch_sizes: list[int], num_prompt
     methods = methods or [m for m in SWEEP_METHODS if m.removesuffix("-auto") in BASE_METHODS + list(extra)]
     prompts = code_prompts(target.tokenizer, max(num_prompts, max(batch_sizes)))
     sweep = batch_sweep(target.model, draft.model, prompts, methods, batch_sizes, max_new_tokens, num_tokens,
-                        extra={m: f for m, f in extra.items() if m in methods or m + "-auto" in methods}, pad_id=target.tokenizer.pad_token_id,
+                        extra=used_factories(extra, methods), pad_id=target.tokenizer.pad_token_id,
                         repeats=repeats, progress=progress)
     sweep["config"].update(model="zoo:code-target", prompts_from="held-out stdlib completion prompts")
     return sweep

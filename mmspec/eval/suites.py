@@ -27,7 +27,7 @@ from ..routes.vlm import vlm_drafter
 from ..tree import DEFAULT_TREE, tree_label
 from ..verifiers.tree_forward import text_config
 from ..zoo import vlm_data as vd
-from .bench import ALL_METHODS, AUTO, compare, prompt_record, time_methods
+from .bench import ALL_METHODS, AUTO, compare, prompt_record, time_methods, used_factories
 from .code_suite import BLOCK_METHODS as CODE_BLOCK_METHODS, CODE_METHODS, diffusion_factories
 from .config import EvalConfig
 from .cost_model import OWN_PLAIN
@@ -235,7 +235,7 @@ def text_suite(cfg: EvalConfig, suite: str, device: str | None = None) -> Suite:
         report = compare(target.model, draft, prompts, methods, max_new_tokens=cfg.max_new_tokens,
                          num_tokens=cfg.num_tokens, do_sample=cfg.do_sample, temperature=cfg.temperature,
                          repeats=cfg.repeats, progress=cfg.progress,
-                         extra={m: f for m, f in extra.items() if m in methods or m + AUTO in methods},
+                         extra=used_factories(extra, methods),
                          eos_token_id=eos, seed=cfg.seed, warmup=cfg.warmup, per_prompt=True, desc=desc)
         return _records(suite, report, items, kept) + skipped
 
@@ -299,7 +299,7 @@ def vlm_suite(cfg: EvalConfig, device: str | None = None) -> Suite:
         report = compare(target.model, None, prompts, methods, max_new_tokens=cfg.max_new_tokens,
                          num_tokens=k, do_sample=cfg.do_sample, temperature=cfg.temperature, repeats=cfg.repeats,
                          progress=cfg.progress,
-                         extra={m: f for m, f in extra.items() if m in methods or m + AUTO in methods},
+                         extra=used_factories(extra, methods),
                          eos_token_id=eos, seed=cfg.seed, warmup=cfg.warmup, per_prompt=True, desc=desc)
         return _records("vlm", report, items, indices)
 

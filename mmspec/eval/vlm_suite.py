@@ -27,7 +27,7 @@ from ..verifiers.tree_forward import chain_parents
 from ..zoo import load, vlm_data
 from .batch_sweep import batch_sweep
 from .code_suite import zoo_root
-from .bench import compare
+from .bench import compare, used_factories
 
 VLM_METHODS = ["plain", "mmspec-plain", "hf-prompt-lookup", "prompt-lookup", "chain", "tree", "eagle-chain",
                "eagle-dynamic", "msd-chain", "msd-dynamic", "flash-8", "flash-4", "flash-1", "flash-4-lattice",
@@ -106,7 +106,7 @@ def run_vlm_sweep(methods: list[str] | None, batch_sizes: list[int], num_prompts
     factories = feature_factories(home, num_tokens)
     prompts = vlm_prompts(target.tokenizer, max(num_prompts, max(batch_sizes)), "mixed")
     sweep = batch_sweep(target.model, None, prompts, methods, batch_sizes, max_new_tokens, num_tokens,
-                        extra={m: f for m, f in factories.items() if m in methods or m + "-auto" in methods},
+                        extra=used_factories(factories, methods),
                         pad_id=target.extras["tokenizer"].pad_token_id, repeats=repeats, progress=progress)
     sweep["config"].update(model="zoo:vlm-target", prompts_from="held-out scenes (mixed)")
     return sweep

@@ -146,20 +146,26 @@ def test_a_dflash_drafter_given_to_the_zoo_code_suite_takes_its_dflash_rows(tmp_
     assert suite.methods == ["plain", "chain", "dflash", "dflash-tree"]
 
 
-def test_the_code_suite_times_a_drafting_method_under_the_adaptive_policy(tmp_path, monkeypatch):
-    """``<method>-auto`` rows (what ``mmspec.pipeline`` runs by default) are timed like any other: the drafter runs
-    wrapped in the adaptive policy and its output stays exact; methods with no mmspec drafter have no such row."""
+@pytest.fixture
+def wrapped(monkeypatch) -> list:
+    """The type names of the inner drafters the eval's ``-auto`` rows wrap in the adaptive policy, as they are built."""
     import mmspec.eval.bench as bench
-    from mmspec.eval.config import EvalConfig
-
-    wrapped = []
+    names = []
 
     class Recording(bench.AdaptiveDrafter):
         def __init__(self, inner, **kw):
-            wrapped.append(type(inner).__name__)
+            names.append(type(inner).__name__)
             super().__init__(inner, **kw)
 
     monkeypatch.setattr(bench, "AdaptiveDrafter", Recording)
+    return names
+
+
+def test_the_code_suite_times_a_drafting_method_under_the_adaptive_policy(tmp_path, wrapped):
+    """``<method>-auto`` rows (what ``mmspec.pipeline`` runs by default) are timed like any other: the drafter runs
+    wrapped in the adaptive policy and its output stays exact; methods with no mmspec drafter have no such row."""
+    from mmspec.eval.config import EvalConfig
+
     cfg = EvalConfig(suites=["code"], num_prompts=1, max_new_tokens=8, progress=False, plots=False,
                      methods=["plain", "prompt-lookup-auto", "chain-auto"], out=str(tmp_path))
     suite = suites.text_suite(cfg, "code")
@@ -173,20 +179,11 @@ def test_the_code_suite_times_a_drafting_method_under_the_adaptive_policy(tmp_pa
         suites.text_suite(EvalConfig(suites=["code"], num_prompts=1, methods={"code": ["plain-auto"]}), "code")
 
 
-def test_the_vlm_suite_times_the_block_drafter_under_the_adaptive_policy(tmp_path, monkeypatch):
+def test_the_vlm_suite_times_the_block_drafter_under_the_adaptive_policy(tmp_path, wrapped):
     """The VLM suite has ``<method>-auto`` rows too (``mmspec.pipeline`` runs a VLM's drafter under the policy): the
     block drafter wrapped, its answers exact; HF prompt lookup has none."""
-    import mmspec.eval.bench as bench
     from mmspec.eval.config import EvalConfig
 
-    wrapped = []
-
-    class Recording(bench.AdaptiveDrafter):
-        def __init__(self, inner, **kw):
-            wrapped.append(type(inner).__name__)
-            super().__init__(inner, **kw)
-
-    monkeypatch.setattr(bench, "AdaptiveDrafter", Recording)
     cfg = EvalConfig(suites=["vlm"], num_prompts=1, max_new_tokens=8, progress=False, plots=False,
                      methods={"vlm": ["plain", "dflash-auto", "prompt-lookup-auto"]}, out=str(tmp_path))
     suite = suites.vlm_suite(cfg)
