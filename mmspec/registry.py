@@ -120,6 +120,11 @@ DFLASH_LOOKUP_ALONE = dict(DFLASH_TREE_LOOKUP, lookup_alone=4)
 # routes/zoo_defaults.py): HumanEval 1.57x against 1.54x without the cut, the suite 3.28x against 3.29x
 DFLASH_LOOKUP_CUT = dict(DFLASH_LOOKUP_ALONE, tree_cut=0.03)
 IMAGE_DFLASH_TREE = dict(tree_nodes=16, top_k=4)  # the same on the image target (tree="ddtree")
+# what a DFlash drafter built here computes its products with: int8 weight-only products where the device has the
+# kernel (a CPU; mmspec.kernels.int8_linear), else float. Side by side on this 2-core CPU (2026-11-28,
+# docs/runs/2026-11-28-cpu/int8-drafter/): dflash-lookup-cut's drafting step 4.9 -> 4.1 ms, 24 HumanEval prompts
+# 1.562x -> 1.601x and the code suite's 16 prompts 2.640x -> 2.699x, tau the same, every output exact
+DFLASH_WEIGHTS = "auto"
 # DiffuSpec's CPS mix of dLM and causal-proxy scores for the zoo. The paper's λ = 0.5 suits a 7B dLM with a strong
 # n-gram; here the 4-gram (3.48 nats/token) is weaker than the dLM, and held-out *validation* prompts
 # (8 × 64 tokens, greedy, k = 8) gave τ 1.82 / 2.04 / 2.18 / 1.97 for λ = 0.5 / 0.7 / 0.85 / 1.0.
@@ -284,7 +289,8 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
                   lattice: bool = False, cps_config=None, adl_config=None,
                   confidence: float | None = None, tree_nodes: int | None = None, block: int | None = None,
                   draft_vocab=None, lookup: int | None = None, lookup_alone: int | None = None,
-                  tree_cut: float | None = None, adaptive: bool | None = False) -> Drafter | None:
+                  tree_cut: float | None = None, weights: str | None = None,
+                  adaptive: bool | None = False) -> Drafter | None:
     """The drafter of a text or VLM ``method`` (None for ``plain``), from ``model``: a small causal LM
     (chain / tree / dynamic), a DiffusionLM (deer / diffuspec) or a FeatureDraftModel (msd / flash / eagle, with
     ``target`` the model whose features it reads). ``num_tokens`` None is the method's default draft length. A
@@ -297,7 +303,8 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
     queries; ``block``: blocks of that many positions instead of the whole block; ``draft_vocab``: the only ids it
     drafts; ``lookup``: a prompt-lookup branch of up to that many tokens grafted onto the DDTree; ``lookup_alone``: the
     branch alone, without the block drafter's forward, on greedy steps where every row has one of at least that many
-    tokens; ``tree_cut``: the DDTree stops growing at prefixes less probable than that). ``adaptive``: the
+    tokens; ``tree_cut``: the DDTree stops growing at prefixes less probable than that; ``weights``: what its products
+    compute with, ``DFLASH_WEIGHTS`` when None). ``adaptive``: the
     drafter under :class:`~mmspec.drafters.adaptive.AdaptiveDrafter` (each step drafts or verifies the root alone,
     whichever the call's measurements say is faster): True in every call, None in greedy calls only (a sampling call
     then drafts every step, so a seed fixes its output), False never."""
@@ -305,7 +312,7 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
                              num_nodes=num_nodes, compress_to=compress_to, causal=causal, eos_token_id=eos_token_id,
                              cps=cps, adl=adl, lattice=lattice, cps_config=cps_config, adl_config=adl_config,
                              confidence=confidence, tree_nodes=tree_nodes, block=block, draft_vocab=draft_vocab,
-                             lookup=lookup, lookup_alone=lookup_alone, tree_cut=tree_cut)
+                             lookup=lookup, lookup_alone=lookup_alone, tree_cut=tree_cut, weights=weights)
     if adaptive is not False and drafter is not None and not isinstance(drafter, NoDrafter):
         return AdaptiveDrafter(drafter, when_sampling=adaptive is True)
     return drafter
@@ -313,7 +320,7 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
 
 def _build_drafter(method: str, model, *, target, num_tokens, tree, top_k, num_nodes, compress_to, causal,
                    eos_token_id, cps, adl, lattice, cps_config, adl_config, confidence, tree_nodes,
-                   block, draft_vocab, lookup, lookup_alone, tree_cut) -> Drafter | None:
+                   block, draft_vocab, lookup, lookup_alone, tree_cut, weights) -> Drafter | None:
     _check_drafter(method, model, tree)
     k = draft_length(method, num_tokens)
     if method == "plain":
@@ -337,7 +344,8 @@ def _build_drafter(method: str, model, *, target, num_tokens, tree, top_k, num_n
     if method == "dflash":
         return DFlashDrafter(model, target, num_tokens=num_tokens, confidence=None if tree_nodes else confidence,
                              tree_nodes=tree_nodes, top_k=top_k, compress_to=compress_to, block=block,
-                             draft_vocab=draft_vocab, lookup=lookup, lookup_alone=lookup_alone, tree_cut=tree_cut)
+                             draft_vocab=draft_vocab, lookup=lookup, lookup_alone=lookup_alone, tree_cut=tree_cut,
+                             weights=weights or DFLASH_WEIGHTS)
     if method in FEATURE_METHODS:
         return FeatureDrafter(model, target, num_tokens=k, tree=tree, top_k=top_k, num_nodes=num_nodes,
                               compress_to=compress_to)
@@ -435,9 +443,9 @@ def image_drafter(guided_drafter=None, *, net: FeatureDraftModel | DFlashDraftMo
             # (image-dflash drafts as well from a block of 9 as from its whole block of 16: on the image suite's 8
             # pictures tau 3.84 vs 3.83 under LANTERN++ lam 50 and 1.97 vs 2.00 lossless; on this 2-core CPU the
             # drafter's cost is its ops' fixed cost, so c_d stayed 0.38, a block of 9 spares compute elsewhere)
-            return DFlashDrafter(net, guided_target, num_tokens=num_tokens,
+            return DFlashDrafter(net, guided_target, num_tokens=num_tokens, weights=DFLASH_WEIGHTS,
                                  block=None if num_tokens is None else min(num_tokens + 1, net.block_size))
-        return DFlashDrafter(net, guided_target, **IMAGE_DFLASH_TREE)
+        return DFlashDrafter(net, guided_target, weights=DFLASH_WEIGHTS, **IMAGE_DFLASH_TREE)
     if net is not None:
         return FeatureDrafter(net, guided_target, **tree_options(tree, num_tokens, top_k, num_nodes,
                                                                  net.config.sar_tokens))
@@ -450,7 +458,7 @@ def check_image_method(method: str) -> None:
 
 
 __all__ = ["METHODS", "TEXT_METHODS", "VLM_METHODS", "IMAGE_METHODS", "CAUSAL_METHODS", "DIFFUSION_METHODS",
-           "FEATURE_METHODS", "BLOCK_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "IMAGE_DRAFTER_MODELS", "DFLASH_IMAGE_TREES", "DRAFT_TOKENS", "CHAIN_CONFIDENCE", "CONFIDENT_CHAIN_TOKENS", "draft_length", "DYNAMIC_TREE", "DFLASH_TREE", "DFLASH_TREE_LOOKUP", "DFLASH_LOOKUP_ALONE", "DFLASH_LOOKUP_CUT", "IMAGE_DFLASH_TREE", "CPS_LAMBDA", "ZOO_ADL",
+           "FEATURE_METHODS", "BLOCK_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "IMAGE_DRAFTER_MODELS", "DFLASH_IMAGE_TREES", "DRAFT_TOKENS", "CHAIN_CONFIDENCE", "CONFIDENT_CHAIN_TOKENS", "draft_length", "DYNAMIC_TREE", "DFLASH_TREE", "DFLASH_TREE_LOOKUP", "DFLASH_LOOKUP_ALONE", "DFLASH_LOOKUP_CUT", "IMAGE_DFLASH_TREE", "DFLASH_WEIGHTS", "CPS_LAMBDA", "ZOO_ADL",
            "BOUND_DEFAULTS", "LANTERN_TREE", "OPTIONS", "IMAGE_TREE", "IMAGE_CHAIN_TOKENS", "IMAGE_DRAFTER_DEFAULTS", "image_defaults", "take_options", "options_set", "check_applies", "wrong_method",
            "drafter_kind", "check_vocab", "check_feature", "causal_method", "NEEDS", "build_drafter", "zoo_diffuspec",
            "engine", "lattice_tree", "resolve_bound", "tree_options", "image_drafter", "check_image_method"]

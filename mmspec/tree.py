@@ -29,6 +29,22 @@ def _child_maps(tokens: list, parents: list, valid: list) -> list[dict]:
     return [{(par[n], tok[n]): n for n in range(1, len(tok)) if ok[n]} for tok, par, ok in zip(tokens, parents, valid)]
 
 
+def graft_rows(tokens: list[list[int]], parents: list[list[int]], chains) -> None:
+    """Merge each row's chain of tokens (``chains[b]``, drafted after the root) into that row's tree, given as lists of
+    its nodes (root first, parent −1; every parent before its child), in place, as a trie: the chain follows the
+    tree's nodes while their tokens agree and goes on as new nodes where it leaves them."""
+    for tok, par, chain in zip(tokens, parents, chains):
+        children = {(par[n], tok[n]): n for n in range(1, len(tok))}
+        at = 0
+        for t in chain:
+            t = int(t)
+            nxt = children.get((at, t))
+            if nxt is None:
+                tok.append(t), par.append(at)
+                nxt = children[(at, t)] = len(tok) - 1
+            at = nxt
+
+
 @dataclass
 class DraftTree:
     tokens: torch.LongTensor  # [B, N]; column 0 is the root
@@ -104,26 +120,20 @@ class DraftTree:
         leaves them, so a continuation the tree already holds costs no extra node."""
         if self.q is not None:
             raise ValueError("only a deterministic tree takes a grafted chain (its nodes would have no proposal q)")
-        N = self.tokens.shape[1]
-        width = N + max((len(c) for c in chains), default=0)
-        tokens, parents, valid = self.tokens.tolist(), self.parents.tolist(), self.valid.tolist()
-        for b, (chain, children) in enumerate(zip(chains, _child_maps(tokens, parents, valid))):
-            n = sum(valid[b])  # a row's valid nodes come first
-            tok, par = tokens[b][:n], parents[b][:n]
-            at = 0
-            for t in (int(x) for x in chain):
-                nxt = children.get((at, t))
-                if nxt is None:
-                    tok.append(t), par.append(at)
-                    nxt = children[(at, t)] = len(tok) - 1
-                at = nxt
-            size = len(tok)
-            tokens[b] = tok + [tok[0]] * (width - size)
-            parents[b] = par + [0] * (width - size)
-            valid[b] = [True] * size + [False] * (width - size)
-        dev = self.tokens.device
-        return DraftTree(torch.tensor(tokens, device=dev), torch.tensor(parents, device=dev),
-                         torch.tensor(valid, device=dev))
+        counts = self.valid.sum(1).tolist()  # a row's valid nodes come first
+        tokens = [row[:n] for row, n in zip(self.tokens.tolist(), counts)]
+        parents = [row[:n] for row, n in zip(self.parents.tolist(), counts)]
+        graft_rows(tokens, parents, chains)
+        return DraftTree.from_rows(tokens, parents, self.tokens.device)
+
+    @classmethod
+    def from_rows(cls, tokens: list[list[int]], parents: list[list[int]], device=None) -> "DraftTree":
+        """A deterministic tree from each row's nodes as lists (root first with parent −1, every parent before its
+        child), padded to the longest row with invalid copies of the row's root."""
+        width = max(len(t) for t in tokens)
+        return cls(torch.tensor([t + [t[0]] * (width - len(t)) for t in tokens], device=device),
+                   torch.tensor([p + [0] * (width - len(p)) for p in parents], device=device),
+                   torch.tensor([[True] * len(t) + [False] * (width - len(t)) for t in tokens], device=device))
 
     def kept(self, keep: torch.BoolTensor) -> tuple["DraftTree", torch.LongTensor | None]:
         """The tree of the nodes ``keep`` [B, N] marks (the root always; a kept node's ancestors must be kept), in

@@ -44,7 +44,8 @@ class VLMGenerator:
                  compress_to: int | None = None, top_k: int = 4, num_nodes: int | None = None,
                  adaptive: bool | None = None, confidence: float | None = CHAIN_CONFIDENCE,
                  tree_nodes: int | None = None, block: int | None = None, draft_vocab=None,
-                 lookup: int | None = None, lookup_alone: int | None = None, tree_cut: float | None = None):
+                 lookup: int | None = None, lookup_alone: int | None = None, tree_cut: float | None = None,
+                 weights: str | None = None):
         if processor is None:
             raise ValueError("a processor is needed to turn images and prompts into model inputs")
         self.target, self.processor, self.drafter_model = target.eval(), processor, drafter
@@ -52,7 +53,7 @@ class VLMGenerator:
                             num_nodes=num_nodes, adaptive=adaptive)
         if method == "dflash":  # the block drafter's cut / DDTree budget (the text route's default cut)
             self.options.update(confidence=confidence, tree_nodes=tree_nodes, block=block, draft_vocab=draft_vocab,
-                                lookup=lookup, lookup_alone=lookup_alone, tree_cut=tree_cut)
+                                lookup=lookup, lookup_alone=lookup_alone, tree_cut=tree_cut, weights=weights)
         if method in VLM_METHODS:  # types, ranges, and no drafting setting the method would drop
             check_applies(self.options, "vlm", method)
         self._engines = {}  # method -> decoding loop (None: plain generate); bounded by the VLM methods

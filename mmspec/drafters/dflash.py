@@ -40,12 +40,13 @@ import torch
 
 from ..cache import SpecKVCache
 from ..state import DraftContext
-from ..tree import DraftTree
+from ..tree import DraftTree, graft_rows
 from ..verifiers.acceptance import AcceptResult
 from ..verifiers.logits import SamplingConfig
 from ..verifiers.tree_forward import text_config
 from .base import Drafter, check_confidence, feature_buffer, store_path_features, trusted_slots
-from .dflash_model import DFlashDraftModel, check_block, checked_vocab, emitted
+from ..kernels.int8_linear import Int8Weight, int8_available, int8_fits
+from .dflash_model import DFlashDraftModel, DraftInt8, check_block, checked_vocab, emitted
 from .prompt_lookup import lookup_match
 
 
@@ -57,6 +58,7 @@ LOOKUP_NGRAM = (1, 3)  # the n-gram lengths ``lookup`` matches (min, max), as Pr
 # the zoo's code target's greedy answers a lone continuation after a one-token match emitted 2.0 tokens a step and
 # nothing past its root 70-75% of the time, after longer matches 3.5-9 (HumanEval and the suite's prompts)
 ALONE_MATCH = 2
+WEIGHTS = ("float", "int8", "auto")  # what the drafter's products compute with (``weights``)
 
 
 @dataclass
@@ -106,7 +108,11 @@ class DFlashDrafter(Drafter):
     tree sampled from q. ``lookup_alone``: a greedy step where every row still generating has a lookup
     continuation of at least that many tokens verifies that continuation alone, without the drafter's forward
     (prompt lookup's step: on the zoo's CPU the forward, the head and the search are a fifth of a drafted step); the
-    features of the tokens it accepts join the drafter's context at its next forward."""
+    features of the tokens it accepts join the drafter's context at its next forward. ``weights``: ``"float"`` (the
+    model's own weights), ``"int8"`` (its layers, ``fc`` and draft head as int8 weight-only products, quantised once
+    here: on a CPU the drafter's step waits on reading its weights, see :mod:`mmspec.kernels.int8_linear`; the
+    verifier keeps the output exact) or ``"auto"`` (int8 where the device has the kernel and the widths fit, else
+    float)."""
 
     needs_target_hidden = True
     drops_rows = True  # select_rows narrows the feature buffer and the context cache
@@ -115,7 +121,8 @@ class DFlashDrafter(Drafter):
     def __init__(self, net: DFlashDraftModel, target, num_tokens: int | None = None, confidence: float | None = None,
                  tree_nodes: int | None = None, top_k: int = 4, sampled_drafts: bool = True,
                  compress_to: int | None = None, block: int | None = None, draft_vocab=None,
-                 lookup: int | None = None, lookup_alone: int | None = None, tree_cut: float | None = None):
+                 lookup: int | None = None, lookup_alone: int | None = None, tree_cut: float | None = None,
+                 weights: str = "float"):
         check_target(net, target)
         if net.feature_branches != getattr(target, "feature_branches", 1):
             raise ValueError(f"this DFlash drafter reads {net.feature_branches} feature(s) per target layer but the "
@@ -173,7 +180,32 @@ class DFlashDrafter(Drafter):
         self.vocab_size = int(net.config.vocab_size)
         self.sampled_drafts = bool(sampled_drafts)
         self.compress_to = None if compress_to is None else int(compress_to)
+        self.int8, self.head_int8 = self._int8_weights(weights)
         self._budgets = self._halved_budgets()  # (tree_budgets: fixed by tree_nodes and lookup, read every step)
+
+    def _int8_weights(self, weights: str) -> tuple[DraftInt8 | None, Int8Weight | None]:
+        """(the model's int8 weights, the draft head's) for ``weights``, or (None, None) to draft in float."""
+        if weights not in WEIGHTS:
+            raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
+        if weights == "float":
+            return None, None
+        head = self.draft_head if self.draft_head is not None else self.lm_head.weight
+        bias = self.draft_bias if self.draft_head is not None else getattr(self.lm_head, "bias", None)
+        fits = DraftInt8.fits(self.net) and int8_fits(head.shape[1])
+        available = int8_available(self.net.device)
+        if weights == "int8" and not (fits and available):
+            why = (f"its device ({self.net.device.type}) has no int8 weight-only kernel here" if not available else
+                   "its matrices have rows the int8 kernel does not take (multiples of 8 values, no biases)")
+            raise ValueError(f"weights='int8': this DFlash drafter cannot draft with int8 weights: {why}; use "
+                             "weights='float' or 'auto'")
+        if not (fits and available):
+            return None, None
+        return DraftInt8(self.net), Int8Weight(head, bias=bias)
+
+    @property
+    def weights(self) -> str:
+        """What the products compute with: "int8" or "float"."""
+        return "float" if self.int8 is None else "int8"
 
     @property
     def max_nodes(self) -> int:
@@ -211,7 +243,7 @@ class DFlashDrafter(Drafter):
         net = self.net
         cos, sin = net.rope(ctx, positions)
         for i in range(len(net.layers)):
-            k, v = net.context_kv(i, ctx, cos, sin)
+            k, v = net.context_kv(i, ctx, cos, sin, self.int8)
             cache.layers[i].update(k, v)
 
     @torch.no_grad()
@@ -231,7 +263,7 @@ class DFlashDrafter(Drafter):
         dev = net.device
         B, P = state.batch_size, state.prompt_length
         valid = torch.arange(P, device=dev)[None, :] >= state.starts.to(dev)[:, None]
-        ctx = net.fuse(run.features[:, :P])
+        ctx = net.fuse(run.features[:, :P], self.int8)
         image = context.image_mask
         if self.compress_to is not None and image is not None and bool(image.any()):
             ctx, valid, _ = net.compress_context(ctx, image.to(dev), valid, self.compress_to, align="left")
@@ -260,7 +292,7 @@ class DFlashDrafter(Drafter):
             return None
         at = unseen.positions[:, :width]
         feats = run.features.gather(1, at[..., None].expand(-1, -1, run.features.shape[-1]))
-        return self.net.fuse(feats), new
+        return self.net.fuse(feats, self.int8), new
 
     def select_rows(self, run: DFlashRun, keep: torch.LongTensor) -> DFlashRun:
         rows = keep.to(run.features.device)
@@ -284,7 +316,7 @@ class DFlashDrafter(Drafter):
         vocabulary, arXiv 2502.14856): the drafts and each slot's q stay over the whole vocabulary, so the verifier
         is unchanged and sampling stays lossless (q gives the other ids no mass; the residual keeps them)."""
         if self.draft_vocab is None:
-            return emitted(self.lm_head(h).float(), self.never)
+            return emitted((self.lm_head(h) if self.head_int8 is None else self.head_int8(h)).float(), self.never)
         sub, ids = self.greedy_logits(h)  # (the ids it never emits already −inf)
         full = sub.new_full((*sub.shape[:-1], self.lm_head.weight.shape[0]), float("-inf"))
         full[..., ids] = sub
@@ -299,7 +331,9 @@ class DFlashDrafter(Drafter):
         logits and None."""
         if self.draft_vocab is None:
             return self.head(h), None
-        sub = torch.nn.functional.linear(h, self.draft_head, self.draft_bias).float()
+        sub = torch.nn.functional.linear(h, self.draft_head, self.draft_bias) if self.head_int8 is None else \
+            self.head_int8(h)
+        sub = sub.float()
         return emitted(sub, self.draft_never), self.draft_vocab
 
     @torch.no_grad()
@@ -338,7 +372,7 @@ class DFlashDrafter(Drafter):
                 added.append((k[:, :, :n], v[:, :, :n]))
             return torch.cat([keys[i], k], dim=2), torch.cat([values[i], v], dim=2)
 
-        h = net.block(x, cos, sin, keys_values, mask, context=ctx)
+        h = net.block(x, cos, sin, keys_values, mask, context=ctx, int8=self.int8)
         if ctx is not None:
             cache.extend_committed(added, new)
         return h[:, 1: 1 + self.num_tokens]
@@ -395,15 +429,16 @@ class DFlashDrafter(Drafter):
         sizes = [self._budgets[i] for i in which]
         nodes = max(n for n, _ in sizes)
         logits, ids = self.greedy_logits(self.slot_hidden(context, run))
-        full = self._ddtree(state.roots.to(self.net.device), logits, _GREEDY, state.generator, nodes, ids)
+        tokens, parents = self._greedy_rows(state.roots.tolist(), logits, nodes, ids)
         longest = max(L for _, L in sizes)
         if longest and branches is None:
             branches = self._branches(state, longest)[0]
         trees = []
         for n, L in sizes:
-            tree = full if n == nodes else DraftTree(full.tokens[:, :n + 1], full.parents[:, :n + 1],
-                                                     full.valid[:, :n + 1])
-            trees.append(tree.grafted([c[:L] for c in branches]) if L else tree)
+            tok, par = [t[:n + 1] for t in tokens], [p[:n + 1] for p in parents]
+            if L:
+                graft_rows(tok, par, [c[:L] for c in branches])
+            trees.append(DraftTree.from_rows(tok, par, self.net.device))
         return trees
 
     def _chain(self, roots: torch.LongTensor, h: torch.Tensor, state, sampling=None) -> DraftTree:
@@ -450,34 +485,18 @@ class DFlashDrafter(Drafter):
             return DraftTree.chain(roots, drafts)
         return DraftTree.chain(roots, drafts, q=torch.cat(qs, 1))
 
-    def _ddtree(self, roots: torch.LongTensor, logits: torch.Tensor, sampling, generator, nodes: int,
-                ids: torch.LongTensor | None = None) -> DraftTree:
-        """DDTree's best-first tree under the node budget, per row (see the module docstring), from the slots' float
-        logits [B, k, V] (greedy: or over the ids ``ids`` maps their columns to, :meth:`greedy_logits`).
-        (:meth:`propose` sends every slot through the LM head in one call: on a CPU that costs
-        less than the calls of a few slots each that a search reaching the slots level by level makes, 0.75
-        against 1.1 ms a step on the zoo's code drafter.)"""
-        sample = sampling.do_sample
-        B, k = logits.shape[:2]
-        K = min(self.top_k, logits.shape[-1])
-        if ids is not None and sample:
-            raise ValueError("a sampled DDTree needs each slot's q over the whole vocabulary (head), not greedy_logits")
-        q = sampling.probs(logits) if sample else None
-        logp = torch.log(q.clamp_min(1e-30)) if sample else torch.log_softmax(logits, -1)
-        top_v, top_i = logp.topk(K, dim=-1)  # [B, k, K]
-        if ids is not None:
-            top_i = ids[top_i]
-        scores = top_v.cpu().tolist()  # per row, per slot: the top-K log-probabilities
-
-        N = nodes + 1
-        # the search runs on Python lists (a tensor write per node costs more than the heap itself)
-        parents_l, slots_l, ranks_l, sizes = [], [], [], []
-        for b in range(B):
-            s = scores[b]
+    def _search(self, scores: list, nodes: int) -> list[tuple[list[int], list[int], list[int]]]:
+        """DDTree's best-first search per row from ``scores[b][slot]``, the slot's top-K log-probabilities, best first:
+        each row's (parents, slots, ranks) of its nodes, the root first (parent −1), at most ``nodes`` drafts, and
+        with ``tree_cut`` none whose path probability falls below it (one kept whatever). On Python lists: a tensor
+        write per node costs more than the heap itself."""
+        out = []
+        for s in scores:
+            k, K = len(s), len(s[0])
             heap = [(-s[0][0], 0, 0, 0)]  # (-path score, slot, rank, parent node)
             par, slo, ran = [-1], [0], [0]
             n = 1
-            while heap and n < N and (n == 1 or -heap[0][0] >= self._cut):  # (tree_cut: a floor, one node kept)
+            while heap and n <= nodes and (n == 1 or -heap[0][0] >= self._cut):  # (tree_cut: a floor, one node kept)
                 neg, slot, rank, parent = heapq.heappop(heap)
                 par.append(parent), slo.append(slot), ran.append(rank)
                 if rank + 1 < K and s[slot][rank + 1] > _IMPOSSIBLE:  # never a token q cannot draw
@@ -485,21 +504,47 @@ class DFlashDrafter(Drafter):
                 if slot + 1 < k:
                     heapq.heappush(heap, (neg - s[slot + 1][0], slot + 1, 0, n))
                 n += 1
-            sizes.append(n)
-            parents_l.append(par), slots_l.append(slo), ranks_l.append(ran)
+            out.append((par, slo, ran))
+        return out
+
+    def _greedy_rows(self, roots: list[int], logits: torch.Tensor, nodes: int,
+                     ids: torch.LongTensor | None = None) -> tuple[list[list[int]], list[list[int]]]:
+        """The greedy DDTree of :meth:`_ddtree` as each row's (tokens, parents) lists, root first: what
+        :meth:`propose_sized` cuts to its sizes and grafts its lookup branches onto before building one tensor tree
+        per size (0.3 ms a step less than tensors built and taken apart again, on the zoo's code drafter)."""
+        top_v, top_i = torch.log_softmax(logits, -1).topk(min(self.top_k, logits.shape[-1]), dim=-1)
+        if ids is not None:
+            top_i = ids[top_i]
+        best = top_i.tolist()
+        tokens, parents = [], []
+        for root, (par, slo, ran), b in zip(roots, self._search(top_v.tolist(), nodes), best):
+            tokens.append([root] + [b[t][r] for t, r in zip(slo[1:], ran[1:])])
+            parents.append(par)
+        return tokens, parents
+
+    def _ddtree(self, roots: torch.LongTensor, logits: torch.Tensor, sampling, generator, nodes: int,
+                ids: torch.LongTensor | None = None) -> DraftTree:
+        """DDTree's best-first tree under the node budget, per row (see the module docstring), from the slots' float
+        logits [B, k, V] (greedy: or over the ids ``ids`` maps their columns to, :meth:`greedy_logits`).
+        (:meth:`propose` sends every slot through the LM head in one call: on a CPU that costs
+        less than the calls of a few slots each that a search reaching the slots level by level makes, 0.75
+        against 1.1 ms a step on the zoo's code drafter.)"""
+        if not sampling.do_sample:
+            return DraftTree.from_rows(*self._greedy_rows(roots.tolist(), logits, nodes, ids), roots.device)
+        if ids is not None:
+            raise ValueError("a sampled DDTree needs each slot's q over the whole vocabulary (head), not greedy_logits")
+        B = logits.shape[0]
+        q = sampling.probs(logits)
+        top_v = torch.log(q.clamp_min(1e-30)).topk(min(self.top_k, logits.shape[-1]), dim=-1).values  # [B, k, K]
+        parents_l, slots_l, _ = zip(*self._search(top_v.cpu().tolist(), nodes))
+        sizes = [len(row) for row in parents_l]
         N = max(sizes)  # (below the budget where tree_cut stopped every row's search early)
-        for lists in (parents_l, slots_l, ranks_l):
+        for lists in (parents_l, slots_l):
             for row in lists:
                 row.extend([0] * (N - len(row)))
-        parents, slots, ranks = (torch.tensor(x, dtype=torch.long) for x in (parents_l, slots_l, ranks_l))
-        valid = torch.arange(N)[None, :] < torch.tensor(sizes)[:, None]
         dev = roots.device
-        parents, slots, ranks, valid = (t.to(dev) for t in (parents, slots, ranks, valid))
-        if not sample:
-            tokens = top_i.gather(1, slots[..., None].expand(B, N, K)).gather(2, ranks[..., None])[..., 0]
-            tokens[:, 0] = roots
-            return DraftTree(torch.where(valid, tokens, roots[:, None]), parents.clamp(min=0).masked_fill(
-                torch.arange(N, device=dev) == 0, -1), valid)
+        parents, slots = (torch.tensor(x, dtype=torch.long, device=dev) for x in (parents_l, slots_l))
+        valid = torch.arange(N, device=dev)[None, :] < torch.tensor(sizes, device=dev)[:, None]
         # sampling: the shape above (a function of q only); each node's children drawn from their slot's q without
         # replacement, in the order the verifier tries them
         tokens = roots[:, None].repeat(1, N)
@@ -515,4 +560,4 @@ class DFlashDrafter(Drafter):
                          node_q, "without_replacement")
 
 
-__all__ = ["DFlashDrafter", "DFlashRun", "check_target"]
+__all__ = ["DFlashDrafter", "DFlashRun", "WEIGHTS", "check_target"]

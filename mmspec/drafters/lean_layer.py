@@ -21,6 +21,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
+from ..kernels.int8_linear import Int8Weight, int8_fits
 from ..kernels.tree_attention import tree_attention_reference
 from ..layer_masks import attention_layout
 from ..verifiers.tree_forward import draft_forward, model_dtype, to_model_mask
@@ -72,34 +73,65 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 def decoder_layer(layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys_values,
-                  mask: torch.Tensor | None, extra: torch.Tensor | None = None) -> torch.Tensor:
+                  mask: torch.Tensor | None, extra: torch.Tensor | None = None,
+                  int8: "Int8Layer | None" = None) -> torch.Tensor:
     """One Llama / Qwen3-style decoder layer over ``h`` [B, T, H] as tensor ops on its own weights (q / k RMSNorm when
     the attention module has them, as Qwen3's does); ``cos`` / ``sin`` [B, T, D]. ``keys_values(k, v)`` returns the
     keys / values the queries attend to given the new nodes' own (a cache's update, or a drafter's extra context in
     front of them). ``mask``: [B, 1, T, S] boolean (True = attend), or None for a single query that sees every key.
     ``extra`` [B, n, H]: rows that get keys and values only, projected in the same products as the nodes' own (a
     DFlash drafter's new context entries, already normed); ``cos`` / ``sin`` then cover [B, n + T] (extra first) and
-    ``keys_values`` gets the n + T keys / values, extra's first."""
+    ``keys_values`` gets the n + T keys / values, extra's first. ``int8``: the layer's projections as int8 weights
+    (:class:`Int8Layer`; a drafter on a CPU), q / k / v and gate / up each in one product."""
     attn, mlp = layer.self_attn, layer.mlp
     B, T, _ = h.shape
     D = attn.head_dim
     x = rms_norm(layer.input_layernorm, h)
     kv_in = x if extra is None else torch.cat([extra.to(x.dtype), x], 1)
     n = kv_in.shape[1] - T
-    q = F.linear(x, attn.q_proj.weight).view(B, T, -1, D)
-    k = F.linear(kv_in, attn.k_proj.weight).view(B, n + T, -1, D)
+    if int8 is None:
+        q, k, v = F.linear(x, attn.q_proj.weight), F.linear(kv_in, attn.k_proj.weight), F.linear(kv_in, attn.v_proj.weight)
+    else:  # (q over the extra rows too, then dropped: one product instead of three)
+        q, k, v = int8.qkv.split(kv_in)
+        q = q[:, n:]
+    q, k = q.reshape(B, T, -1, D), k.reshape(B, n + T, -1, D)
     if getattr(attn, "q_norm", None) is not None:
         q, k = rms_norm(attn.q_norm, q), rms_norm(attn.k_norm, k)
-    v = F.linear(kv_in, attn.v_proj.weight).view(B, n + T, -1, D).transpose(1, 2)
+    v = v.reshape(B, n + T, -1, D).transpose(1, 2)
     cos, sin = cos[:, None], sin[:, None]
     q, k = _rotate(q.transpose(1, 2), cos[:, :, n:], sin[:, :, n:]), _rotate(k.transpose(1, 2), cos, sin)
     k, v = keys_values(k, v)
     # SDPA with grouped K/V heads read in place on a CPU (repeated elsewhere): the tree attention's reference
     o = tree_attention_reference(q, k, v, mask, attn.scaling)
-    h = h + F.linear(o.transpose(1, 2).reshape(B, T, -1), attn.o_proj.weight)
+    o = o.transpose(1, 2).reshape(B, T, -1)
+    h = h + (F.linear(o, attn.o_proj.weight) if int8 is None else int8.o(o))
     x = rms_norm(layer.post_attention_layernorm, h)
-    return h + F.linear(F.silu(F.linear(x, mlp.gate_proj.weight)) * F.linear(x, mlp.up_proj.weight),
-                        mlp.down_proj.weight)
+    if int8 is None:
+        return h + F.linear(F.silu(F.linear(x, mlp.gate_proj.weight)) * F.linear(x, mlp.up_proj.weight),
+                            mlp.down_proj.weight)
+    gate, up = int8.gate_up.split(x)
+    return h + int8.down(F.silu(gate) * up)
+
+
+class Int8Layer:
+    """A Llama / Qwen3-style decoder layer's projections as int8 weights (:mod:`mmspec.kernels.int8_linear`), quantised
+    once: q / k / v stacked (one product over the rows that get keys), k / v stacked (a context's keys and values
+    alone), o, gate / up stacked, down. For drafters on a CPU only (see that module)."""
+
+    def __init__(self, layer):
+        attn, mlp = layer.self_attn, layer.mlp
+        self.qkv = Int8Weight(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight)
+        self.kv = Int8Weight(attn.k_proj.weight, attn.v_proj.weight)
+        self.o = Int8Weight(attn.o_proj.weight)
+        self.gate_up = Int8Weight(mlp.gate_proj.weight, mlp.up_proj.weight)
+        self.down = Int8Weight(mlp.down_proj.weight)
+
+    @staticmethod
+    def fits(layer) -> bool:
+        """Whether every projection of ``layer`` (no biases) has rows the int8 kernel takes."""
+        attn, mlp = layer.self_attn, layer.mlp
+        mods = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+        return all(m.bias is None and int8_fits(m.in_features) for m in mods)
 
 
 def lean_layer_forward(layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache,
@@ -156,5 +188,5 @@ def drafter_logits(model, cache, input_ids: torch.LongTensor, parents: torch.Lon
     return F.linear(rms_norm(inner.norm, h[:, first:]), model.lm_head.weight)
 
 
-__all__ = ["lean_supported", "RotaryTable", "rms_norm", "decoder_layer", "lean_layer_forward", "lean_stack", "LEAN_LM_CLASSES", "lean_lm_supported",
+__all__ = ["lean_supported", "RotaryTable", "rms_norm", "decoder_layer", "Int8Layer", "lean_layer_forward", "lean_stack", "LEAN_LM_CLASSES", "lean_lm_supported",
            "drafter_logits"]

@@ -11,6 +11,7 @@ from mmspec.drafters.dflash import ALONE_MATCH, DFlashDrafter
 from mmspec.drafters.prompt_lookup import lookup_match
 from mmspec.drafters.dflash_io import load_dflash, read_config, save_dflash
 from mmspec.drafters.dflash_model import DFlashDraftModel, default_layer_ids, make_config, teacher_forced_logits
+from mmspec.kernels.int8_linear import int8_available
 from mmspec.tiny import tiny_model
 from tests.tiny_models import VOCAB, sharpen
 
@@ -117,9 +118,10 @@ def test_graft_merges_a_chain_into_the_tree_as_a_trie():
     tree = DraftTree(torch.tensor([[9, 5, 6, 7], [9, 4, 9, 9]]), torch.tensor([[-1, 0, 1, 0], [-1, 0, 0, 0]]),
                      torch.tensor([[True, True, True, True], [True, True, False, False]]))
     out = tree.grafted([[5, 6, 8], []])
-    assert out.tokens[0].tolist() == [9, 5, 6, 7, 8, 9, 9] and out.parents[0, 4] == 2  # 5, 6 shared: one new node
-    assert out.valid[0].tolist() == [True] * 5 + [False] * 2
-    assert out.valid[1].tolist() == [True, True] + [False] * 5 and out.tokens[1, :2].tolist() == [9, 4]
+    # as wide as its longest row: no padding column for the verify forward to run over
+    assert out.tokens[0].tolist() == [9, 5, 6, 7, 8] and out.parents[0, 4] == 2  # 5, 6 shared: one new node
+    assert out.valid[0].tolist() == [True] * 5
+    assert out.valid[1].tolist() == [True, True] + [False] * 3 and out.tokens[1].tolist() == [9, 4, 9, 9, 9]
     out = tree.grafted([[], [3, 3]])
     assert out.tokens[1, :4].tolist() == [9, 4, 3, 3] and out.parents[1, :4].tolist() == [-1, 0, 0, 2]
 
@@ -485,6 +487,46 @@ def test_refusals(target):
         make_config(target.config, mask_token_id=MASK, target_layer_ids=[7])
 
 
+@pytest.mark.skipif(not int8_available("cpu"), reason="no int8 weight-only kernel in this torch")
+@pytest.mark.parametrize("kw", [dict(num_tokens=5), dict(tree_nodes=5, top_k=2, lookup=4, lookup_alone=2, tree_cut=0.2),
+                                dict(tree_nodes=5, top_k=3, draft_vocab=list(range(0, VOCAB, 2)))])
+def test_int8_weights_draft_close_to_float_and_stay_exact(target, ragged_batch, greedy_reference, kw):
+    """weights="int8": the layers, fc and draft head as int8 weight-only products; the output is still plain
+    decoding's, and the block's slot states and top tokens are close to the float drafter's."""
+    ids, mask = ragged_batch(3, 9, seed=4)
+    ref = greedy_reference(target, ids, 20, attention_mask=mask)
+    net = make_net(target)
+    int8 = DFlashDrafter(net, target, weights="int8", **kw)
+    assert int8.weights == "int8" and int8.int8 is not None
+    out = SpeculativeGenerator(target, int8).generate(ids, attention_mask=mask, max_new_tokens=20, eos_token_id=[])
+    assert torch.equal(out.sequences, ref)
+    with torch.no_grad():  # the block's slot states themselves
+        x = torch.randn(1, 4, net.config.hidden_size)
+        ctx = net.fuse(torch.randn(1, 5, net.fc.in_features))
+        c, s_ = net.rope(ctx, torch.arange(9)[None])
+
+        def kv(w8):
+            cached = [net.context_kv(i, ctx, c[:, :5], s_[:, :5], w8) for i in range(len(net.layers))]
+            return lambda i, k, v: (torch.cat([cached[i][0], k], 2), torch.cat([cached[i][1], v], 2))
+        ref_h = net.block(x, c[:, 5:], s_[:, 5:], kv(None), None)
+        h = net.block(x, c[:, 5:], s_[:, 5:], kv(int8.int8), None, int8=int8.int8)
+    assert (h - ref_h).norm() / ref_h.norm() < 0.05
+    flat = DFlashDrafter(net, target, **kw)
+    same = (flat.greedy_logits(ref_h)[0].argmax(-1) == int8.greedy_logits(h)[0].argmax(-1)).float().mean()
+    assert same >= 0.75  # (4 slots: at most one flipped)
+
+
+def test_weights_auto_falls_back_to_float_where_int8_does_not_fit():
+    odd = tiny_model("llama", seed=0, vocab_size=VOCAB, num_layers=2, hidden_size=36, num_heads=2)
+    torch.manual_seed(0)
+    net = DFlashDraftModel(make_config(odd.config, num_layers=1, block_size=4, mask_token_id=MASK))
+    assert DFlashDrafter(net, odd, weights="auto").weights == "float"
+    with pytest.raises(ValueError, match="weights='int8'.*multiples of 8"):
+        DFlashDrafter(net, odd, weights="int8")
+    with pytest.raises(ValueError, match="weights must be one of"):
+        DFlashDrafter(net, odd, weights="fp8")
+
+
 def test_registry_and_pipeline_route_a_block_drafter(target, ragged_batch, greedy_reference):
     """mmspec.pipeline takes a DFlashDraftModel as method dflash (a chain, or a DDTree with tree_nodes), exact; the
     wrong pairings are refused by name."""
@@ -494,6 +536,10 @@ def test_registry_and_pipeline_route_a_block_drafter(target, ragged_batch, greed
     net = make_net(target)
     assert reg.drafter_kind(net) == "dflash" and "dflash" in reg.TEXT_METHODS
     assert type(reg.build_drafter("dflash", net, target=target)) is DFlashDrafter
+    # the registry's drafters compute with DFLASH_WEIGHTS ("auto": int8 where the kernel runs), the class in float
+    assert reg.build_drafter("dflash", net, target=target).weights == ("int8" if int8_available("cpu") else "float")
+    assert reg.build_drafter("dflash", net, target=target, weights="float").weights == "float"
+    assert DFlashDrafter(net, target).weights == "float"
     assert reg.build_drafter("dflash", net, target=target, tree_nodes=5).max_nodes == 6
     ids, mask = ragged_batch(2, 8, seed=3)
     ref = greedy_reference(target, ids, 10, attention_mask=mask)

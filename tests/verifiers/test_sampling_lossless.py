@@ -386,6 +386,8 @@ DFLASH_CASES = {  # block diffusion on the target's features: per-slot proposals
     "dflash-ddtree-draft-vocab": (dict(num_tokens=3, tree_nodes=5, top_k=3, draft_vocab="even"), PLAIN),
     # the greedy block's DDTree with a prompt-lookup branch grafted on: every node a point mass
     "dflash-greedy-ddtree-lookup": (dict(num_tokens=3, tree_nodes=4, top_k=2, sampled_drafts=False, lookup=3), WARPED),
+    # int8 weight-only products (a CPU): q is whatever the drafter draws from, so the rule stays lossless
+    "dflash-ddtree-int8": (dict(num_tokens=3, tree_nodes=5, top_k=3, weights="auto"), WARPED),
 }
 
 

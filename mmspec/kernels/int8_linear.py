@@ -1,0 +1,71 @@
+"""Weight-only int8 matrix products for a small drafter on a CPU (gpt-fast's int8 weight-only quantisation).
+
+On a CPU a drafter's step waits on memory: the target's forward just before it streams tens of MB through the cache,
+so each of the drafter's small products reads its weights from DRAM again (on the zoo's 2-core VM a 704 × 256
+float32 product over 19 rows takes 95 µs with the weights in cache and 230 µs without). Held as int8 with one scale
+per output channel, the weights are a quarter of the bytes, and ``aten._weight_int8pack_mm`` multiplies bfloat16
+rows by them: 175 µs cold, conversions included. Where several products read the same rows (a layer's q / k / v, its
+gate / up) their weights are stacked into one matrix, one call.
+
+Only drafters use this. A draft is a guess: the verifier decides what is emitted from the target's own float
+forward, so greedy outputs stay bit-exact and sampling stays lossless (a drafter's q is whatever it drafts from);
+what int8 changes is which drafts are proposed, about as often as bfloat16 rounding flips a top token.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_OP = getattr(torch.ops.aten, "_weight_int8pack_mm", None)
+# the CPU kernel reads rows in steps of 8 values: other widths crash it (measured with torch 2.14), so they keep float
+ROW_MULTIPLE = 8
+
+
+def int8_available(device) -> bool:
+    """Whether weight-only int8 products run on ``device`` here (a CPU with the aten kernel)."""
+    return _OP is not None and torch.device(device).type == "cpu"
+
+
+def int8_fits(in_features: int) -> bool:
+    """Whether the kernel takes rows of ``in_features`` values (else the product stays float)."""
+    return in_features >= ROW_MULTIPLE and in_features % ROW_MULTIPLE == 0
+
+
+class Int8Weight:
+    """The weights of one or more linear maps over the same input, stacked by output rows, as int8 with a bfloat16
+    scale per output row (symmetric, absmax / 127); calling it on ``x [..., K]`` returns ``[..., N]`` in ``x``'s
+    dtype, the bias (float) added."""
+
+    def __init__(self, *weights: torch.Tensor, bias: torch.Tensor | None = None):
+        w = torch.cat([t.detach().float() for t in weights], 0)
+        if not int8_fits(w.shape[1]):
+            raise ValueError(f"int8 weights need rows of a multiple of {ROW_MULTIPLE} values, got {w.shape[1]}")
+        scale = (w.abs().amax(1) / 127.0).clamp_min(1e-12)
+        self.q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
+        self.scales = scale.to(torch.bfloat16)
+        self.bias = None if bias is None else bias.detach().float()
+        self.splits = [t.shape[0] for t in weights]
+
+    @property
+    def out_features(self) -> int:
+        return self.q.shape[0]
+
+    def dequantized(self) -> torch.Tensor:
+        """The float weights the product computes with ([N, K]): what a test compares against."""
+        return self.q.float() * self.scales.float()[:, None]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, x.shape[-1])
+        if rows.shape[0] == 0:
+            y = x.new_zeros(0, self.out_features)
+        else:
+            y = _OP(rows.to(torch.bfloat16).contiguous(), self.q, self.scales).to(x.dtype)
+        y = y.view(*x.shape[:-1], self.out_features)
+        return y if self.bias is None else y + self.bias.to(y.dtype)
+
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The product over ``x`` cut back into the stacked maps' outputs."""
+        return torch.split(self(x), self.splits, dim=-1)
+
+
+__all__ = ["ROW_MULTIPLE", "int8_available", "int8_fits", "Int8Weight"]
