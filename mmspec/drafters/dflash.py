@@ -59,6 +59,11 @@ LOOKUP_NGRAM = (1, 3)  # the n-gram lengths ``lookup`` matches (min, max), as Pr
 # nothing past its root 70-75% of the time, after longer matches 3.5-9 (HumanEval and the suite's prompts)
 ALONE_MATCH = 2
 WEIGHTS = ("float", "int8", "auto")  # what the drafter's products compute with (``weights``)
+# "auto" quantises only drafters whose matrices (layers, fc, draft head) hold at least this many float32 bytes: int8
+# pays where the weights fall out of the cache between steps. Side by side on the zoo's 2-core CPU (16 MB of L3;
+# docs/runs/2026-11-28-cpu/int8-drafter/): code-dflash's 9.1 MB 1.562x -> 1.601x (HumanEval), image-dflash's 4.9 MB
+# the same cost per step (spec, LANTERN++), vlm-dflash's 2.0 MB 2.817x -> 2.794x
+AUTO_INT8_BYTES = 6 << 20
 
 
 @dataclass
@@ -111,8 +116,8 @@ class DFlashDrafter(Drafter):
     features of the tokens it accepts join the drafter's context at its next forward. ``weights``: ``"float"`` (the
     model's own weights), ``"int8"`` (its layers, ``fc`` and draft head as int8 weight-only products, quantised once
     here: on a CPU the drafter's step waits on reading its weights, see :mod:`mmspec.kernels.int8_linear`; the
-    verifier keeps the output exact) or ``"auto"`` (int8 where the device has the kernel and the widths fit, else
-    float)."""
+    verifier keeps the output exact) or ``"auto"`` (int8 where the device has the kernel, the widths fit and the
+    matrices hold ``AUTO_INT8_BYTES`` or more, else float)."""
 
     needs_target_hidden = True
     drops_rows = True  # select_rows narrows the feature buffer and the context cache
@@ -200,6 +205,9 @@ class DFlashDrafter(Drafter):
                              "weights='float' or 'auto'")
         if not (fits and available):
             return None, None
+        if weights == "auto" and 4 * (sum(p.numel() for p in self.net.layers.parameters() if p.dim() == 2)
+                                      + self.net.fc.weight.numel() + head.numel()) < AUTO_INT8_BYTES:
+            return None, None  # (small enough to stay in the cache: float is as fast)
         return DraftInt8(self.net), Int8Weight(head, bias=bias)
 
     @property
@@ -560,4 +568,4 @@ class DFlashDrafter(Drafter):
                          node_q, "without_replacement")
 
 
-__all__ = ["DFlashDrafter", "DFlashRun", "WEIGHTS", "check_target"]
+__all__ = ["AUTO_INT8_BYTES", "DFlashDrafter", "DFlashRun", "WEIGHTS", "check_target"]

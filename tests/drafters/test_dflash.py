@@ -516,6 +516,15 @@ def test_int8_weights_draft_close_to_float_and_stay_exact(target, ragged_batch, 
     assert same >= 0.75  # (4 slots: at most one flipped)
 
 
+@pytest.mark.skipif(not int8_available("cpu"), reason="no int8 weight-only kernel in this torch")
+def test_weights_auto_quantises_only_drafters_above_its_size(target, monkeypatch):
+    from mmspec.drafters import dflash
+    net = make_net(target)
+    assert DFlashDrafter(net, target, weights="auto").weights == "float"  # (a few KB: stays in the cache)
+    monkeypatch.setattr(dflash, "AUTO_INT8_BYTES", 1)
+    assert DFlashDrafter(net, target, weights="auto").weights == "int8"
+
+
 def test_weights_auto_falls_back_to_float_where_int8_does_not_fit():
     odd = tiny_model("llama", seed=0, vocab_size=VOCAB, num_layers=2, hidden_size=36, num_heads=2)
     torch.manual_seed(0)
@@ -536,9 +545,11 @@ def test_registry_and_pipeline_route_a_block_drafter(target, ragged_batch, greed
     net = make_net(target)
     assert reg.drafter_kind(net) == "dflash" and "dflash" in reg.TEXT_METHODS
     assert type(reg.build_drafter("dflash", net, target=target)) is DFlashDrafter
-    # the registry's drafters compute with DFLASH_WEIGHTS ("auto": int8 where the kernel runs), the class in float
-    assert reg.build_drafter("dflash", net, target=target).weights == ("int8" if int8_available("cpu") else "float")
-    assert reg.build_drafter("dflash", net, target=target, weights="float").weights == "float"
+    # the registry's drafters compute with DFLASH_WEIGHTS ("auto": int8 where the kernel runs and the matrices are
+    # large enough to fall out of the cache; this one is far below that), the class in float
+    assert reg.DFLASH_WEIGHTS == "auto" and reg.build_drafter("dflash", net, target=target).weights == "float"
+    if int8_available("cpu"):
+        assert reg.build_drafter("dflash", net, target=target, weights="int8").weights == "int8"
     assert DFlashDrafter(net, target).weights == "float"
     assert reg.build_drafter("dflash", net, target=target, tree_nodes=5).max_nodes == 6
     ids, mask = ragged_batch(2, 8, seed=3)

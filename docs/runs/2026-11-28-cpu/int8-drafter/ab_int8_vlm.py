@@ -21,7 +21,7 @@ torch.set_num_threads(2)
 target = load("vlm-target")
 net = load("vlm-dflash").model
 prompts = vlm_prompts(target.tokenizer, a.prompts, "mixed")
-eos = target.tokenizer.eos_token_id
+eos = target.tokenizer.tokenizer.eos_token_id
 gens = {"plain": SpeculativeGenerator(target.model, NoDrafter()),
         **{f"dflash-{w}": SpeculativeGenerator(target.model, DFlashDrafter(net, target.model, weights=w,
                                                                             confidence=CHAIN_CONFIDENCE))
