@@ -550,6 +550,11 @@ def test_registry_and_pipeline_route_a_block_drafter(target, ragged_batch, greed
     assert reg.DFLASH_WEIGHTS == "auto" and reg.build_drafter("dflash", net, target=target).weights == "float"
     if int8_available("cpu"):
         assert reg.build_drafter("dflash", net, target=target, weights="int8").weights == "int8"
+        assert mmspec.pipeline(target, drafter=net, weights="int8").drafter.weights == "int8"  # (an option too)
+    with pytest.raises(ValueError, match="weights must be one of"):
+        mmspec.pipeline(target, drafter=net, weights="fp8")
+    with pytest.raises(ValueError, match="weights does not apply to method 'chain'"):
+        mmspec.pipeline(target, drafter=target, method="chain", weights="int8")
     assert DFlashDrafter(net, target).weights == "float"
     assert reg.build_drafter("dflash", net, target=target, tree_nodes=5).max_nodes == 6
     ids, mask = ragged_batch(2, 8, seed=3)
