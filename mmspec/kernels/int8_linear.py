@@ -5,7 +5,8 @@ so each of the drafter's small products reads its weights from DRAM again (on th
 float32 product over 19 rows takes 95 µs with the weights in cache and 230 µs without). Held as int8 with one scale
 per output channel, the weights are a quarter of the bytes, and ``aten._weight_int8pack_mm`` multiplies bfloat16
 rows by them: 175 µs cold, conversions included. Where several products read the same rows (a layer's q / k / v, its
-gate / up) their weights are stacked into one matrix, one call.
+gate / up) their weights are stacked into one matrix, one call. Products over more than ``MAX_INT8_ROWS`` rows (a
+prefill, a batch's blocks) run in float32 on the same stacked weights: there the arithmetic, not the bytes, costs.
 
 Only drafters use this. A draft is a guess: the verifier decides what is emitted from the target's own float
 forward, so greedy outputs stay bit-exact and sampling stays lossless (a drafter's q is whatever it drafts from);
@@ -15,10 +16,16 @@ what int8 changes is which drafts are proposed, about as often as bfloat16 round
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 _OP = getattr(torch.ops.aten, "_weight_int8pack_mm", None)
 # the CPU kernel reads rows in steps of 8 values: other widths crash it (measured with torch 2.14), so they keep float
 ROW_MULTIPLE = 8
+# products over more rows than this run in float: the kernel's arithmetic is slower than MKL's float32 one, which wins
+# once the bytes are no longer most of the cost (a 704 × 256 product from a cold cache on the zoo's 2-core VM, float
+# against int8: 180 / 138 µs over 19 rows, 231 / 234 over 38, 289 / 347 over 64; a drafter's prefill and a batch's
+# blocks are past it)
+MAX_INT8_ROWS = 32
 
 
 def int8_available(device) -> bool:
@@ -34,10 +41,11 @@ def int8_fits(in_features: int) -> bool:
 class Int8Weight:
     """The weights of one or more linear maps over the same input, stacked by output rows, as int8 with a bfloat16
     scale per output row (symmetric, absmax / 127); calling it on ``x [..., K]`` returns ``[..., N]`` in ``x``'s
-    dtype, the bias (float) added."""
+    dtype, the bias (float) added: through the int8 kernel over at most ``MAX_INT8_ROWS`` rows, else in float."""
 
     def __init__(self, *weights: torch.Tensor, bias: torch.Tensor | None = None):
-        w = torch.cat([t.detach().float() for t in weights], 0)
+        w = weights[0].detach().float() if len(weights) == 1 else torch.cat([t.detach().float() for t in weights], 0)
+        w = w.contiguous()
         if not int8_fits(w.shape[1]):
             raise ValueError(f"int8 weights need rows of a multiple of {ROW_MULTIPLE} values, got {w.shape[1]}")
         scale = (w.abs().amax(1) / 127.0).clamp_min(1e-12)
@@ -45,6 +53,7 @@ class Int8Weight:
         self.scales = scale.to(torch.bfloat16)
         self.bias = None if bias is None else bias.detach().float()
         self.splits = [t.shape[0] for t in weights]
+        self.weight = w  # the stacked float weights, for products over more than MAX_INT8_ROWS rows
 
     @property
     def out_features(self) -> int:
@@ -56,6 +65,9 @@ class Int8Weight:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])
+        if rows.shape[0] > MAX_INT8_ROWS:  # (float: see MAX_INT8_ROWS)
+            y = F.linear(rows, self.weight.to(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
+            return y.view(*x.shape[:-1], self.out_features)
         if rows.shape[0] == 0:
             y = x.new_zeros(0, self.out_features)
         else:
@@ -68,4 +80,4 @@ class Int8Weight:
         return torch.split(self(x), self.splits, dim=-1)
 
 
-__all__ = ["ROW_MULTIPLE", "int8_available", "int8_fits", "Int8Weight"]
+__all__ = ["MAX_INT8_ROWS", "ROW_MULTIPLE", "int8_available", "int8_fits", "Int8Weight"]

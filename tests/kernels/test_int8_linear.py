@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from mmspec.drafters.lean_layer import Int8Layer, decoder_layer
-from mmspec.kernels.int8_linear import Int8Weight, int8_available, int8_fits
+from mmspec.kernels.int8_linear import MAX_INT8_ROWS, Int8Weight, int8_available, int8_fits
 from mmspec.tiny import tiny_model
 
 pytestmark = pytest.mark.skipif(not int8_available("cpu"), reason="no int8 weight-only kernel in this torch")
@@ -38,6 +38,16 @@ def test_stacked_maps_split_back_and_empty_inputs():
     assert ya.shape == (3, 16) and yb.shape == (3, 8)
     assert torch.equal(torch.cat([ya, yb], -1), both(x))
     assert both(torch.randn(0, 32)).shape == (0, 24)
+
+
+def test_many_rows_run_in_float_on_the_stacked_weights():
+    g = torch.Generator().manual_seed(3)
+    a, b, bias = torch.randn(16, 32, generator=g), torch.randn(8, 32, generator=g), torch.randn(24, generator=g)
+    both = Int8Weight(a, b, bias=bias)
+    x = torch.randn(MAX_INT8_ROWS + 1, 32, generator=g)
+    assert torch.equal(both(x), F.linear(x, torch.cat([a, b]), bias))  # (a prefill, a batch's blocks)
+    few = x[:MAX_INT8_ROWS]
+    assert not torch.equal(both(few), F.linear(few, torch.cat([a, b]), bias))  # (the int8 kernel)
 
 
 def test_widths_the_kernel_cannot_take_are_refused():
