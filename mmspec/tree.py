@@ -131,9 +131,15 @@ class DraftTree:
         """A deterministic tree from each row's nodes as lists (root first with parent −1, every parent before its
         child), padded to the longest row with invalid copies of the row's root."""
         width = max(len(t) for t in tokens)
-        return cls(torch.tensor([t + [t[0]] * (width - len(t)) for t in tokens], device=device),
-                   torch.tensor([p + [0] * (width - len(p)) for p in parents], device=device),
-                   torch.tensor([[True] * len(t) + [False] * (width - len(t)) for t in tokens], device=device))
+        if any(len(p) != len(t) or p[0] != -1 or any(not 0 <= q < i for i, q in enumerate(p[1:], 1))
+               for t, p in zip(tokens, parents)):  # (the tensor checks of __post_init__, on the lists: cheaper)
+            raise ValueError("DraftTree rows need as many parents as tokens, the root's -1 and 0 <= parent < node")
+        tree = cls.__new__(cls)
+        tree.tokens = torch.tensor([t + [t[0]] * (width - len(t)) for t in tokens], device=device)
+        tree.parents = torch.tensor([p + [0] * (width - len(p)) for p in parents], device=device)
+        tree.valid = torch.tensor([[True] * len(t) + [False] * (width - len(t)) for t in tokens], device=device)
+        tree.q, tree.sibling_rule, tree._cache = None, "deterministic", {}
+        return tree
 
     def kept(self, keep: torch.BoolTensor) -> tuple["DraftTree", torch.LongTensor | None]:
         """The tree of the nodes ``keep`` [B, N] marks (the root always; a kept node's ancestors must be kept), in

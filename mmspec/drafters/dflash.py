@@ -292,8 +292,15 @@ class DFlashDrafter(Drafter):
     def _new_entries(self, context: DraftContext, run: DFlashRun) -> tuple[torch.Tensor, torch.LongTensor] | None:
         """(fused features [B, n, H], counts [B]) of the verified positions the context cache does not hold yet, the
         root left out (the target has not computed its feature yet); None when there are none."""
-        cache = run.cache
-        unseen = context.state.unseen(cache.lengths + run.shift)  # token positions from the first one not held
+        cache, state = run.cache, context.state
+        if state.batch_size == 1:  # (one row: a slice of the feature buffer, no index tensors)
+            start = int(cache.lengths[0]) + run.shift
+            width = int(state.lengths[0]) - start - 1
+            if width <= 0:
+                return None
+            new = torch.full((1,), width, dtype=torch.long, device=cache.lengths.device)
+            return self.net.fuse(run.features[:, start: start + width], self.int8), new
+        unseen = state.unseen(cache.lengths + run.shift)  # token positions from the first one not held
         new = (unseen.counts - 1).clamp(min=0)
         width = int(new.max())
         if width == 0:

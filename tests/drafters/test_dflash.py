@@ -124,6 +124,9 @@ def test_graft_merges_a_chain_into_the_tree_as_a_trie():
     assert out.valid[1].tolist() == [True, True] + [False] * 3 and out.tokens[1].tolist() == [9, 4, 9, 9, 9]
     out = tree.grafted([[], [3, 3]])
     assert out.tokens[1, :4].tolist() == [9, 4, 3, 3] and out.parents[1, :4].tolist() == [-1, 0, 0, 2]
+    for tokens, parents in (([[9, 5]], [[-1, 1]]), ([[9, 5]], [[0, 0]]), ([[9, 5]], [[-1]])):
+        with pytest.raises(ValueError, match="DraftTree rows"):
+            DraftTree.from_rows(tokens, parents)
 
 
 @pytest.mark.parametrize("kw", [dict(tree_nodes=5, top_k=3, lookup=4), dict(tree_nodes=3, top_k=2, lookup=6, block=4)])
