@@ -3,7 +3,7 @@
 (`weights="int8"`); rounds interleaved, round 0 warms up, every output compared with plain decoding's.
 
     python ab_int8_vlm.py [--prompts 16] [--rounds 2] --out F"""
-import argparse, json, os, sys, time
+import argparse, json, os, time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 from mmspec.drafters.dflash import DFlashDrafter
