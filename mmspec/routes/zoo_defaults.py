@@ -14,12 +14,15 @@ from ..registry import CAUSAL_METHODS, DFLASH_LOOKUP_CUT
 # docs/runs/2026-11-27-cpu/code-sweep-16..20.md); since lone steps need a two-token match (ALONE_MATCH) it leads at
 # every batch size that drafts (two `mmspec bench --suite code --prompts 16` sweeps of 2026-11-28: 2.56 / 2.64x against
 # 2.37 / 2.44x at one row, 2.12 / 2.20x against 2.02 / 2.05x at two, 1.50x against 1.49x at four,
-# docs/runs/2026-11-28-cpu/default-sweep-{1,2}); code, sampling: the confident AR chain (0.95x at T = 1 against the
-# DFlash DDTree's 0.72x: independent draws from each slot's q rarely make a chain the target keeps).
+# docs/runs/2026-11-28-cpu/default-sweep-{1,2}); code, sampling: the EAGLE-style feature drafter's chain (code-eagle),
+# ahead of the confident AR chain in every `mmspec eval --suite code --do-sample --temperature 1.0 --repeats 2` run:
+# 0.96x / 0.95x (2026-11-26), 1.14x / 1.02x and 1.04x / 1.01x (2026-11-28, docs/runs/2026-11-28-cpu/
+# code-sampling-t1-3, -4), the DFlash trees 0.89-0.93x (independent draws from each slot's q rarely make a chain the
+# target keeps).
 # vlm: the DFlash block drafter (2.08x / 2.17x in two `mmspec eval --suite vlm --repeats 2` runs of 2026-11-26
 # against EAGLE's 1.86x / 1.92x and MSD's 1.82x / 1.78x)
 ZOO_METHOD = {"code-target": "dflash", "vlm-target": "dflash"}
-ZOO_SAMPLING_METHOD = {"code-target": "chain"}  # a sampling call's method where it is not ZOO_METHOD's
+ZOO_SAMPLING_METHOD = {"code-target": "eagle"}  # a sampling call's method where it is not ZOO_METHOD's
 # (target, method): the settings the zoo's drafter runs with when the caller sets none of the method's shape
 ZOO_SETTINGS = {("code-target", "dflash"): DFLASH_LOOKUP_CUT}
 ZOO_DRAFTERS = {

@@ -9,6 +9,7 @@ import torch
 import mmspec
 from mmspec.drafters import AutoregressiveDrafter, DEERDrafter, PromptLookupDrafter
 from mmspec.drafters.dflash import DFlashDrafter
+from mmspec.drafters.feature import FeatureDrafter
 from mmspec.pipeline import ImagePipeline, JanusPipeline, TextPipeline, VLMPipeline
 from mmspec.registry import CHAIN_CONFIDENCE, CONFIDENT_CHAIN_TOKENS
 from mmspec.targets import detect_route
@@ -70,18 +71,20 @@ def test_zoo_text_default_is_the_dflash_tree_when_greedy_and_exact(code, greedy_
         assert out.texts[0] == code.tokenizer.decode(ref[0, ids.shape[1]:], skip_special_tokens=True)
 
 
-def test_zoo_text_default_samples_with_the_confident_chain():
-    """A sampling call of the default pipeline runs the code target's fastest sampling method, the confident AR
-    chain: the same draws as a pipeline built for the chain, with the same seed."""
+def test_zoo_text_default_samples_with_the_eagle_chain():
+    """A sampling call of the default pipeline runs the code target's fastest sampling method, the EAGLE-style feature
+    drafter's chain (code-eagle): the same draws as a pipeline built for it, with the same seed."""
     pipe = mmspec.pipeline("zoo:code-target")
-    assert pipe.sampling_method == "chain"
+    assert pipe.sampling_method == "eagle"
     out = pipe(PROMPT, max_new_tokens=16, do_sample=True, seed=3, stop_at_eos=False)
-    assert out.config["method"] == "chain"
+    assert out.config["method"] == "eagle"
+    eagle = mmspec.pipeline("zoo:code-target", method="eagle")
+    assert eagle.sampling_method is None and isinstance(eagle.drafter, FeatureDrafter)
+    again = eagle(PROMPT, max_new_tokens=16, do_sample=True, seed=3, stop_at_eos=False)
+    assert torch.equal(out.sequences, again.sequences)
     chain = mmspec.pipeline("zoo:code-target", method="chain")
     assert chain.sampling_method is None and isinstance(chain.drafter, AutoregressiveDrafter)
     assert chain.drafter.confidence == CHAIN_CONFIDENCE and chain.drafter.num_tokens == CONFIDENT_CHAIN_TOKENS
-    again = chain(PROMPT, max_new_tokens=16, do_sample=True, seed=3, stop_at_eos=False)
-    assert torch.equal(out.sequences, again.sequences)
     assert pipe(PROMPT, max_new_tokens=4, do_sample=True, seed=3, method="dflash").config["method"] == "dflash"
 
 
@@ -95,7 +98,7 @@ def test_zoo_dflash_settings_unless_the_caller_shapes_the_drafts():
     assert chain.drafter.tree_nodes is None and chain.drafter.num_tokens == 5 and chain.drafter.lookup is None
     small = mmspec.pipeline("zoo:code-target", tree_nodes=8)
     assert (small.drafter.tree_nodes, small.drafter.lookup) == (8, None) and small.sampling_method is None
-    assert mmspec.pipeline("zoo:code-target", adaptive=True).sampling_method == "chain"
+    assert mmspec.pipeline("zoo:code-target", adaptive=True).sampling_method == "eagle"
 
 
 @pytest.mark.parametrize("method,drafter_type", [("chain", AutoregressiveDrafter), ("tree", AutoregressiveDrafter),
