@@ -210,9 +210,9 @@ DFLASH_OPTIONS = (  # the block drafter's own settings, the same on the text and
     Option("tree_cut", float, gt=0, lt=1, methods=("dflash",),
            help="stop growing the DFlash DDTree at prefixes less probable than this (a tree as large as the "
                 "drafter's confidence; needs tree_nodes)"),
-    Option("weights", str, choices=("float", "int8", "auto"), methods=("dflash",),
-           help="what the DFlash drafter's products compute with: float, int8 weight-only (a CPU), or auto (int8 "
-                "where the device has the kernel; the default)"),
+    Option("weights", str, choices=("float", "int8", "auto"), methods=("dflash",) + FEATURE,
+           help="what a DFlash or feature drafter's products compute with: float, int8 weight-only (a CPU), or auto "
+                "(int8 where the device has the kernel and the drafter is large enough to pay; the default)"),
 )
 ROUTE_OPTIONS = {
     "text": table(

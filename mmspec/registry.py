@@ -120,12 +120,12 @@ DFLASH_LOOKUP_ALONE = dict(DFLASH_TREE_LOOKUP, lookup_alone=4)
 # routes/zoo_defaults.py): HumanEval 1.57x against 1.54x without the cut, the suite 3.28x against 3.29x
 DFLASH_LOOKUP_CUT = dict(DFLASH_LOOKUP_ALONE, tree_cut=0.03)
 IMAGE_DFLASH_TREE = dict(tree_nodes=16, top_k=4)  # the same on the image target (tree="ddtree")
-# what a DFlash drafter built here computes its products with: int8 weight-only products where the device has the
+# what a DFlash or feature drafter built here computes its products with: int8 weight-only products where the device has the
 # kernel (a CPU; mmspec.kernels.int8_linear) and the drafter is large enough to fall out of the cache between steps
 # (dflash.AUTO_INT8_BYTES: of the zoo's, code-dflash), else float. Side by side on this 2-core CPU (2026-11-28,
 # docs/runs/2026-11-28-cpu/int8-drafter/): dflash-lookup-cut's drafting step 4.9 -> 4.1 ms, 24 HumanEval prompts
 # 1.562x -> 1.601x and the code suite's 16 prompts 2.640x -> 2.699x, tau the same, every output exact
-DFLASH_WEIGHTS = "auto"
+DRAFT_WEIGHTS = "auto"
 # DiffuSpec's CPS mix of dLM and causal-proxy scores for the zoo. The paper's λ = 0.5 suits a 7B dLM with a strong
 # n-gram; here the 4-gram (3.48 nats/token) is weaker than the dLM, and held-out *validation* prompts
 # (8 × 64 tokens, greedy, k = 8) gave τ 1.82 / 2.04 / 2.18 / 1.97 for λ = 0.5 / 0.7 / 0.85 / 1.0.
@@ -304,8 +304,8 @@ def build_drafter(method: str, model=None, *, target=None, num_tokens: int | Non
     queries; ``block``: blocks of that many positions instead of the whole block; ``draft_vocab``: the only ids it
     drafts; ``lookup``: a prompt-lookup branch of up to that many tokens grafted onto the DDTree; ``lookup_alone``: the
     branch alone, without the block drafter's forward, on greedy steps where every row has one of at least that many
-    tokens; ``tree_cut``: the DDTree stops growing at prefixes less probable than that; ``weights``: what its products
-    compute with, ``DFLASH_WEIGHTS`` when None). ``adaptive``: the
+    tokens; ``tree_cut``: the DDTree stops growing at prefixes less probable than that). ``weights``: what a DFlash
+    or feature drafter's products compute with, ``DRAFT_WEIGHTS`` when None. ``adaptive``: the
     drafter under :class:`~mmspec.drafters.adaptive.AdaptiveDrafter` (each step drafts or verifies the root alone,
     whichever the call's measurements say is faster): True in every call, None in greedy calls only (a sampling call
     then drafts every step, so a seed fixes its output), False never."""
@@ -346,10 +346,10 @@ def _build_drafter(method: str, model, *, target, num_tokens, tree, top_k, num_n
         return DFlashDrafter(model, target, num_tokens=num_tokens, confidence=None if tree_nodes else confidence,
                              tree_nodes=tree_nodes, top_k=top_k, compress_to=compress_to, block=block,
                              draft_vocab=draft_vocab, lookup=lookup, lookup_alone=lookup_alone, tree_cut=tree_cut,
-                             weights=weights or DFLASH_WEIGHTS)
+                             weights=weights or DRAFT_WEIGHTS)
     if method in FEATURE_METHODS:
         return FeatureDrafter(model, target, num_tokens=k, tree=tree, top_k=top_k, num_nodes=num_nodes,
-                              compress_to=compress_to)
+                              compress_to=compress_to, weights=weights or DRAFT_WEIGHTS)
     raise ValueError(f"unknown method {method!r}; choose from {sorted(set(TEXT_METHODS) | set(VLM_METHODS))}")
 
 
@@ -444,9 +444,9 @@ def image_drafter(guided_drafter=None, *, net: FeatureDraftModel | DFlashDraftMo
             # (image-dflash drafts as well from a block of 9 as from its whole block of 16: on the image suite's 8
             # pictures tau 3.84 vs 3.83 under LANTERN++ lam 50 and 1.97 vs 2.00 lossless; on this 2-core CPU the
             # drafter's cost is its ops' fixed cost, so c_d stayed 0.38, a block of 9 spares compute elsewhere)
-            return DFlashDrafter(net, guided_target, num_tokens=num_tokens, weights=DFLASH_WEIGHTS,
+            return DFlashDrafter(net, guided_target, num_tokens=num_tokens, weights=DRAFT_WEIGHTS,
                                  block=None if num_tokens is None else min(num_tokens + 1, net.block_size))
-        return DFlashDrafter(net, guided_target, weights=DFLASH_WEIGHTS, **IMAGE_DFLASH_TREE)
+        return DFlashDrafter(net, guided_target, weights=DRAFT_WEIGHTS, **IMAGE_DFLASH_TREE)
     if net is not None:
         return FeatureDrafter(net, guided_target, **tree_options(tree, num_tokens, top_k, num_nodes,
                                                                  net.config.sar_tokens))
@@ -459,7 +459,7 @@ def check_image_method(method: str) -> None:
 
 
 __all__ = ["METHODS", "TEXT_METHODS", "VLM_METHODS", "IMAGE_METHODS", "CAUSAL_METHODS", "DIFFUSION_METHODS",
-           "FEATURE_METHODS", "BLOCK_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "IMAGE_DRAFTER_MODELS", "DFLASH_IMAGE_TREES", "DRAFT_TOKENS", "CHAIN_CONFIDENCE", "CONFIDENT_CHAIN_TOKENS", "draft_length", "DYNAMIC_TREE", "DFLASH_TREE", "DFLASH_TREE_LOOKUP", "DFLASH_LOOKUP_ALONE", "DFLASH_LOOKUP_CUT", "IMAGE_DFLASH_TREE", "DFLASH_WEIGHTS", "CPS_LAMBDA", "ZOO_ADL",
+           "FEATURE_METHODS", "BLOCK_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "IMAGE_DRAFTER_MODELS", "DFLASH_IMAGE_TREES", "DRAFT_TOKENS", "CHAIN_CONFIDENCE", "CONFIDENT_CHAIN_TOKENS", "draft_length", "DYNAMIC_TREE", "DFLASH_TREE", "DFLASH_TREE_LOOKUP", "DFLASH_LOOKUP_ALONE", "DFLASH_LOOKUP_CUT", "IMAGE_DFLASH_TREE", "DRAFT_WEIGHTS", "CPS_LAMBDA", "ZOO_ADL",
            "BOUND_DEFAULTS", "LANTERN_TREE", "OPTIONS", "IMAGE_TREE", "IMAGE_CHAIN_TOKENS", "IMAGE_DRAFTER_DEFAULTS", "image_defaults", "take_options", "options_set", "check_applies", "wrong_method",
            "drafter_kind", "check_vocab", "check_feature", "causal_method", "NEEDS", "build_drafter", "zoo_diffuspec",
            "engine", "lattice_tree", "resolve_bound", "tree_options", "image_drafter", "check_image_method"]

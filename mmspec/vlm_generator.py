@@ -50,10 +50,10 @@ class VLMGenerator:
             raise ValueError("a processor is needed to turn images and prompts into model inputs")
         self.target, self.processor, self.drafter_model = target.eval(), processor, drafter
         self.options = dict(tree=tree, num_tokens=num_tokens, compress_to=compress_to, top_k=top_k,
-                            num_nodes=num_nodes, adaptive=adaptive)
+                            num_nodes=num_nodes, adaptive=adaptive, weights=weights)
         if method == "dflash":  # the block drafter's cut / DDTree budget (the text route's default cut)
             self.options.update(confidence=confidence, tree_nodes=tree_nodes, block=block, draft_vocab=draft_vocab,
-                                lookup=lookup, lookup_alone=lookup_alone, tree_cut=tree_cut, weights=weights)
+                                lookup=lookup, lookup_alone=lookup_alone, tree_cut=tree_cut)
         if method in VLM_METHODS:  # types, ranges, and no drafting setting the method would drop
             check_applies(self.options, "vlm", method)
         self._engines = {}  # method -> decoding loop (None: plain generate); bounded by the VLM methods

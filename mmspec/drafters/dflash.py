@@ -45,7 +45,7 @@ from ..verifiers.acceptance import AcceptResult
 from ..verifiers.logits import SamplingConfig
 from ..verifiers.tree_forward import text_config
 from .base import Drafter, check_confidence, feature_buffer, store_path_features, trusted_slots
-from ..kernels.int8_linear import Int8Weight, int8_available, int8_fits
+from ..kernels.int8_linear import AUTO_INT8_BYTES, WEIGHTS, Int8Weight, int8_fits, wants_int8
 from .dflash_model import DFlashDraftModel, DraftInt8, check_block, checked_vocab, emitted
 from .prompt_lookup import lookup_match
 
@@ -58,12 +58,6 @@ LOOKUP_NGRAM = (1, 3)  # the n-gram lengths ``lookup`` matches (min, max), as Pr
 # the zoo's code target's greedy answers a lone continuation after a one-token match emitted 2.0 tokens a step and
 # nothing past its root 70-75% of the time, after longer matches 3.5-9 (HumanEval and the suite's prompts)
 ALONE_MATCH = 2
-WEIGHTS = ("float", "int8", "auto")  # what the drafter's products compute with (``weights``)
-# "auto" quantises only drafters whose matrices (layers, fc, draft head) hold at least this many float32 bytes: int8
-# pays where the weights fall out of the cache between steps. Side by side on the zoo's 2-core CPU (16 MB of L3;
-# docs/runs/2026-11-28-cpu/int8-drafter/): code-dflash's 9.1 MB 1.562x -> 1.601x (HumanEval), image-dflash's 4.9 MB
-# the same cost per step (spec, LANTERN++), vlm-dflash's 2.0 MB 2.817x -> 2.794x
-AUTO_INT8_BYTES = 6 << 20
 
 
 @dataclass
@@ -190,24 +184,13 @@ class DFlashDrafter(Drafter):
 
     def _int8_weights(self, weights: str) -> tuple[DraftInt8 | None, Int8Weight | None]:
         """(the model's int8 weights, the draft head's) for ``weights``, or (None, None) to draft in float."""
-        if weights not in WEIGHTS:
-            raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
-        if weights == "float":
-            return None, None
         head = self.draft_head if self.draft_head is not None else self.lm_head.weight
         bias = self.draft_bias if self.draft_head is not None else getattr(self.lm_head, "bias", None)
-        fits = DraftInt8.fits(self.net) and int8_fits(head.shape[1])
-        available = int8_available(self.net.device)
-        if weights == "int8" and not (fits and available):
-            why = (f"its device ({self.net.device.type}) has no int8 weight-only kernel here" if not available else
-                   "its matrices have rows the int8 kernel does not take (multiples of 8 values, no biases)")
-            raise ValueError(f"weights='int8': this DFlash drafter cannot draft with int8 weights: {why}; use "
-                             "weights='float' or 'auto'")
-        if not (fits and available):
+        nbytes = 4 * (sum(p.numel() for p in self.net.layers.parameters() if p.dim() == 2)
+                      + self.net.fc.weight.numel() + head.numel())
+        if not wants_int8(weights, self.net.device, nbytes, DraftInt8.fits(self.net) and int8_fits(head.shape[1]),
+                          "this DFlash drafter"):
             return None, None
-        if weights == "auto" and 4 * (sum(p.numel() for p in self.net.layers.parameters() if p.dim() == 2)
-                                      + self.net.fc.weight.numel() + head.numel()) < AUTO_INT8_BYTES:
-            return None, None  # (small enough to stay in the cache: float is as fast)
         return DraftInt8(self.net), Int8Weight(head, bias=bias)
 
     @property

@@ -135,8 +135,10 @@ class FeatureDraftModel(nn.Module):
             nn.init.zeros_(self.sar[2].bias)
 
     # ------------------------------------------------------------------ pieces
-    def fuse(self, token_embeds: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
-        return self.fc(torch.cat([token_embeds, features], dim=-1))
+    def fuse(self, token_embeds: torch.Tensor, features: torch.Tensor, int8_fc=None) -> torch.Tensor:
+        """``fc([embeds; features])`` (``int8_fc``: an :class:`~mmspec.kernels.int8_linear.Int8Weight` of it)."""
+        x = torch.cat([token_embeds, features], dim=-1)
+        return self.fc(x) if int8_fc is None else int8_fc(x)
 
     def compress(self, features: torch.Tensor, n: int | None = None) -> torch.Tensor:
         """One image's features [m, H] -> [n, H] with the first ``n`` learned queries."""
@@ -147,9 +149,11 @@ class FeatureDraftModel(nn.Module):
         w = torch.softmax(q @ features.T / math.sqrt(features.shape[-1]), dim=-1)
         return w @ features
 
-    def append(self, cache, x: torch.Tensor, parents: torch.LongTensor, valid: torch.BoolTensor) -> torch.Tensor:
+    def append(self, cache, x: torch.Tensor, parents: torch.LongTensor, valid: torch.BoolTensor,
+               int8=None) -> torch.Tensor:
         """Run the decoder layer over new entries ``x`` [B, T, H] appended to ``cache`` as pending nodes
-        (``parents``/``valid`` as in ``SpecKVCache.prepare_append``); returns the features [B, T, H].
+        (``parents``/``valid`` as in ``SpecKVCache.prepare_append``); returns the features [B, T, H]. ``int8``: the
+        layers' int8 weights (a list of :class:`~mmspec.drafters.lean_layer.Int8Layer`; a lean drafter only).
         The same stock modules as ``self.body(...)``, called directly: the drafter runs several times per
         step, and the model-level wrappers (output capture, mask construction) cost more than the layer."""
         positions, mask = cache.prepare_append(parents, valid)
@@ -157,7 +161,10 @@ class FeatureDraftModel(nn.Module):
         if self.lean:
             # the same function in a few tensor ops (mmspec.drafters.lean_layer): the drafter runs five or six
             # times per step, and the stock modules' plumbing costs more than its math on a CPU
-            return rms_norm(self.body.norm, lean_stack(self.body.layers, x, self._rope_table, positions, cache, mask))
+            return rms_norm(self.body.norm, lean_stack(self.body.layers, x, self._rope_table, positions, cache, mask,
+                                                       int8))
+        if int8 is not None:
+            raise ValueError("int8 weights run through the lean layer: this drafter's layers keep their stock modules")
         rope = self.body.rotary_emb(x, position_ids=positions)
         h = x
         for layer in self.body.layers:

@@ -135,20 +135,21 @@ class Int8Layer:
 
 
 def lean_layer_forward(layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache,
-                       mask: torch.Tensor | None) -> torch.Tensor:
+                       mask: torch.Tensor | None, int8: "Int8Layer | None" = None) -> torch.Tensor:
     """One decoder layer over ``h`` [B, T, H]: K / V are written to ``cache`` (a SpecKVCache with the nodes
     already registered by ``prepare_append``) and the layer's output is returned. ``mask``: [B, 1, T, S]
-    boolean (True = attend), or None for a single query that sees every key."""
-    return decoder_layer(layer, h, cos, sin, cache.layers[layer.self_attn.layer_idx].update, mask)
+    boolean (True = attend), or None for a single query that sees every key. ``int8``: its projections as int8
+    weights."""
+    return decoder_layer(layer, h, cos, sin, cache.layers[layer.self_attn.layer_idx].update, mask, int8=int8)
 
 
 def lean_stack(layers, h: torch.Tensor, table: RotaryTable, positions: torch.LongTensor, cache,
-               mask: torch.Tensor | None) -> torch.Tensor:
+               mask: torch.Tensor | None, int8: "list[Int8Layer] | None" = None) -> torch.Tensor:
     """``layers`` run in turn through :func:`lean_layer_forward` over ``h`` [B, T, H] at ``positions`` [B, T], cos /
-    sin read from ``table``."""
+    sin read from ``table`` (``int8``: each layer's int8 weights)."""
     cos, sin = table(h, positions, cache.max_len + 1)
-    for layer in layers:
-        h = lean_layer_forward(layer, h, cos, sin, cache, mask)
+    for i, layer in enumerate(layers):
+        h = lean_layer_forward(layer, h, cos, sin, cache, mask, None if int8 is None else int8[i])
     return h
 
 

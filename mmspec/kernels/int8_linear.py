@@ -28,6 +28,31 @@ ROW_MULTIPLE = 8
 MAX_INT8_ROWS = 32
 
 
+WEIGHTS = ("float", "int8", "auto")  # what a drafter's products compute with (its ``weights`` argument)
+# "auto" quantises only drafters whose matrices hold at least this many float32 bytes: int8 pays where the weights
+# fall out of the cache between steps. Side by side on the zoo's 2-core CPU (16 MB of L3;
+# docs/runs/2026-11-28-cpu/int8-drafter/): code-dflash's 9.1 MB 1.562x -> 1.601x (HumanEval), image-dflash's 4.5 MB
+# the same cost per step (spec, LANTERN++), vlm-dflash's 2.0 MB 2.817x -> 2.794x
+AUTO_INT8_BYTES = 6 << 20
+
+
+def wants_int8(weights: str, device, nbytes: int, fits: bool, what: str = "this drafter") -> bool:
+    """Whether a drafter asked for ``weights`` ("float", "int8" or "auto") computes with int8 products: ``nbytes``,
+    its matrices' float32 bytes; ``fits``, whether the kernel takes all of them. "int8" where it cannot is a
+    ValueError naming why."""
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
+    if weights == "float":
+        return False
+    available = int8_available(device)
+    if weights == "int8" and not (fits and available):
+        why = (f"its device ({torch.device(device).type}) has no int8 weight-only kernel here" if not available else
+               "its matrices have rows the int8 kernel does not take (multiples of 8 values, no biases)")
+        raise ValueError(f"weights='int8': {what} cannot draft with int8 weights: {why}; use weights='float' or "
+                         "'auto'")
+    return fits and available and (weights == "int8" or nbytes >= AUTO_INT8_BYTES)
+
+
 def int8_available(device) -> bool:
     """Whether weight-only int8 products run on ``device`` here (a CPU with the aten kernel)."""
     return _OP is not None and torch.device(device).type == "cpu"
@@ -80,4 +105,4 @@ class Int8Weight:
         return torch.split(self(x), self.splits, dim=-1)
 
 
-__all__ = ["MAX_INT8_ROWS", "ROW_MULTIPLE", "int8_available", "int8_fits", "Int8Weight"]
+__all__ = ["AUTO_INT8_BYTES", "MAX_INT8_ROWS", "ROW_MULTIPLE", "WEIGHTS", "wants_int8", "int8_available", "int8_fits", "Int8Weight"]

@@ -521,10 +521,10 @@ def test_int8_weights_draft_close_to_float_and_stay_exact(target, ragged_batch, 
 
 @pytest.mark.skipif(not int8_available("cpu"), reason="no int8 weight-only kernel in this torch")
 def test_weights_auto_quantises_only_drafters_above_its_size(target, monkeypatch):
-    from mmspec.drafters import dflash
+    from mmspec.kernels import int8_linear
     net = make_net(target)
     assert DFlashDrafter(net, target, weights="auto").weights == "float"  # (a few KB: stays in the cache)
-    monkeypatch.setattr(dflash, "AUTO_INT8_BYTES", 1)
+    monkeypatch.setattr(int8_linear, "AUTO_INT8_BYTES", 1)
     assert DFlashDrafter(net, target, weights="auto").weights == "int8"
 
 
@@ -548,9 +548,9 @@ def test_registry_and_pipeline_route_a_block_drafter(target, ragged_batch, greed
     net = make_net(target)
     assert reg.drafter_kind(net) == "dflash" and "dflash" in reg.TEXT_METHODS
     assert type(reg.build_drafter("dflash", net, target=target)) is DFlashDrafter
-    # the registry's drafters compute with DFLASH_WEIGHTS ("auto": int8 where the kernel runs and the matrices are
+    # the registry's drafters compute with DRAFT_WEIGHTS ("auto": int8 where the kernel runs and the matrices are
     # large enough to fall out of the cache; this one is far below that), the class in float
-    assert reg.DFLASH_WEIGHTS == "auto" and reg.build_drafter("dflash", net, target=target).weights == "float"
+    assert reg.DRAFT_WEIGHTS == "auto" and reg.build_drafter("dflash", net, target=target).weights == "float"
     if int8_available("cpu"):
         assert reg.build_drafter("dflash", net, target=target, weights="int8").weights == "int8"
         assert mmspec.pipeline(target, drafter=net, weights="int8").drafter.weights == "int8"  # (an option too)

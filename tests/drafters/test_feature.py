@@ -65,6 +65,27 @@ def test_llava_hf_layout_exact(target, greedy_reference, method, tree, compress)
     assert torch.equal(out.sequences, greedy_reference(target, ids, 12, attention_mask=mask, pixel_values=pixels))
 
 
+@pytest.mark.parametrize("method,tree", [("eagle", None), ("msd", "dynamic")])
+def test_int8_weights_stay_exact(target, greedy_reference, method, tree):
+    """weights="int8": the layer, fc and LM head through int8 weight-only products (one row's decode steps; the
+    prefill and wider products in float); the output is still plain decoding's. "auto" keeps a drafter this small
+    in float, and a bad value is refused by name."""
+    from mmspec.kernels.int8_linear import int8_available
+    if not int8_available("cpu"):
+        pytest.skip("no int8 weight-only kernel in this torch")
+    ids, mask, pixels = batch_inputs()
+    torch.manual_seed(3)
+    net = FeatureDraftModel(FeatureDrafterConfig.for_target(target, method))
+    drafter = FeatureDrafter(net, target, tree=tree, weights="int8")
+    assert drafter.weights == "int8" and FeatureDrafter(net, target, weights="auto").weights == "float"
+    ref = greedy_reference(target, ids[1:], 12, attention_mask=mask[1:], pixel_values=pixels[1:])
+    out = SpeculativeGenerator(target, drafter).generate(ids[1:], attention_mask=mask[1:], pixel_values=pixels[1:],
+                                                         max_new_tokens=12, eos_token_id=[], pad_token_id=0)
+    assert torch.equal(out.sequences, ref)
+    with pytest.raises(ValueError, match="weights must be one of"):
+        FeatureDrafter(net, target, weights="int4")
+
+
 def test_image_embeddings_reach_the_msd_drafter(target):
     """The hook-captured projector output equals the target's own image features, placed at the image
     positions in order; the decoupled inputs there are exactly those embeddings."""

@@ -367,6 +367,8 @@ FEATURE_CASES = {  # feature drafters read the target's features: built from the
     "flash-sar": (dict(method="flash", compress_tokens=2, sar_tokens=3), {}, PLAIN),
     "flash-lattice-warped": (dict(method="flash", compress_tokens=2, sar_tokens=3),
                              dict(tree=TreeTemplate.full((2, 2))), WARPED),
+    # int8 weight-only products (a CPU): q is whatever the drafter draws from
+    "eagle-chain-int8-warped": (dict(method="eagle"), dict(num_tokens=3, weights="int8"), WARPED),
 }
 
 
@@ -423,7 +425,11 @@ def test_feature_drafters_match_exact_target_joint(case):
     from mmspec.drafters.feature import FeatureDrafter
     from mmspec.drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
 
+    from mmspec.kernels.int8_linear import int8_available
+
     net_kw, drafter_kw, warp = FEATURE_CASES[case]
+    if drafter_kw.get("weights") == "int8" and not int8_available("cpu"):
+        pytest.skip("no int8 weight-only kernel in this torch")
     target, _ = _models()
     torch.manual_seed(11)
     net = FeatureDraftModel(FeatureDrafterConfig.for_target(target, **net_kw))

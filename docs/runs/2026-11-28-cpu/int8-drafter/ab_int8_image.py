@@ -1,6 +1,6 @@
 """Side by side on the image suite's classes (one picture each, CFG 3, T = 1, the zoo's image-dflash chain of 8):
 plain AR, then lossless `spec` and LANTERN++ (the image default, λ 50) with the drafter's float32 weights and with
-int8 weight-only products (`mmspec.registry.DFLASH_WEIGHTS`, read when each call builds its drafter); the same seed
+int8 weight-only products (`mmspec.registry.DRAFT_WEIGHTS`, read when each call builds its drafter); the same seed
 per class for every method, rounds interleaved, round 0 warms up.
 
     python ab_int8_image.py [--classes 8] [--rounds 2] --out F"""
@@ -25,7 +25,7 @@ for r in range(a.rounds + 1):
     for c in range(a.classes):
         for k, kw in runs.items():
             kw = dict(kw)
-            registry.DFLASH_WEIGHTS = kw.pop("weights", "auto")
+            registry.DRAFT_WEIGHTS = kw.pop("weights", "auto")
             t = time.perf_counter(); o = pipe.generate(class_ids=[c], seed=100 + c, **kw); dt = time.perf_counter() - t
             if r:
                 tot[k]["seconds"] += dt
