@@ -56,3 +56,18 @@ def summary(totals: dict, rounds: int, calls: list) -> dict:
     for k, v in out.items():
         print(f"{k:18s} {v['speedup']:.3f}x  tau {v['tau']:.2f}  exact {v['exact']:.2f}")
     return out
+
+
+def timed_calls(drafters: dict, method: str) -> dict:
+    """Wrap ``method`` of each drafter in ``drafters`` (name -> drafter) so it sums its seconds and calls into the
+    returned ``{name: [seconds, calls]}`` (the A/B scripts' drafting-step timers)."""
+    timing = {name: [0.0, 0] for name in drafters}
+    for name, d in drafters.items():
+        inner = getattr(d, method)
+
+        def timed(*args, _inner=inner, _name=name, **kw):
+            t = time.perf_counter(); r = _inner(*args, **kw)
+            timing[_name][0] += time.perf_counter() - t; timing[_name][1] += 1
+            return r
+        setattr(d, method, timed)
+    return timing

@@ -4,10 +4,10 @@ the same prompts, rounds interleaved (greedy, every output compared with plain d
 mean time (propose, ms) per variant.
 
     python ab_int8.py [--data humaneval] --prompts 24 --rounds 2 --out F"""
-import json, os, sys, time
+import json, os, sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
-from interleave import code_run, interleaved, summary
+from interleave import code_run, interleaved, summary, timed_calls
 from mmspec.drafters.dflash import DFlashDrafter
 from mmspec.drafters.no_draft import NoDrafter
 from mmspec.generator import SpeculativeGenerator
@@ -15,15 +15,7 @@ from mmspec.registry import DFLASH_LOOKUP_CUT
 
 a, model, net, calls = code_run(__doc__)
 drafters = {w: DFlashDrafter(net, model, weights=w, **DFLASH_LOOKUP_CUT) for w in ("float", "int8")}
-timing = {w: [0.0, 0] for w in drafters}
-for w, d in drafters.items():
-    inner = d.propose_sized
-
-    def timed(*args, _inner=inner, _w=w, **kw):
-        t = time.perf_counter(); r = _inner(*args, **kw)
-        timing[_w][0] += time.perf_counter() - t; timing[_w][1] += 1
-        return r
-    d.propose_sized = timed
+timing = timed_calls(drafters, "propose_sized")
 gens = {"plain": SpeculativeGenerator(model, NoDrafter()),
         **{f"cut-{w}": SpeculativeGenerator(model, d) for w, d in drafters.items()}}
 out = summary(interleaved(gens, calls, a.rounds, 64, []), a.rounds, calls)

@@ -5,10 +5,10 @@ rounds interleaved, every output compared with plain decoding's; also the drafti
 
     python ab_int8_eagle.py [--data humaneval] --prompts 24 --rounds 2 --out F
     SAMPLE=1 python ab_int8_eagle.py ...   (T = 1: "exact" then means nothing; speed and τ do)"""
-import json, os, sys, time
+import json, os, sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
-from interleave import code_run, interleaved, summary
+from interleave import code_run, interleaved, summary, timed_calls
 from mmspec.drafters.feature import FeatureDrafter
 from mmspec.drafters.no_draft import NoDrafter
 from mmspec.generator import SpeculativeGenerator
@@ -19,15 +19,7 @@ if os.environ.get("SAMPLE"):
     calls = [(ids, {"do_sample": True, "temperature": 1.0}) for ids, _ in calls]
 net = load("code-eagle").model
 drafters = {w: FeatureDrafter(net, model, num_tokens=8, weights=w) for w in ("float", "int8")}
-timing = {w: [0.0, 0] for w in drafters}
-for w, d in drafters.items():
-    inner = d.propose
-
-    def timed(*args, _inner=inner, _w=w, **kw):
-        t = time.perf_counter(); r = _inner(*args, **kw)
-        timing[_w][0] += time.perf_counter() - t; timing[_w][1] += 1
-        return r
-    d.propose = timed
+timing = timed_calls(drafters, "propose")
 gens = {"plain": SpeculativeGenerator(model, NoDrafter()),
         **{f"eagle-{w}": SpeculativeGenerator(model, d) for w, d in drafters.items()}}
 out = summary(interleaved(gens, calls, a.rounds, 64, []), a.rounds, calls)
