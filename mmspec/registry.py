@@ -122,7 +122,7 @@ DFLASH_LOOKUP_CUT = dict(DFLASH_LOOKUP_ALONE, tree_cut=0.03)
 IMAGE_DFLASH_TREE = dict(tree_nodes=16, top_k=4)  # the same on the image target (tree="ddtree")
 # what a DFlash or feature drafter built here computes its products with: int8 weight-only products where the device has the
 # kernel (a CPU; mmspec.kernels.int8_linear) and the drafter is large enough to fall out of the cache between steps
-# (dflash.AUTO_INT8_BYTES: of the zoo's, code-dflash), else float. Side by side on this 2-core CPU (2026-11-28,
+# (int8_linear.AUTO_INT8_BYTES: of the zoo's, code-dflash and code-eagle), else float. Side by side on this 2-core CPU (2026-11-28,
 # docs/runs/2026-11-28-cpu/int8-drafter/): dflash-lookup-cut's drafting step 4.9 -> 4.1 ms, 24 HumanEval prompts
 # 1.562x -> 1.601x and the code suite's 16 prompts 2.640x -> 2.699x, tau the same, every output exact
 DRAFT_WEIGHTS = "auto"

@@ -24,9 +24,14 @@ import torch
 SiblingRule = Literal["deterministic", "iid", "without_replacement"]
 
 
+def _child_map(tok: list, par: list, ok: list | None = None) -> dict:
+    """One row's ``{(parent, token): node}`` from its lists (``ok``: which nodes are real; None: all)."""
+    return {(par[n], tok[n]): n for n in range(1, len(tok)) if ok is None or ok[n]}
+
+
 def _child_maps(tokens: list, parents: list, valid: list) -> list[dict]:
     """:meth:`DraftTree.child_maps` from the tree's rows as lists."""
-    return [{(par[n], tok[n]): n for n in range(1, len(tok)) if ok[n]} for tok, par, ok in zip(tokens, parents, valid)]
+    return [_child_map(tok, par, ok) for tok, par, ok in zip(tokens, parents, valid)]
 
 
 def graft_rows(tokens: list[list[int]], parents: list[list[int]], chains) -> None:
@@ -34,7 +39,7 @@ def graft_rows(tokens: list[list[int]], parents: list[list[int]], chains) -> Non
     its nodes (root first, parent −1; every parent before its child), in place, as a trie: the chain follows the
     tree's nodes while their tokens agree and goes on as new nodes where it leaves them."""
     for tok, par, chain in zip(tokens, parents, chains):
-        children = {(par[n], tok[n]): n for n in range(1, len(tok))}
+        children = _child_map(tok, par)
         at = 0
         for t in chain:
             t = int(t)

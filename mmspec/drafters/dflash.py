@@ -45,8 +45,8 @@ from ..verifiers.acceptance import AcceptResult
 from ..verifiers.logits import SamplingConfig
 from ..verifiers.tree_forward import text_config
 from .base import Drafter, check_confidence, feature_buffer, store_path_features, trusted_slots
-from ..kernels.int8_linear import AUTO_INT8_BYTES, WEIGHTS, Int8Weight, int8_fits, wants_int8
-from .dflash_model import DFlashDraftModel, DraftInt8, check_block, checked_vocab, emitted
+from .dflash_model import DFlashDraftModel, check_block, checked_vocab, emitted
+from .lean_layer import Int8Drafter
 from .prompt_lookup import lookup_match
 
 
@@ -111,7 +111,7 @@ class DFlashDrafter(Drafter):
     model's own weights), ``"int8"`` (its layers, ``fc`` and draft head as int8 weight-only products, quantised once
     here: on a CPU the drafter's step waits on reading its weights, see :mod:`mmspec.kernels.int8_linear`; the
     verifier keeps the output exact) or ``"auto"`` (int8 where the device has the kernel, the widths fit and the
-    matrices hold ``AUTO_INT8_BYTES`` or more, else float)."""
+    matrices hold ``int8_linear.AUTO_INT8_BYTES`` or more, else float)."""
 
     needs_target_hidden = True
     drops_rows = True  # select_rows narrows the feature buffer and the context cache
@@ -179,19 +179,10 @@ class DFlashDrafter(Drafter):
         self.vocab_size = int(net.config.vocab_size)
         self.sampled_drafts = bool(sampled_drafts)
         self.compress_to = None if compress_to is None else int(compress_to)
-        self.int8, self.head_int8 = self._int8_weights(weights)
-        self._budgets = self._halved_budgets()  # (tree_budgets: fixed by tree_nodes and lookup, read every step)
-
-    def _int8_weights(self, weights: str) -> tuple[DraftInt8 | None, Int8Weight | None]:
-        """(the model's int8 weights, the draft head's) for ``weights``, or (None, None) to draft in float."""
         head = self.draft_head if self.draft_head is not None else self.lm_head.weight
         bias = self.draft_bias if self.draft_head is not None else getattr(self.lm_head, "bias", None)
-        nbytes = 4 * (sum(p.numel() for p in self.net.layers.parameters() if p.dim() == 2)
-                      + self.net.fc.weight.numel() + head.numel())
-        if not wants_int8(weights, self.net.device, nbytes, DraftInt8.fits(self.net) and int8_fits(head.shape[1]),
-                          "this DFlash drafter"):
-            return None, None
-        return DraftInt8(self.net), Int8Weight(head, bias=bias)
+        self.int8 = Int8Drafter.build(weights, net.layers, net.fc, head, bias, net.device, "this DFlash drafter")
+        self._budgets = self._halved_budgets()  # (tree_budgets: fixed by tree_nodes and lookup, read every step)
 
     @property
     def weights(self) -> str:
@@ -314,7 +305,7 @@ class DFlashDrafter(Drafter):
         vocabulary, arXiv 2502.14856): the drafts and each slot's q stay over the whole vocabulary, so the verifier
         is unchanged and sampling stays lossless (q gives the other ids no mass; the residual keeps them)."""
         if self.draft_vocab is None:
-            return emitted((self.lm_head(h) if self.head_int8 is None else self.head_int8(h)).float(), self.never)
+            return emitted((self.lm_head(h) if self.int8 is None else self.int8.head(h)).float(), self.never)
         sub, ids = self.greedy_logits(h)  # (the ids it never emits already −inf)
         full = sub.new_full((*sub.shape[:-1], self.lm_head.weight.shape[0]), float("-inf"))
         full[..., ids] = sub
@@ -329,8 +320,8 @@ class DFlashDrafter(Drafter):
         logits and None."""
         if self.draft_vocab is None:
             return self.head(h), None
-        sub = torch.nn.functional.linear(h, self.draft_head, self.draft_bias) if self.head_int8 is None else \
-            self.head_int8(h)
+        sub = torch.nn.functional.linear(h, self.draft_head, self.draft_bias) if self.int8 is None else \
+            self.int8.head(h)
         sub = sub.float()
         return emitted(sub, self.draft_never), self.draft_vocab
 
@@ -559,4 +550,4 @@ class DFlashDrafter(Drafter):
                          node_q, "without_replacement")
 
 
-__all__ = ["AUTO_INT8_BYTES", "DFlashDrafter", "DFlashRun", "WEIGHTS", "check_target"]
+__all__ = ["DFlashDrafter", "DFlashRun", "check_target"]

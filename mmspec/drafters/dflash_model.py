@@ -38,8 +38,7 @@ import torch.nn.functional as F
 from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
-from ..kernels.int8_linear import Int8Weight, int8_fits
-from .lean_layer import Int8Layer, _rotate, decoder_layer, rms_norm
+from .lean_layer import Int8Drafter, _rotate, decoder_layer, rms_norm
 
 DEFAULT_BLOCK_SIZE = 16  # the paper's B
 DEFAULT_NUM_FEATURE_LAYERS = 5  # the paper's K on Qwen3
@@ -209,7 +208,7 @@ class DFlashDraftModel(nn.Module):
             table = self._rope_table = (cos[0].to(x.dtype), sin[0].to(x.dtype))
         return table[0][positions], table[1][positions]
 
-    def fuse(self, features: torch.Tensor, int8: "DraftInt8 | None" = None) -> torch.Tensor:
+    def fuse(self, features: torch.Tensor, int8: "Int8Drafter | None" = None) -> torch.Tensor:
         """Context features ``[..., K·H]`` -> ``hidden_norm(fc(·))`` ``[..., H]`` (``int8``: with its ``fc``)."""
         x = features.to(self.dtype)
         return rms_norm(self.hidden_norm, self.fc(x) if int8 is None else int8.fc(x))
@@ -258,7 +257,7 @@ class DFlashDraftModel(nn.Module):
         return out, ok, index
 
     def context_kv(self, i: int, context: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                   int8: "DraftInt8 | None" = None):
+                   int8: "Int8Drafter | None" = None):
         """Layer ``i``'s keys and values ``[B, H_kv, n, D]`` of fused context ``[B, n, H]`` at the rotary ``cos`` /
         ``sin`` ``[B, n, D]`` of the context tokens' positions (``int8``: with its k / v products)."""
         attn = self.layers[i].self_attn
@@ -275,7 +274,7 @@ class DFlashDraftModel(nn.Module):
     def block(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
               keys_values: Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
               mask: torch.Tensor | None, context: torch.Tensor | None = None,
-              int8: "DraftInt8 | None" = None) -> torch.Tensor:
+              int8: "Int8Drafter | None" = None) -> torch.Tensor:
         """The block's forward: ``x`` [B, T, H] (embedded block tokens) at rotary ``cos`` / ``sin`` [B, T, D];
         ``keys_values(i, k, v)`` returns layer i's keys / values to attend to given the block's own (the context's
         in front of them: from a cache, or concatenated in training); ``mask`` [B, 1, T, S] bool (True = attend).
@@ -289,23 +288,6 @@ class DFlashDraftModel(nn.Module):
             h = decoder_layer(layer, h, cos, sin, lambda k, v, i=i: keys_values(i, k, v), mask, extra=context,
                               int8=None if int8 is None else int8.layers[i])
         return rms_norm(self.norm, h)
-
-
-class DraftInt8:
-    """A :class:`DFlashDraftModel`'s matrices as int8 weights for drafting on a CPU (:mod:`mmspec.kernels.int8_linear`):
-    each layer's projections (:class:`~mmspec.drafters.lean_layer.Int8Layer`) and ``fc``, quantised once from the
-    weights the model has then (training the model afterwards does not reach them)."""
-
-    def __init__(self, net: DFlashDraftModel):
-        if not self.fits(net):
-            raise ValueError("this DFlash drafter's matrices have rows the int8 kernel does not take (widths must be "
-                             "multiples of 8, no biases)")
-        self.layers = [Int8Layer(layer) for layer in net.layers]
-        self.fc = Int8Weight(net.fc.weight)
-
-    @staticmethod
-    def fits(net: DFlashDraftModel) -> bool:
-        return all(Int8Layer.fits(layer) for layer in net.layers) and int8_fits(net.fc.in_features)
 
 
 @torch.no_grad()
@@ -383,5 +365,5 @@ def teacher_forced_logits(net: DFlashDraftModel, embed: nn.Module, lm_head: nn.M
     return lm_head(h[:, :, 1:])
 
 
-__all__ = ["check_block", "checked_vocab", "DraftInt8", "DEFAULT_BLOCK_SIZE", "DEFAULT_NUM_FEATURE_LAYERS", "default_layer_ids", "make_config", "DFlashDraftModel", "emitted",
+__all__ = ["check_block", "checked_vocab", "DEFAULT_BLOCK_SIZE", "DEFAULT_NUM_FEATURE_LAYERS", "default_layer_ids", "make_config", "DFlashDraftModel", "emitted",
            "teacher_forced_logits", "with_branch_features"]

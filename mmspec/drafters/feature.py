@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 import torch
 
 from ..cache import SpecKVCache
-from ..kernels.int8_linear import Int8Weight, int8_fits, wants_int8
 from ..state import DraftContext
 from ..tree import DraftTree, TreeTemplate
 from ..verifiers.acceptance import AcceptResult
@@ -26,7 +25,7 @@ from ..verifiers.tree_forward import chain_parents, prefill_parents
 from ..vision import image_token_id
 from .autoregressive import AutoregressiveDrafter, AutoregressiveRun
 from .base import feature_buffer, store_path_features
-from .lean_layer import Int8Layer
+from .lean_layer import Int8Drafter
 from .feature_model import (FeatureDraftModel, drafter_sequence, scatter_image_embeds, sequence_length,
                             signature_mismatch)
 
@@ -47,7 +46,7 @@ class FeatureDrafter(AutoregressiveDrafter):
     """An EAGLE / MSD / FLASH network drafting from the target's features (``needs_target_hidden``). ``weights``:
     ``"float"``, ``"int8"`` (its layer, ``fc`` and the LM head it drafts through as int8 weight-only products,
     quantised once here, :mod:`mmspec.kernels.int8_linear`; a lean drafter on a CPU) or ``"auto"`` (int8 where that
-    runs and the matrices hold ``AUTO_INT8_BYTES`` or more, else float)."""
+    runs and the matrices hold ``int8_linear.AUTO_INT8_BYTES`` or more, else float)."""
 
     needs_target_hidden = True
 
@@ -85,21 +84,14 @@ class FeatureDrafter(AutoregressiveDrafter):
         self.image_token_id = image_token_id(target)
         if sar > 1 and isinstance(tree, TreeTemplate):
             self._lattice_layout(tree)
-        self.int8_layers = self.int8_fc = self.int8_head = None
-        layers, fc, head = net.body.layers, net.fc, self.lm_head
-        fits = net.lean and all(Int8Layer.fits(layer) for layer in layers) and int8_fits(fc.in_features) \
-            and int8_fits(head.weight.shape[1])
-        nbytes = 4 * (sum(p.numel() for p in layers.parameters() if p.dim() == 2) + fc.weight.numel()
-                      + head.weight.numel())
-        if wants_int8(weights, fc.weight.device, nbytes, fits, "this feature drafter"):
-            self.int8_layers = [Int8Layer(layer) for layer in layers]
-            self.int8_fc = Int8Weight(fc.weight, bias=fc.bias)
-            self.int8_head = Int8Weight(head.weight, bias=getattr(head, "bias", None))
+        head = self.lm_head
+        self.int8 = Int8Drafter.build(weights, net.body.layers, net.fc, head.weight, getattr(head, "bias", None),
+                                      net.fc.weight.device, "this feature drafter", lean=net.lean)
 
     @property
     def weights(self) -> str:
         """What the products compute with: "int8" or "float"."""
-        return "float" if self.int8_layers is None else "int8"
+        return "float" if self.int8 is None else "int8"
 
     def _lattice_layout(self, t: TreeTemplate) -> None:
         """A lattice template's fixed index tensors, built once: each non-root node's slot (its depth - 1)
@@ -157,7 +149,7 @@ class FeatureDrafter(AutoregressiveDrafter):
         S = x.shape[1]
         cache = SpecKVCache.for_model(self.net.body, B, S + (max_length - P) + 2 * self.max_nodes + 4)
         if ok.any():  # (one-token prompts leave nothing to pair: the cache starts empty)
-            self.net.append(cache, x, prefill_parents(ok.long()), ok, self.int8_layers)
+            self.net.append(cache, x, prefill_parents(ok.long()), ok, self.int8)
             cache.commit_first(torch.full((B,), S, device=dev))
             cache.starts = S - ok.sum(1)
         run.cache, run.prompt_entries = cache, S
@@ -203,8 +195,8 @@ class FeatureDrafter(AutoregressiveDrafter):
         B, m = unseen.tokens.shape
         feat = run.features.gather(1, (unseen.positions - 1).clamp(min=0)[..., None].expand(
             B, m, run.features.shape[-1]))
-        x = self.net.fuse(self.embed(unseen.tokens).to(feat.dtype), feat, self.int8_fc)
-        out = self.net.append(run.cache, x, chain_parents(unseen.valid), unseen.valid, self.int8_layers)
+        x = self.net.fuse(self.embed(unseen.tokens).to(feat.dtype), feat, self.int8)
+        out = self.net.append(run.cache, x, chain_parents(unseen.valid), unseen.valid, self.int8)
         run.cache.commit_first(unseen.counts)
         run.fed = run.fed + unseen.counts
         h = out[torch.arange(B, device=out.device), unseen.counts - 1]
@@ -224,14 +216,14 @@ class FeatureDrafter(AutoregressiveDrafter):
         else:
             from_pending = root[:, None].expand(B, F, H)
         parent_feature = torch.where((pending_parents < 0)[..., None], root[:, None], from_pending)
-        x = self.net.fuse(self.embed(tokens).to(parent_feature.dtype), parent_feature, self.int8_fc)
+        x = self.net.fuse(self.embed(tokens).to(parent_feature.dtype), parent_feature, self.int8)
         valid = torch.ones_like(tokens, dtype=torch.bool)
-        h = self.net.append(run.cache, x, pending_parents, valid, self.int8_layers)
+        h = self.net.append(run.cache, x, pending_parents, valid, self.int8)
         run.tree_features.append(h)
         return self._logits(h)
 
     def _logits(self, features: torch.Tensor) -> torch.Tensor:
-        logits = (self.lm_head(features) if self.int8_head is None else self.int8_head(features)).float()
+        logits = (self.lm_head(features) if self.int8 is None else self.int8.head(features)).float()
         return logits if self.blocked is None else logits.masked_fill(self.blocked, float("-inf"))
 
     def _flash_chain(self, run: FeatureRun, roots, sampling, generator) -> DraftTree:

@@ -135,10 +135,10 @@ class FeatureDraftModel(nn.Module):
             nn.init.zeros_(self.sar[2].bias)
 
     # ------------------------------------------------------------------ pieces
-    def fuse(self, token_embeds: torch.Tensor, features: torch.Tensor, int8_fc=None) -> torch.Tensor:
-        """``fc([embeds; features])`` (``int8_fc``: an :class:`~mmspec.kernels.int8_linear.Int8Weight` of it)."""
+    def fuse(self, token_embeds: torch.Tensor, features: torch.Tensor, int8=None) -> torch.Tensor:
+        """``fc([embeds; features])`` (``int8``: an :class:`~mmspec.drafters.lean_layer.Int8Drafter`, with its ``fc``)."""
         x = torch.cat([token_embeds, features], dim=-1)
-        return self.fc(x) if int8_fc is None else int8_fc(x)
+        return self.fc(x) if int8 is None else int8.fc(x)
 
     def compress(self, features: torch.Tensor, n: int | None = None) -> torch.Tensor:
         """One image's features [m, H] -> [n, H] with the first ``n`` learned queries."""
@@ -152,8 +152,8 @@ class FeatureDraftModel(nn.Module):
     def append(self, cache, x: torch.Tensor, parents: torch.LongTensor, valid: torch.BoolTensor,
                int8=None) -> torch.Tensor:
         """Run the decoder layer over new entries ``x`` [B, T, H] appended to ``cache`` as pending nodes
-        (``parents``/``valid`` as in ``SpecKVCache.prepare_append``); returns the features [B, T, H]. ``int8``: the
-        layers' int8 weights (a list of :class:`~mmspec.drafters.lean_layer.Int8Layer`; a lean drafter only).
+        (``parents``/``valid`` as in ``SpecKVCache.prepare_append``); returns the features [B, T, H]. ``int8``: an
+        :class:`~mmspec.drafters.lean_layer.Int8Drafter` whose layers' products it runs with (a lean drafter only).
         The same stock modules as ``self.body(...)``, called directly: the drafter runs several times per
         step, and the model-level wrappers (output capture, mask construction) cost more than the layer."""
         positions, mask = cache.prepare_append(parents, valid)
@@ -162,7 +162,7 @@ class FeatureDraftModel(nn.Module):
             # the same function in a few tensor ops (mmspec.drafters.lean_layer): the drafter runs five or six
             # times per step, and the stock modules' plumbing costs more than its math on a CPU
             return rms_norm(self.body.norm, lean_stack(self.body.layers, x, self._rope_table, positions, cache, mask,
-                                                       int8))
+                                                       None if int8 is None else int8.layers))
         if int8 is not None:
             raise ValueError("int8 weights run through the lean layer: this drafter's layers keep their stock modules")
         rope = self.body.rotary_emb(x, position_ids=positions)

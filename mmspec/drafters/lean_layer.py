@@ -21,7 +21,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from ..kernels.int8_linear import Int8Weight, int8_fits
+from ..kernels.int8_linear import Int8Weight, int8_fits, wants_int8
 from ..kernels.tree_attention import tree_attention_reference
 from ..layer_masks import attention_layout
 from ..verifiers.tree_forward import draft_forward, model_dtype, to_model_mask
@@ -134,6 +134,30 @@ class Int8Layer:
         return all(m.bias is None and int8_fits(m.in_features) for m in mods)
 
 
+class Int8Drafter:
+    """A drafter's matrices as int8 weights (:mod:`mmspec.kernels.int8_linear`), quantised once: each decoder layer's
+    projections (``layers``, :class:`Int8Layer`), its input map ``fc`` and the LM head it drafts through (``head``).
+    :meth:`build` decides from the drafter's ``weights`` setting whether there is one (training the drafter afterwards
+    does not reach them)."""
+
+    def __init__(self, layers, fc: Int8Weight, head: Int8Weight):
+        self.layers, self.fc, self.head = [Int8Layer(layer) for layer in layers], fc, head
+
+    @classmethod
+    def build(cls, weights: str, layers, fc, head_weight: torch.Tensor, head_bias: torch.Tensor | None, device,
+              what: str, lean: bool = True) -> "Int8Drafter | None":
+        """The int8 weights of ``layers``, the linear module ``fc`` and the head ``head_weight`` / ``head_bias`` when
+        ``weights`` ("float", "int8", "auto") asks for them and they can run (:func:`wants_int8`; ``lean``: the layers
+        run through :func:`decoder_layer`), else None."""
+        fits = lean and all(Int8Layer.fits(layer) for layer in layers) and int8_fits(fc.in_features) \
+            and int8_fits(head_weight.shape[1])
+        nbytes = 4 * (sum(p.numel() for p in layers.parameters() if p.dim() == 2) + fc.weight.numel()
+                      + head_weight.numel())
+        if not wants_int8(weights, device, nbytes, fits, what):
+            return None
+        return cls(layers, Int8Weight(fc.weight, bias=fc.bias), Int8Weight(head_weight, bias=head_bias))
+
+
 def lean_layer_forward(layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache,
                        mask: torch.Tensor | None, int8: "Int8Layer | None" = None) -> torch.Tensor:
     """One decoder layer over ``h`` [B, T, H]: K / V are written to ``cache`` (a SpecKVCache with the nodes
@@ -189,5 +213,5 @@ def drafter_logits(model, cache, input_ids: torch.LongTensor, parents: torch.Lon
     return F.linear(rms_norm(inner.norm, h[:, first:]), model.lm_head.weight)
 
 
-__all__ = ["lean_supported", "RotaryTable", "rms_norm", "decoder_layer", "Int8Layer", "lean_layer_forward", "lean_stack", "LEAN_LM_CLASSES", "lean_lm_supported",
+__all__ = ["lean_supported", "RotaryTable", "rms_norm", "decoder_layer", "Int8Layer", "Int8Drafter", "lean_layer_forward", "lean_stack", "LEAN_LM_CLASSES", "lean_lm_supported",
            "drafter_logits"]
