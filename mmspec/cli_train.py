@@ -18,7 +18,7 @@ import torch
 from . import zoo
 
 from .drafters.dflash_io import load_dflash, save_dflash
-from .drafters.dflash_model import DFlashDraftModel, make_config
+from .drafters.dflash_model import DFlashDraftModel, make_config, with_target_layers
 from .drafters.diffusion import check_vocabularies, model_vocab_size
 from .eval.datasets import read_jsonl
 from .drafters.feature_model import FeatureDrafterConfig, FeatureDraftModel
@@ -246,7 +246,9 @@ def _nested(n: int) -> list[int]:
 
 def dflash_init(spec: str, dcfg) -> dict:
     """The weights of the DFlash drafter ``spec`` (``zoo:<name>`` or a directory, either layout) to start training
-    from, checked against the shape ``dcfg`` this run trains (layers, width, block size, target layers, mask)."""
+    from, checked against the shape ``dcfg`` this run trains (layers, width, block size, target layers, mask). Target
+    layers may be added to the ones it reads (``--target-layers`` naming all of its own and more): their ``fc``
+    columns start at zero, so training starts from exactly its drafts (:func:`with_target_layers`)."""
     name = zoo_name(spec)
     path = zoo.zoo_home() / name if name is not None else Path(spec)
     if not path.is_dir():
@@ -256,6 +258,9 @@ def dflash_init(spec: str, dcfg) -> dict:
     except Exception as exc:  # noqa: BLE001 - any unreadable directory: one message naming it
         raise ValueError(f"--init {spec}: not a DFlash drafter ({type(exc).__name__}: {exc})") from None
     fresh = DFlashDraftModel(dcfg)
+    wanted = fresh.target_layer_ids
+    if src.target_layer_ids != wanted and set(src.target_layer_ids) < set(wanted):
+        src = with_target_layers(src, wanted)
     mine = {k: tuple(v.shape) for k, v in fresh.state_dict().items()}
     state = src.state_dict()
     if "queries" in mine and "queries" not in state:  # adding picture compression to a drafter without it

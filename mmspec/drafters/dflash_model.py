@@ -309,6 +309,31 @@ def with_branch_features(net: DFlashDraftModel, scale: float) -> DFlashDraftMode
     return out.train(net.training)
 
 
+@torch.no_grad()
+def with_target_layers(net: DFlashDraftModel, layer_ids: list[int]) -> DFlashDraftModel:
+    """``net`` as a drafter that reads the target layers ``layer_ids`` (every layer ``net`` reads among them, in any
+    order), drafting exactly what ``net`` drafts: each of its layers keeps its block of ``fc`` columns, and the
+    columns of the layers it did not read start at zero. A warm start for trying what more (e.g. deeper) features
+    give a trained drafter: training then learns what to read from them."""
+    ids = [int(i) for i in layer_ids]
+    missing = [i for i in net.target_layer_ids if i not in ids]
+    if missing or len(set(ids)) != len(ids):
+        raise ValueError(f"target layers {ids} must be distinct and include every layer the drafter reads "
+                         f"({net.target_layer_ids}; missing {missing})")
+    config = copy.deepcopy(net.config)
+    config.dflash_config = {**config.dflash_config, "target_layer_ids": ids}
+    out = DFlashDraftModel(config).to(device=net.device, dtype=net.dtype)
+    state = net.state_dict()
+    H, width = config.hidden_size, net.feature_branches * config.hidden_size
+    old = net.fc.weight.view(H, len(net.target_layer_ids), width)
+    fc = old.new_zeros(H, len(ids), width)
+    for j, layer in enumerate(net.target_layer_ids):
+        fc[:, ids.index(layer)] = old[:, j]
+    state["fc.weight"] = fc.reshape(H, -1)
+    out.load_state_dict(state)
+    return out.train(net.training)
+
+
 def check_block(net: DFlashDraftModel, block: int | None) -> int:
     """The block length to run: ``block`` (2 up to the drafter's block size), or the whole block when None."""
     if block is None:

@@ -321,6 +321,37 @@ def test_init_takes_a_drafter_of_the_same_shape_and_names_a_mismatch(tmp_path):
         dflash_init("zoo:code-dflash", other)
     with pytest.raises(ValueError, match="no such drafter directory"):
         dflash_init(str(tmp_path / "missing"), same)
+    # more target layers than it reads (its own among them): its fc columns kept, the new layer's at zero
+    deeper = make_config(target_cfg, num_layers=2, block_size=shipped.config.block_size,
+                         mask_token_id=shipped.mask_token_id, target_layer_ids=shipped.target_layer_ids + [14])
+    fc = dflash_init("zoo:code-dflash", deeper)["fc.weight"]
+    H = shipped.config.hidden_size
+    assert torch.equal(fc[:, :-H], shipped.fc.weight) and not fc[:, -H:].any()
+
+
+def test_a_drafter_grown_to_more_target_layers_drafts_what_it_drafted(target, data):
+    """``with_target_layers`` (what ``--init`` does when ``--target-layers`` adds layers): the grown drafter reads the
+    new layers' features (nonzero) through zero ``fc`` columns, so its slots are the source's; a list that drops one
+    of the source's layers is refused."""
+    from mmspec.drafters.dflash_model import with_target_layers
+
+    train, _ = data
+    torch.manual_seed(0)
+    net = sharpen(DFlashDraftModel(make_config(target.config, num_layers=1, block_size=4, mask_token_id=2,
+                                               target_layer_ids=[0, 1])), seed=4)
+    grown = with_target_layers(net, [2, 0, 1])  # a new layer, placed first
+    assert grown.target_layer_ids == [2, 0, 1] and grown.fc.weight.shape[1] == 3 * target.config.hidden_size
+    tokens, anchors = train.tokens[:2, :20], torch.tensor([[6, 9], [5, 11]])
+    emb, head = target.get_input_embeddings(), target.get_output_embeddings()
+    with torch.no_grad():
+        want = teacher_forced_logits(net, emb, head, tokens, dflash_training.target_outputs(target, net, tokens)[0],
+                                     anchors)
+        feats = dflash_training.target_outputs(target, grown, tokens)[0]
+        got = teacher_forced_logits(grown, emb, head, tokens, feats, anchors)
+    assert feats[..., :32].abs().sum() > 0  # (the new layer's features are there, read through zero columns)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="include every layer"):
+        with_target_layers(net, [0, 2])
 
 
 def dies_on_second_batch(generate):
