@@ -4,7 +4,7 @@ target's greedy 64-token answers to (a) the first ``--rows`` of its stage-3 trai
 validation split's (its held-out set), (c) HumanEval's first ``--rows`` problems (never trained on).
 Training far ahead of validation: more rows would help; validation far ahead of HumanEval: other code would.
 
-    python fit_gap.py [--rows 128] --out F"""
+    python fit_gap.py [--rows 128] [--drafter DIR] --out F   (DIR: another drafter of the code target; default the zoo's)"""
 import argparse, dataclasses, json, os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
@@ -18,10 +18,11 @@ from mmspec.zoo.home import zoo_home
 
 ap = argparse.ArgumentParser(description=__doc__)
 ap.add_argument("--rows", type=int, default=128); ap.add_argument("--out", required=True)
+ap.add_argument("--drafter", default=None)
 a = ap.parse_args()
 torch.set_num_threads(2)
 entry = load("code-target"); target, tok = entry.model, entry.tokenizer
-net = load_dflash(zoo_home() / "code-dflash").float().eval()
+net = load_dflash(a.drafter or zoo_home() / "code-dflash").float().eval()
 corpus = load_corpus()
 texts = {"train": completion_training_prompts(corpus, "train", seed=m.SEED),
          "validation": [p.prompt for p in completion_prompts(corpus, "val", min_body_lines=2, max_body_lines=120)],

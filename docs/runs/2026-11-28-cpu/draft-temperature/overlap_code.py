@@ -3,32 +3,24 @@ logits by a temperature s (q = softmax(logits / s)) raises it: α_k = Σ min(p, 
 samples from held-out prompts, teacher-forced (every block sees the true context), and the expected accepted length
 of a chain of independent draws, Σ_k Π_{j≤k} α_j.
 
-    python overlap_code.py [--data humaneval] --prompts 32 --out F"""
-import argparse, json, os
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    python overlap_code.py [--data humaneval] --prompts 32 --out F   (64 new tokens per prompt)"""
+import json, os, sys
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
 import torch
-from mmspec.eval.datasets import code_items
+from interleave import code_run
 from mmspec.training.dflash import slot_labels, slot_logits, slot_target_logprobs, target_outputs
-from mmspec.zoo import load
 
-ap = argparse.ArgumentParser(description=__doc__)
-ap.add_argument("--data", default=None); ap.add_argument("--prompts", type=int, default=32)
-ap.add_argument("--new", type=int, default=64); ap.add_argument("--out", required=True)
-a = ap.parse_args()
-torch.set_num_threads(2)
-tgt = load("code-target"); model, tok = tgt.model, tgt.tokenizer
-net = load("code-dflash").model
+a, model, net, calls = code_run(__doc__)
 scales = [0.8, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0]
 B = net.config.block_size if hasattr(net.config, "block_size") else 16
 over = {s: torch.zeros(B - 1) for s in scales}; acc = {s: 0.0 for s in scales}
 count = torch.zeros(B - 1); blocks = 0
-g = torch.Generator().manual_seed(0)
-for i, item in enumerate(code_items(a.prompts, a.data)):
-    ids = tok(item.text, return_tensors="pt", add_special_tokens=False).input_ids
+for i, (ids, _) in enumerate(calls):
     torch.manual_seed(i)
     with torch.no_grad():
-        seq = model.generate(ids, do_sample=True, temperature=1.0, top_k=0, max_new_tokens=a.new,
-                             min_new_tokens=a.new, pad_token_id=0)
+        seq = model.generate(ids, do_sample=True, temperature=1.0, top_k=0, max_new_tokens=64,
+                             min_new_tokens=64, pad_token_id=0)
     P, T = ids.shape[1], seq.shape[1]
     anchors = torch.arange(P - 1, T - 1)[None]
     batch = {"tokens": seq, "lengths": torch.tensor([T]), "anchors": anchors}

@@ -1,6 +1,6 @@
 """The code target's stock forward over N new tokens after a 200-token prompt, stock products against few_rows.py's W·xᵀ
 (up to 11 rows, and padded to 16). python in_model.py"""
-import torch, time, copy, torch.nn.functional as F
+import torch, time, copy
 torch.set_num_threads(2)
 from mmspec.zoo import load
 import few_rows

@@ -4,7 +4,7 @@ draws) on 128 of its training pictures and on 128 held-out ones, the same blocks
 Training rows far ahead of held-out ones: more pictures would help; the two alike: the drafter's fit is the bound.
 
     python fit_gap.py --out F   (the build's guided samples in zoo/.build, as ../../2026-11-27-cpu/image-kl/kl_stage.py)"""
-import argparse, json, os, sys
+import argparse, dataclasses, json, os, sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "2026-11-27-cpu", "image-kl"))
 import torch
@@ -20,7 +20,7 @@ torch.set_num_threads(2)
 net = shipped_drafter().eval()
 data = guided_samples(zoo_home(), False, True, "image-dflash")
 guided = m.guided_target(data.target, data.layout, net)
-cfg = dataclasses_replace = __import__("dataclasses").replace(m.TRAIN, val_rows=a.rows)
+cfg = dataclasses.replace(m.TRAIN, val_rows=a.rows)
 out = {}
 for name, seqs in (("train", data.seqs[: a.rows]), ("heldout", data.seqs[data.train: data.train + a.rows])):
     rows = m.rows_of(seqs)
