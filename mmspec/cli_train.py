@@ -259,7 +259,7 @@ def dflash_init(spec: str, dcfg) -> dict:
         raise ValueError(f"--init {spec}: not a DFlash drafter ({type(exc).__name__}: {exc})") from None
     fresh = DFlashDraftModel(dcfg)
     wanted = fresh.target_layer_ids
-    if src.target_layer_ids != wanted and set(src.target_layer_ids) < set(wanted):
+    if set(src.target_layer_ids) < set(wanted):  # (more layers than it reads: a warm start that drafts as it did)
         src = with_target_layers(src, wanted)
     mine = {k: tuple(v.shape) for k, v in fresh.state_dict().items()}
     state = src.state_dict()

@@ -298,15 +298,10 @@ def with_branch_features(net: DFlashDraftModel, scale: float) -> DFlashDraftMode
     start: training then lets the drafter weigh the two branches as it needs instead of at the guidance scale."""
     if net.feature_branches != 1:
         raise ValueError("the drafter reads both branches already")
-    config = copy.deepcopy(net.config)
-    config.dflash_config = {**config.dflash_config, "feature_branches": 2}
-    out = DFlashDraftModel(config).to(device=net.device, dtype=net.dtype)
-    state = net.state_dict()
-    H = config.hidden_size
+    H = net.config.hidden_size
     blocks = net.fc.weight.view(H, len(net.target_layer_ids), 1, H)
-    state["fc.weight"] = torch.cat([scale * blocks, (1.0 - scale) * blocks], dim=2).reshape(H, -1)
-    out.load_state_dict(state)
-    return out.train(net.training)
+    fc = torch.cat([scale * blocks, (1.0 - scale) * blocks], dim=2).reshape(H, -1)
+    return _with_fc(net, fc, feature_branches=2)
 
 
 @torch.no_grad()
@@ -320,16 +315,21 @@ def with_target_layers(net: DFlashDraftModel, layer_ids: list[int]) -> DFlashDra
     if missing or len(set(ids)) != len(ids):
         raise ValueError(f"target layers {ids} must be distinct and include every layer the drafter reads "
                          f"({net.target_layer_ids}; missing {missing})")
+    H = net.config.hidden_size
+    old = net.fc.weight.view(H, len(net.target_layer_ids), net.feature_branches * H)
+    fc = old.new_zeros(H, len(ids), old.shape[-1])
+    fc[:, [ids.index(layer) for layer in net.target_layer_ids]] = old
+    return _with_fc(net, fc.reshape(H, -1), target_layer_ids=ids)
+
+
+def _with_fc(net: DFlashDraftModel, fc: torch.Tensor, **dflash_config) -> DFlashDraftModel:
+    """A copy of ``net`` whose ``dflash_config`` has ``dflash_config`` set and whose ``fc`` weight is ``fc`` (what
+    :func:`with_branch_features` and :func:`with_target_layers` change), on its device, dtype and mode."""
     config = copy.deepcopy(net.config)
-    config.dflash_config = {**config.dflash_config, "target_layer_ids": ids}
+    config.dflash_config = {**config.dflash_config, **dflash_config}
     out = DFlashDraftModel(config).to(device=net.device, dtype=net.dtype)
     state = net.state_dict()
-    H, width = config.hidden_size, net.feature_branches * config.hidden_size
-    old = net.fc.weight.view(H, len(net.target_layer_ids), width)
-    fc = old.new_zeros(H, len(ids), width)
-    for j, layer in enumerate(net.target_layer_ids):
-        fc[:, ids.index(layer)] = old[:, j]
-    state["fc.weight"] = fc.reshape(H, -1)
+    state["fc.weight"] = fc
     out.load_state_dict(state)
     return out.train(net.training)
 

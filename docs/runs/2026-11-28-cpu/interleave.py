@@ -71,3 +71,19 @@ def timed_calls(drafters: dict, method: str) -> dict:
             return r
         setattr(d, method, timed)
     return timing
+
+
+def weights_ab(a, model, calls: list, drafters: dict, method: str, prefix: str) -> None:
+    """The int8 A/B scripts' shared end: plain decoding and each of ``drafters`` (weights name -> drafter, as
+    ``"<prefix>-<name>"``) interleaved on ``calls``, ``method`` of each drafter timed as its drafting step; printed,
+    and written with ``a``'s arguments to ``a.out``."""
+    import json
+    from mmspec.drafters.no_draft import NoDrafter
+    from mmspec.generator import SpeculativeGenerator
+    timing = timed_calls(drafters, method)
+    gens = {"plain": SpeculativeGenerator(model, NoDrafter()),
+            **{f"{prefix}-{w}": SpeculativeGenerator(model, d) for w, d in drafters.items()}}
+    out = summary(interleaved(gens, calls, a.rounds, 64, []), a.rounds, calls)
+    steps = {w: 1000 * s / max(n, 1) for w, (s, n) in timing.items()}
+    print(f"drafting step ({method}), ms:", {w: round(v, 2) for w, v in steps.items()})
+    json.dump({"args": vars(a), "results": out, "drafting_step_ms": steps}, open(a.out, "w"), indent=1)
