@@ -35,6 +35,7 @@ from .state import DecodeState, DraftContext
 from .timing import timed
 from .tree import DraftTree, check_tree_size
 from .verifiers.acceptance import AcceptResult
+from .verifiers.coupling import GumbelNoise, check_coupling
 from .verifiers.tree_forward import prefill_parents, text_config, tree_forward
 from .verifiers.tree_verifier import TreeVerifier
 from .vision import capture_image_embeds, image_token_id
@@ -182,7 +183,7 @@ class SpeculativeGenerator:
                  max_new_tokens: int = 64, do_sample: bool = False, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, eos_token_id=None,
                  generator: torch.Generator | None = None, pad_token_id: int | None = None,
-                 streamer=None, **prefill_inputs) -> GenerationOutput:
+                 streamer=None, coupling: str = "rejection", **prefill_inputs) -> GenerationOutput:
         """Speculative generation; same arguments and output layout as HF ``generate``.
 
         ``prefill_inputs`` (e.g. ``pixel_values`` for LLaVA-class targets) go to the prefill forward
@@ -193,17 +194,24 @@ class SpeculativeGenerator:
         ``put`` / ``end``), fed as HF feeds it: the prompt ids ``[1, P]`` first, then each step's committed tokens
         ``[1, n]`` (cut at EOS and the budget) as soon as they are verified, then ``end()`` (also when the call
         fails, so a consumer thread never waits forever). One row only, as HF's streamers take.
+
+        ``coupling`` (sampling only): ``"rejection"`` (p/q rejection, the default) or ``"gumbel"``: every sampled
+        token is the Gumbel-max draw argmax(warped logits + noise fixed per position from ``generator``), drafts
+        are kept iff they equal it, and the output is the same as plain decoding's with the same coupling and
+        generator, token for token, whatever the drafter (:mod:`mmspec.verifiers.coupling`).
         """
         if not isinstance(input_ids, torch.Tensor) or input_ids.is_floating_point() or input_ids.dtype == torch.bool:
             what = type(input_ids).__name__ if not isinstance(input_ids, torch.Tensor) else f"a {input_ids.dtype} tensor"
             raise ValueError(f"input_ids must be a LongTensor of shape [batch, prompt_len], got {what}")
         check_streamer(streamer, input_ids)
+        if self.relaxation is not None:
+            check_coupling(coupling, do_sample, relaxed=True)
         check_prefill_inputs(self._prefill_names, prefill_inputs)
         t_start = time.perf_counter()
         try:
             call = self._start(make_request(self.target, input_ids, attention_mask, max_new_tokens, do_sample,
                                             temperature, top_k, top_p, eos_token_id, generator, pad_token_id,
-                                            prefill_inputs))
+                                            prefill_inputs, coupling))
             if streamer is not None:
                 call.streamer = streamer
                 streamer.put(call.request.input_ids.cpu())
@@ -277,7 +285,10 @@ class SpeculativeGenerator:
                                    **last_logits_kwargs(self.target), **req.prefill_inputs)
             cache.commit_first(torch.full((B,), P, device=dev))
             cache.starts = (P - mask.sum(1)).to(dev)
-            first = req.sampling.pick(out.logits[:, -1].float(), req.generator)
+            noise = GumbelNoise.for_call(B, out.logits.shape[-1], req.generator, dev) if req.sampling.gumbel else None
+            first = req.sampling.pick(out.logits[:, -1].float(), req.generator,
+                                      None if noise is None else noise.at(torch.zeros(B, 1, dtype=torch.long,
+                                                                                      device=dev))[:, 0])
         stats.record_forward(B)
 
         capacity = P + req.max_new_tokens + self.drafter.max_nodes + 2
@@ -285,7 +296,7 @@ class SpeculativeGenerator:
         tokens[:, :P] = ids
         tokens[:, P] = first
         call.state = DecodeState(tokens, torch.full((B,), P + 1, device=dev), cache.starts.clone(), P,
-                                 torch.ones(B, dtype=torch.bool, device=dev), req.sampling, req.generator)
+                                 torch.ones(B, dtype=torch.bool, device=dev), req.sampling, req.generator, noise)
         call.generated = torch.ones(B, dtype=torch.long, device=dev)
         for b in range(B):
             stats.accept_lengths[b].append(1)
@@ -303,8 +314,9 @@ class SpeculativeGenerator:
             tree = self.drafter.propose(call.context, call.run)
         with timed(stats, "verify_time"):
             verified, index = self._emittable(call, tree)
+            noise = state.noise_after_root(verified.depth) if state.noise is not None else None
             check = call.verifier.verify(self.target, call.cache, verified, state.generator,
-                                         output_hidden_states=call.features)
+                                         output_hidden_states=call.features, noise=noise)
         stats.record_forward(int(state.active.sum()))
         stats.record_relaxation(check.result, state.active)
         self._commit(call, verified, check.result)

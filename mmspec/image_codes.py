@@ -16,6 +16,7 @@ import torch
 
 from .cache import SpecKVCache
 from .guidance import DEFAULT_CFG_SCALE, CFGModel
+from .verifiers.coupling import GumbelNoise, check_coupling, gumbel_pick
 from .verifiers.tree_forward import tree_forward
 
 LAYOUT_KEY = "mmspec_image_layout"
@@ -137,14 +138,19 @@ def sample_from_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: in
 @torch.no_grad()
 def generate_codes(target, class_ids, cfg_scale: float = DEFAULT_CFG_SCALE, temperature: float = 1.0, top_k: int = 0,
                    generator: torch.Generator | None = None, layout: TokenLayout | None = None,
-                   streamer=None) -> torch.Tensor:
+                   streamer=None, coupling: str = "rejection") -> torch.Tensor:
     """Plain AR sampling of code ids [B, grid * grid], one row per class id (-1: unconditional).
+    ``coupling="gumbel"``: each code is argmax(logits / T + the position's Gumbel noise), the noise drawn as the
+    speculative loop draws it (:class:`~mmspec.verifiers.coupling.GumbelNoise`), so a seed gives the same picture
+    as any drafter under the same coupling.
 
     With ``cfg_scale != 1`` the conditional and unconditional (null-class) rows run together as one batch of
     2B rows with a shared KV cache; each step samples from uncond + s * (cond - uncond) restricted to codes.
     The cache is mmspec's preallocated one (the same writes and views as every speculative method's): a growing
     cache re-copies itself every step, which made sampling 64 pictures of 256 codes on a CPU 2.4x slower."""
     layout = layout or layout_of(target)
+    if coupling == "gumbel" and top_k:
+        raise ValueError("generate_codes: coupling='gumbel' samples the whole distribution (top_k must be 0)")
     cls_tok = layout.class_tokens(class_ids).to(target.device)
     b = cls_tok.shape[0]
     guided = cfg_scale != 1.0
@@ -159,7 +165,7 @@ def generate_codes(target, class_ids, cfg_scale: float = DEFAULT_CFG_SCALE, temp
         streamer.put(cls_tok[:, None].cpu())
     try:
         _sample_codes(target, ids, cache, root, real, keep, layout, b, guided, cfg_scale, temperature, top_k,
-                      generator, out, streamer)
+                      generator, out, streamer, check_coupling(coupling, temperature > 0) == "gumbel")
     finally:
         if streamer is not None:
             streamer.end()
@@ -167,15 +173,22 @@ def generate_codes(target, class_ids, cfg_scale: float = DEFAULT_CFG_SCALE, temp
 
 
 def _sample_codes(target, ids, cache, root, real, keep, layout, b, guided, cfg_scale, temperature, top_k, generator,
-                  out, streamer) -> None:
+                  out, streamer, gumbel: bool = False) -> None:
+    noise = None
     with torch.no_grad():
-        for _ in range(layout.num_codes):
+        for step in range(layout.num_codes):
             logits = tree_forward(target, cache, ids, root, real).logits[:, -1].float()
             cache.commit_first(keep)
+            if gumbel and noise is None:  # over the whole vocabulary, as the speculative loop's (the same draws)
+                noise = GumbelNoise.for_call(b, logits.shape[-1], generator, logits.device)
             logits = restrict_to_codes(logits, layout)
             if guided:
                 logits = cfg_logits(logits[:b], logits[b:], cfg_scale)
-            code = sample_from_logits(logits, temperature, top_k, generator)
+            if noise is not None:
+                at = torch.full((b, 1), step, dtype=torch.long, device=logits.device)
+                code = gumbel_pick(logits / temperature, restrict_to_codes(noise.at(at)[:, 0], layout))
+            else:
+                code = sample_from_logits(logits, temperature, top_k, generator)
             out.append(code)
             tok = layout.codes_to_tokens(code)
             if streamer is not None:

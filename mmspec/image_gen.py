@@ -37,6 +37,7 @@ from .registry import DFLASH_IMAGE_TREES, IMAGE_CHAIN_TOKENS, IMAGE_DRAFTER_MODE
     check_image_method, image_defaults, image_drafter, resolve_bound
 from .timing import synchronize
 from .tree import tree_label
+from .verifiers.coupling import check_coupling
 from .verifiers.relaxed import Relaxation
 from .zoo import load as zoo_load, zoo_home
 
@@ -224,7 +225,7 @@ class ImageGenerator:
                  lam: float | None = None, tree=None, num_tokens: int | None = None,
                  generator: torch.Generator | None = None,
                  seed: int | None = None, drafter: str | None = None, measure_output_tv: bool | int = False,
-                 streamer=None, **unknown) -> ImageOutput:
+                 streamer=None, coupling: str = "rejection", **unknown) -> ImageOutput:
         """``drafter``: ``"ar"``, ``"feature"``, ``"sar"``, ``"dflash"`` or ``"none"``; None: the default for ``tree``
         (:meth:`default_drafter_for`).
         ``measure_output_tv`` (LANTERN / LANTERN++): compute the exact TV of each step's first emitted token
@@ -233,7 +234,11 @@ class ImageGenerator:
         (the drafter's own defaults where it has them: :data:`~mmspec.registry.IMAGE_DRAFTER_DEFAULTS`, image-dflash's
         chain of 8 at λ = 50 when ``tree``, ``num_tokens`` and ``lam`` are unset): given to plain AR (``method="ar"``) they are refused, as are bounds the method does not use.
         ``streamer``: HF's streamer protocol, one picture per call: the class token, then each step's committed
-        code tokens (``layout.tokens_to_codes`` maps them to codebook indices), then ``end()``."""
+        code tokens (``layout.tokens_to_codes`` maps them to codebook indices), then ``end()``.
+        ``coupling`` (``"rejection"`` or ``"gumbel"``; :mod:`mmspec.verifiers.coupling`): with ``"gumbel"`` every
+        code is the guided target's Gumbel-max draw under noise fixed per position by the seed, drafts are kept iff
+        they equal it, and ``method="spec"`` gives the very picture ``method="ar"`` gives for the same seed, with
+        any drafter; LANTERN's relaxed methods take ``"rejection"`` only."""
         reject_unknown(unknown, ImageGenerator.generate, "ImageGenerator.generate")
         drafter = self.default_drafter_for(tree) if drafter is None else drafter
         method = method or self.method
@@ -253,11 +258,13 @@ class ImageGenerator:
         bound = resolve_bound(method, delta, lam, lantern_k)  # before any work: a setting the method ignores is refused
         if drafter == NO_DRAFTER and method != "spec":
             raise ValueError(f"drafter={NO_DRAFTER!r} (no drafts) runs with method 'spec' only, not {method!r}")
+        check_coupling(coupling, temperature > 0, relaxed=method not in ("ar", "spec"))
         rng = call_generator(generator, seed, self.target.device)
         t0 = time.perf_counter()
         stats = None
         if method == "ar":
-            codes = generate_codes(self.target, class_ids, cfg_scale, temperature, 0, rng, self.layout, streamer)
+            codes = generate_codes(self.target, class_ids, cfg_scale, temperature, 0, rng, self.layout, streamer,
+                                   coupling)
         else:
             relax = self.relaxation(**bound) if bound else None
             guided = self._feature_target(drafter, cfg_scale)  # the engine's and the drafter's
@@ -266,13 +273,15 @@ class ImageGenerator:
             ids = self.layout.class_tokens(class_ids)[:, None].to(self.target.device)
             out = engine.generate(ids, max_new_tokens=self.layout.num_codes, do_sample=temperature > 0,
                                   temperature=max(temperature, 1e-5), eos_token_id=[], generator=rng,
-                                  streamer=streamer)
+                                  streamer=streamer, coupling=coupling)
             codes = self.layout.tokens_to_codes(out.sequences[:, 1:])
             stats = out.stats
         synchronize(codes.device)  # a GPU's queued work belongs to this call's time
         seconds = time.perf_counter() - t0 - (stats.output_tv_time if stats is not None else 0.0)
         images = decode_codes(self.vq, codes, self.layout.grid)
         config = dict(method=method, cfg_scale=cfg_scale, temperature=temperature, seed=seed, class_ids=class_ids)
+        if coupling != "rejection":
+            config["coupling"] = coupling
         if method != "ar":  # only what this method applied, bounds resolved to their defaults
             config.update(drafter=drafter, tree=str(tree_label(tree)), **bound)
             if tree == "chain" and drafter != "sar":

@@ -97,7 +97,7 @@ def _as_id_list(ids) -> list[int]:
 
 
 def make_request(target, input_ids, attention_mask, max_new_tokens, do_sample, temperature, top_k, top_p,
-                 eos_token_id, generator, pad_token_id, prefill_inputs) -> Request:
+                 eos_token_id, generator, pad_token_id, prefill_inputs, coupling: str = "rejection") -> Request:
     """Check a call's arguments and fill in the target's defaults (EOS and padding ids from its
     ``generation_config``, like HF ``generate``)."""
     dev = target.device
@@ -105,7 +105,8 @@ def make_request(target, input_ids, attention_mask, max_new_tokens, do_sample, t
     mask = check_prompt(input_ids, attention_mask.to(dev) if attention_mask is not None else None,
                         max_new_tokens, text_config(target).vocab_size)
     check_image_tokens(target, input_ids, prefill_inputs)
-    sampling = SamplingConfig(**check_sampling(do_sample, temperature, top_k, top_p))  # greedy: settings ignored
+    sampling = SamplingConfig(**check_sampling(do_sample, temperature, top_k, top_p),  # greedy: settings ignored
+                              coupling=coupling)
     gen_cfg = getattr(target, "generation_config", None)
     eos = _as_id_list(eos_token_id if eos_token_id is not None else getattr(gen_cfg, "eos_token_id", None))
     if pad_token_id is None:

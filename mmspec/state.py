@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .verifiers.coupling import GumbelNoise
 from .verifiers.logits import SamplingConfig
 
 
@@ -38,6 +39,7 @@ class DecodeState:
     active: torch.BoolTensor  # [B] rows still generating
     sampling: SamplingConfig
     generator: torch.Generator | None = None
+    noise: GumbelNoise | None = None  # the Gumbel coupling's noise per generated position (sampling.gumbel only)
 
     @property
     def batch_size(self) -> int:
@@ -46,6 +48,12 @@ class DecodeState:
     @property
     def roots(self) -> torch.LongTensor:
         return self.tokens.gather(1, (self.lengths - 1)[:, None]).squeeze(1)
+
+    def noise_after_root(self, depth: torch.LongTensor) -> torch.Tensor:
+        """The Gumbel coupling's noise [B, n, V] of the token that follows a node ``depth`` [B, n] levels below each
+        row's root (depth 0: the token after the root, which a drafter's first slot proposes)."""
+        first = (self.lengths - self.prompt_length).to(depth.device)  # generated index of the token after the root
+        return self.noise.at(first[:, None] + depth)
 
     def row(self, b: int) -> torch.LongTensor:
         """Real tokens of one row (no padding)."""
@@ -65,6 +73,8 @@ class DecodeState:
         keep = keep.to(self.tokens.device)
         self.tokens, self.lengths = self.tokens.index_select(0, keep), self.lengths.index_select(0, keep)
         self.starts, self.active = self.starts.index_select(0, keep), self.active.index_select(0, keep)
+        if self.noise is not None:
+            self.noise.select_rows(keep)
 
     def append(self, new_tokens: torch.LongTensor, counts: torch.LongTensor) -> None:
         """Append ``new_tokens[b, :counts[b]]`` to each row (one scatter; the buffer's last column is

@@ -370,6 +370,8 @@ class DFlashDrafter(Drafter):
     def propose(self, context: DraftContext, run: DFlashRun) -> DraftTree:
         state = context.state
         sampling = state.sampling
+        if sampling.gumbel:
+            return self._coupled(state, self.slot_hidden(context, run))
         if sampling.do_sample and not self.sampled_drafts:
             # the greedy block under sampling: deterministic drafts (no q), each verified as a point mass — accepted
             # with the target's probability of it, the residual p without it: lossless all the same
@@ -473,6 +475,20 @@ class DFlashDrafter(Drafter):
         if not sample:
             return DraftTree.chain(roots, drafts)
         return DraftTree.chain(roots, drafts, q=torch.cat(qs, 1))
+
+    def _coupled(self, state, h: torch.Tensor) -> DraftTree:
+        """Drafts under the Gumbel coupling (:mod:`mmspec.verifiers.coupling`): slot j scores each token by
+        log q_j + g_j, g_j the noise of its position. The chain takes each slot's best; the DDTree searches the
+        slots' scores best-first as its greedy tree does (under the log-softmax of the perturbed scores): siblings
+        are the next best under this position's noise. Deterministic drafts, no q: the verifier keeps a draft iff
+        it is the target's Gumbel-max token."""
+        roots = state.roots.to(self.net.device)
+        B, k = h.shape[:2]
+        scores = torch.log_softmax(state.sampling.warp(self.head(h)), -1)
+        scores = scores + state.noise_after_root(torch.arange(k, device=roots.device).expand(B, k)).to(scores.device)
+        if self.tree_nodes is None:
+            return DraftTree.chain(roots, scores.argmax(-1))
+        return DraftTree.from_rows(*self._greedy_rows(roots.tolist(), scores, self.tree_nodes), roots.device)
 
     def _search(self, scores: list, nodes: int) -> list[tuple[list[int], list[int], list[int]]]:
         """DDTree's best-first search per row from ``scores[b][slot]``, the slot's top-K log-probabilities, best first:

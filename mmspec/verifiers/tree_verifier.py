@@ -45,17 +45,25 @@ class TreeVerifier:
         self.output_tv_time = 0.0  # seconds spent on it (callers keep it out of their timings)
 
     def verify(self, model, cache: SpecKVCache, tree: DraftTree, generator: torch.Generator | None = None,
-               output_hidden_states: bool = False) -> Verification:
+               output_hidden_states: bool = False, noise: torch.Tensor | None = None) -> Verification:
+        """``noise`` [B, N, V] (the Gumbel coupling only): the noise of the token after each node."""
         # direct: a Llama-class target runs its modules in order, without the model-level wrappers (the same
         # arithmetic; a quarter of a millisecond a step on a small model, which is what the loop's overhead is)
         out = tree_forward(model, cache, tree.tokens, tree.parents, tree.valid,
                            output_hidden_states=output_hidden_states, ancestors=tree.ancestor_mask, direct=True)
         logits = out.logits
-        result = self.accept(tree, logits, generator)
+        result = self.accept(tree, logits, generator, noise)
         return Verification(result, logits, out.hidden_states if output_hidden_states else None)
 
-    def accept(self, tree: DraftTree, logits: torch.Tensor, generator: torch.Generator | None = None) -> AcceptResult:
+    def accept(self, tree: DraftTree, logits: torch.Tensor, generator: torch.Generator | None = None,
+               noise: torch.Tensor | None = None) -> AcceptResult:
         relax = self.relaxation
+        if self.sampling.gumbel:
+            # the Gumbel coupling: the target's token after each node is argmax(warped logits + that position's
+            # noise), so a draft is kept iff it is that token, the greedy rule on the perturbed scores
+            if noise is None:
+                raise ValueError("the Gumbel coupling verifies with each node's noise (noise=None)")
+            return greedy_accept(tree, self.sampling.warp(logits) + noise)
         if not self.sampling.do_sample:
             if relax is None:
                 return greedy_accept(tree, logits)

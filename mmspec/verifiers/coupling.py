@@ -1,0 +1,91 @@
+"""Gumbel-coupled sampling: a sampled token as a deterministic function of noise fixed per position.
+
+Gumbel-max trick: with g_1 … g_V i.i.d. Gumbel(0, 1), ``argmax_x (log p(x) + g_x)`` is a draw from p. Fix each
+generated position's noise in advance (``GumbelNoise``: drawn from the call's generator, position by position) and
+the target's sample at a position is ``argmax(warped logits + g)``, whatever happens around it. Speculative decoding
+then verifies sampled drafts the way it verifies greedy ones (Daliri, Musco & Suresh 2024, "Coupling without
+communication and drafter-invariant speculative decoding", §3: a draft is kept iff it equals the target's
+Gumbel-max token): every emitted token is the target's own Gumbel-max token, so the output is exactly the target's
+distribution (the noise at a position is independent of everything before it) and, for a seed, *the same tokens*
+as plain sampling with the same coupling (``mmspec-plain``, ``method="ar"``) — whatever the drafter proposed.
+
+What the drafter gains: it sees the same noise. A drafter's slot proposes ``argmax(log q + g)`` (the target's token
+whenever q and p rank the perturbed codes alike), and a tree's siblings are the next best under ``log q + g``: a
+list of candidates matched to this position's noise, where p/q rejection can only try independent draws of q.
+"""
+
+from __future__ import annotations
+
+import torch
+
+COUPLINGS = ("rejection", "gumbel")  # p/q rejection (the default), or the Gumbel-max coupling above
+_CHUNK = 32  # positions drawn at a time: noise over the vocabulary is drawn as the generation reaches it
+
+
+def gumbel_like(shape, generator: torch.Generator | None, device) -> torch.Tensor:
+    """Gumbel(0, 1) noise of ``shape`` (float32), drawn on the generator's device and moved to ``device``."""
+    gen_device = generator.device if generator is not None else torch.device("cpu")
+    u = torch.rand(shape, generator=generator, device=gen_device, dtype=torch.float32)
+    tiny = torch.finfo(torch.float32).tiny
+    return (-torch.log(-torch.log(u.clamp(min=tiny, max=1.0 - 2.0 ** -24)))).to(device)
+
+
+class GumbelNoise:
+    """The noise of every generated position of one call, per row: ``at(index)`` is g for generated token number
+    ``index`` (0 = the first token after the prompt). Drawn in chunks of positions, in position order, always for
+    the call's full batch (a row's noise does not depend on which other rows are still generating), so a seed
+    fixes every position's noise however the decoding proceeds."""
+
+    def __init__(self, batch_size: int, vocab_size: int, generator: torch.Generator | None, device):
+        self.vocab_size, self.generator, self.device = vocab_size, generator, device
+        self.rows = torch.arange(batch_size, device=device)  # the call's rows still held, in the batch's order
+        self.batch_size = batch_size
+        self.drawn = torch.empty(batch_size, 0, vocab_size, device=device)  # [B_call, positions drawn, V]
+        self.held = self.drawn  # the rows held
+
+    @classmethod
+    def for_call(cls, batch_size: int, vocab_size: int, generator: torch.Generator | None, device) -> "GumbelNoise":
+        """A call's noise, from a generator of its own seeded by one draw of the call's ``generator`` (None: torch's
+        global one): whatever else draws from the call's generator later (a drafter that samples) leaves every
+        position's noise as it is, so a seed gives the same tokens with any drafter or none."""
+        gen_device = generator.device if generator is not None else torch.device("cpu")
+        seed = int(torch.randint(0, 2 ** 62, (1,), generator=generator, device=gen_device))
+        return cls(batch_size, vocab_size, torch.Generator(device=gen_device).manual_seed(seed), device)
+
+    def at(self, index: torch.LongTensor) -> torch.Tensor:
+        """Noise [B, n, V] at the generated indices ``index`` [B, n] of the rows held."""
+        last = int(index.max())
+        if last >= self.drawn.shape[1]:
+            more = (last + 1 - self.drawn.shape[1] + _CHUNK - 1) // _CHUNK * _CHUNK
+            chunks = [gumbel_like((self.batch_size, _CHUNK, self.vocab_size), self.generator, self.device)
+                      for _ in range(more // _CHUNK)]  # one chunk per draw: the same noise however far a call reaches
+            self.drawn = torch.cat([self.drawn, *chunks], 1)
+            self.held = self.drawn[self.rows]
+        return self.held.gather(1, index[..., None].expand(*index.shape, self.vocab_size))
+
+    def select_rows(self, keep: torch.LongTensor) -> None:
+        """Keep rows ``keep`` of those held (the loop dropped finished rows)."""
+        self.rows = self.rows[keep.to(self.rows.device)]
+        self.held = self.drawn[self.rows]
+
+
+def gumbel_pick(scores: torch.Tensor, noise: torch.Tensor) -> torch.LongTensor:
+    """The Gumbel-max token: ``argmax(scores + noise)`` over the last axis (``scores``: warped logits or log q)."""
+    return (scores.float() + noise).argmax(-1)
+
+
+def check_coupling(coupling: str, do_sample: bool, relaxed: bool = False) -> str:
+    """``coupling`` checked: one of :data:`COUPLINGS`; the Gumbel coupling is a way of sampling (greedy decoding
+    has no noise to couple) and of lossless verification (LANTERN's relaxation moves mass between candidates,
+    which a fixed-noise argmax cannot)."""
+    if coupling not in COUPLINGS:
+        raise ValueError(f"coupling must be one of {COUPLINGS}, got {coupling!r}")
+    if coupling == "gumbel" and not do_sample:
+        raise ValueError("coupling='gumbel' couples sampled tokens: it needs do_sample=True (greedy has no noise)")
+    if coupling == "gumbel" and relaxed:
+        raise ValueError("coupling='gumbel' verifies losslessly; LANTERN / LANTERN++ relaxed acceptance needs "
+                         "coupling='rejection'")
+    return coupling
+
+
+__all__ = ["COUPLINGS", "GumbelNoise", "check_coupling", "gumbel_like", "gumbel_pick"]
