@@ -28,7 +28,7 @@ from ..state import DraftContext
 from ..tree import DraftTree, TreeTemplate, select_best_nodes, subtree
 from ..verifiers.acceptance import AcceptResult
 from ..verifiers.tree_forward import chain_parents, prefill_cache, text_config
-from .base import Drafter, check_confidence, trusted_slots
+from .base import Drafter, check_confidence, coupled_view, trusted_slots
 from .lean_layer import drafter_logits
 
 
@@ -102,10 +102,12 @@ class AutoregressiveDrafter(Drafter):
     def propose(self, context: DraftContext, run: AutoregressiveRun) -> DraftTree:
         root_logits = self.feed_unseen(context, run)
         roots = context.state.roots.to(self.model.device)
+        sampling = coupled_view(context.state, self.depth if self.tree is not None else run.draft_length,
+                                roots.device)
         if self.tree is None:
-            return self._chain(run, roots, root_logits, context.sampling, context.generator,
+            return self._chain(run, roots, root_logits, sampling, context.generator,
                                context.state.active.to(roots.device))
-        return self._tree(run, roots, root_logits, context.sampling, context.generator)
+        return self._tree(run, roots, root_logits, sampling, context.generator)
 
     def observe(self, context: DraftContext, run: AutoregressiveRun, tree: DraftTree, result: AcceptResult,
                 hidden: torch.Tensor | None = None) -> None:
@@ -159,7 +161,9 @@ class AutoregressiveDrafter(Drafter):
         drafts, qs = [], []
         k = run.draft_length
         for d in range(k):
-            if sampling.do_sample:
+            if sampling.gumbel:  # the depth's noise: the token the target's own draw would be if q were p
+                q, tok = None, sampling.perturbed(logits, d).argmax(-1)
+            elif sampling.do_sample:
                 q = sampling.probs(logits)
                 tok = torch.multinomial(q, 1, generator=generator).squeeze(1)
                 qs.append(q)
@@ -183,7 +187,7 @@ class AutoregressiveDrafter(Drafter):
 
     def _tree(self, run: AutoregressiveRun, roots, root_logits, sampling, generator) -> DraftTree:
         if self.tree == "dynamic":
-            return self._dynamic_tree(run, roots, root_logits)
+            return self._dynamic_tree(run, roots, root_logits, sampling)
         return self._static_tree(run, roots, root_logits, sampling, generator)
 
     def _static_tree(self, run: AutoregressiveRun, roots, root_logits, sampling, generator) -> DraftTree:
@@ -191,15 +195,17 @@ class AutoregressiveDrafter(Drafter):
         replacement, Gumbel top-k, when sampling); only the nodes that get children are fed."""
         B, dev = roots.shape[0], roots.device
         layout = self.tree.layout(dev)
-        stochastic = sampling.do_sample
+        stochastic = sampling.do_sample and not sampling.gumbel
         tokens = torch.empty(B, self.tree.num_nodes, dtype=torch.long, device=dev)
         tokens[:, 0] = roots
         qs = [torch.zeros(B, 1, root_logits.shape[-1], device=dev)] if stochastic else None
         node_to_pending = torch.full((B, self.tree.num_nodes), -1, dtype=torch.long, device=dev)
         frontier_logits = root_logits[:, None]  # [B, F, V]: next-token logits of the level's frontier
         n_pending = 0
-        for level in layout.levels:
-            if stochastic:
+        for depth, level in enumerate(layout.levels):
+            if sampling.gumbel:  # children: the best under this depth's noise (deterministic drafts)
+                ranked = sampling.perturbed(frontier_logits, depth).topk(level.need_k, dim=-1).indices
+            elif stochastic:
                 q = sampling.probs(frontier_logits)  # [B, F, V]
                 u = torch.rand(q.shape, generator=generator, device=dev).clamp_(1e-20, 1.0)
                 ranked = (torch.log(q) - torch.log(-torch.log(u))).topk(level.need_k, dim=-1).indices
@@ -219,9 +225,10 @@ class AutoregressiveDrafter(Drafter):
             return layout.tree(tokens, torch.cat(qs, 1), "without_replacement")
         return layout.tree(tokens)
 
-    def _dynamic_tree(self, run: AutoregressiveRun, roots, root_logits) -> DraftTree:
+    def _dynamic_tree(self, run: AutoregressiveRun, roots, root_logits, sampling=None) -> DraftTree:
         """EAGLE-2: expand the ``top_k`` best frontier nodes by cumulative log-probability, ``top_k`` children
-        each, then keep the ``num_nodes`` best nodes overall (deterministic children)."""
+        each, then keep the ``num_nodes`` best nodes overall (deterministic children; under the Gumbel coupling
+        scored by the log-softmax of log q + the depth's noise)."""
         B, dev = roots.shape[0], roots.device
         tokens = [roots[:, None]]
         parents = [torch.full((B, 1), -1, dtype=torch.long, device=dev)]
@@ -232,7 +239,9 @@ class AutoregressiveDrafter(Drafter):
         frontier_logits = root_logits[:, None]
         n_nodes, n_pending = 1, 0
         for d in range(1, self.depth + 1):
-            logp = torch.log_softmax(frontier_logits, -1)
+            scored = frontier_logits if sampling is None or not sampling.gumbel else \
+                sampling.perturbed(frontier_logits, d - 1)
+            logp = torch.log_softmax(scored, -1)
             F = frontier.shape[1]
             top_lp, top_tok = logp.topk(self.top_k, dim=-1)  # [B, F, k]
             par_scores = torch.cat(scores, 1).gather(1, frontier)

@@ -26,6 +26,7 @@ import torch
 from ..state import DraftContext
 from ..tree import DraftTree
 from ..verifiers.acceptance import AcceptResult
+from ..verifiers.coupling import CoupledDraws
 
 
 def check_confidence(confidence: float | None) -> None:
@@ -50,6 +51,16 @@ def trusted_slots(p: torch.Tensor, active: torch.Tensor, confidence: float) -> t
     the drafter's probability of each row's draft, ``active`` ``[B]``). A chain stops after its first untrusted
     slot."""
     return ((p >= confidence) & active[:, None]).any(0)
+
+
+def coupled_view(state, depth: int, device):
+    """The sampling a drafter drafts with: the call's own, or under the Gumbel coupling a
+    :class:`~mmspec.verifiers.coupling.CoupledDraws` holding the noise of the ``depth`` positions after each root."""
+    if not state.sampling.gumbel:
+        return state.sampling
+    B = state.batch_size
+    depths = torch.arange(max(depth, 1), device=state.lengths.device).expand(B, max(depth, 1))
+    return CoupledDraws(state.sampling, state.noise_after_root(depths).to(device))
 
 
 def feature_buffer(context: DraftContext, width: int, dtype: torch.dtype, device) -> torch.Tensor:

@@ -44,7 +44,7 @@ from ..tree import DraftTree, graft_rows
 from ..verifiers.acceptance import AcceptResult
 from ..verifiers.logits import SamplingConfig
 from ..verifiers.tree_forward import text_config
-from .base import Drafter, check_confidence, feature_buffer, store_path_features, trusted_slots
+from .base import Drafter, check_confidence, coupled_view, feature_buffer, store_path_features, trusted_slots
 from .dflash_model import DFlashDraftModel, check_block, checked_vocab, emitted
 from .lean_layer import Int8Drafter
 from .prompt_lookup import lookup_match
@@ -483,9 +483,7 @@ class DFlashDrafter(Drafter):
         are the next best under this position's noise. Deterministic drafts, no q: the verifier keeps a draft iff
         it is the target's Gumbel-max token."""
         roots = state.roots.to(self.net.device)
-        B, k = h.shape[:2]
-        scores = torch.log_softmax(state.sampling.warp(self.head(h)), -1)
-        scores = scores + state.noise_after_root(torch.arange(k, device=roots.device).expand(B, k)).to(scores.device)
+        scores = coupled_view(state, h.shape[1], h.device).perturbed_slots(self.head(h))
         if self.tree_nodes is None:
             return DraftTree.chain(roots, scores.argmax(-1))
         return DraftTree.from_rows(*self._greedy_rows(roots.tolist(), scores, self.tree_nodes), roots.device)

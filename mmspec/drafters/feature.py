@@ -24,7 +24,7 @@ from ..verifiers.acceptance import AcceptResult
 from ..verifiers.tree_forward import chain_parents, prefill_parents
 from ..vision import image_token_id
 from .autoregressive import AutoregressiveDrafter, AutoregressiveRun
-from .base import feature_buffer, store_path_features
+from .base import coupled_view, feature_buffer, store_path_features
 from .lean_layer import Int8Drafter
 from .feature_model import (FeatureDraftModel, drafter_sequence, scatter_image_embeds, sequence_length,
                             signature_mismatch)
@@ -163,9 +163,10 @@ class FeatureDrafter(AutoregressiveDrafter):
         # FLASH: every slot's logits come from the one forward that feeds the unseen tokens
         self.feed_unseen(context, run)
         roots = context.state.roots.to(self.net.fc.weight.device)
+        sampling = coupled_view(context.state, run.slot_logits.shape[1], roots.device)
         if self.tree is None:
-            return self._flash_chain(run, roots, context.sampling, context.generator)
-        return self._lattice(run, roots, context.sampling, context.generator)
+            return self._flash_chain(run, roots, sampling, context.generator)
+        return self._lattice(run, roots, sampling, context.generator)
 
     drops_rows = True  # select_rows narrows the feature buffer and the drafter's cache
 
@@ -228,6 +229,8 @@ class FeatureDrafter(AutoregressiveDrafter):
 
     def _flash_chain(self, run: FeatureRun, roots, sampling, generator) -> DraftTree:
         """FLASH: all k drafts from the one forward's slots."""
+        if sampling.gumbel:  # each slot's best under its position's noise (deterministic drafts)
+            return DraftTree.chain(roots, sampling.perturbed_slots(run.slot_logits).argmax(-1))
         if sampling.do_sample:
             q = sampling.probs(run.slot_logits)
             B, k, V = q.shape
@@ -239,6 +242,10 @@ class FeatureDrafter(AutoregressiveDrafter):
         """FLASH lattice (beyond the paper): the slots are independent given the context, so a static tree
         whose depth-d nodes take slot d's tokens covers several combinations in one target pass."""
         layout = self.tree.layout(roots.device)
+        if sampling.gumbel:  # slot d's ranked tokens under its position's noise
+            ranked = sampling.perturbed_slots(run.slot_logits[:, : self.tree.depth])
+            ranked = ranked.topk(int(self._rank.max()) + 1, dim=-1).indices
+            return layout.tree(torch.cat([roots[:, None], ranked[:, self._slot, self._rank]], dim=1))
         if sampling.do_sample:
             return self._sampled_lattice(run, roots, layout, sampling, generator)
         # greedy: slot d's ranked tokens; deterministic drafts (point-mass proposals) are lossless anyway

@@ -69,6 +69,30 @@ class GumbelNoise:
         self.held = self.drawn[self.rows]
 
 
+class CoupledDraws:
+    """What a drafter drafts with under the Gumbel coupling: the call's sampling settings and the noise [B, D, V] of
+    the D positions after each row's root. A drafter scores token x at depth d (d = 0: the token after the root) by
+    log q(x) + g_d(x): its best is the target's own draw wherever q ranks the perturbed tokens as p does."""
+
+    gumbel = True
+    do_sample = True
+
+    def __init__(self, sampling, noise: torch.Tensor):
+        self.sampling, self.noise = sampling, noise
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        return self.sampling.probs(logits)
+
+    def perturbed(self, logits: torch.Tensor, depth: int) -> torch.Tensor:
+        """log q + g at ``depth`` for logits [B, V] or [B, F, V] (F nodes at that depth)."""
+        g = self.noise[:, depth]
+        return torch.log_softmax(self.sampling.warp(logits), -1) + (g if logits.dim() == 2 else g[:, None])
+
+    def perturbed_slots(self, logits: torch.Tensor) -> torch.Tensor:
+        """log q + g for a block's slots [B, k, V]: slot j at depth j."""
+        return torch.log_softmax(self.sampling.warp(logits), -1) + self.noise[:, : logits.shape[1]]
+
+
 def gumbel_pick(scores: torch.Tensor, noise: torch.Tensor) -> torch.LongTensor:
     """The Gumbel-max token: ``argmax(scores + noise)`` over the last axis (``scores``: warped logits or log q)."""
     return (scores.float() + noise).argmax(-1)
@@ -88,4 +112,4 @@ def check_coupling(coupling: str, do_sample: bool, relaxed: bool = False) -> str
     return coupling
 
 
-__all__ = ["COUPLINGS", "GumbelNoise", "check_coupling", "gumbel_like", "gumbel_pick"]
+__all__ = ["COUPLINGS", "CoupledDraws", "GumbelNoise", "check_coupling", "gumbel_like", "gumbel_pick"]
