@@ -69,6 +69,10 @@ class DFlashRun:
     features: torch.Tensor  # [B, max_length + 2, K·H] the named layers' features at each token position
     cache: SpecKVCache | None = None
     shift: int = 0  # token-buffer positions the context does not hold one entry each for (compressed pictures)
+    # the last drafter forward's slot states [B, block - 1, H] and the generated index of each row's first slot
+    # [B] (``reuse_block``), and whether the last step drafted from that forward
+    block: tuple[torch.Tensor, torch.LongTensor] | None = None
+    block_fresh: bool = False
 
 
 def check_target(net: DFlashDraftModel, target) -> None:
@@ -111,7 +115,11 @@ class DFlashDrafter(Drafter):
     model's own weights), ``"int8"`` (its layers, ``fc`` and draft head as int8 weight-only products, quantised once
     here: on a CPU the drafter's step waits on reading its weights, see :mod:`mmspec.kernels.int8_linear`; the
     verifier keeps the output exact) or ``"auto"`` (int8 where the device has the kernel, the widths fit and the
-    matrices hold ``int8_linear.AUTO_INT8_BYTES`` or more, else float)."""
+    matrices hold ``int8_linear.AUTO_INT8_BYTES`` or more, else float). ``reuse_block``: a step right after a drafter
+    forward drafts, without a forward, from that forward's slots past its new root when at least this many are
+    left (a slot is a proposal for its position, whichever step verifies it; on the zoo's image target a slot's
+    overlap with the target hardly depends on how far ahead it drafts, so the slots after the accepted ones are
+    still good drafts, and every other step saves the drafter's forward)."""
 
     needs_target_hidden = True
     drops_rows = True  # select_rows narrows the feature buffer and the context cache
@@ -121,7 +129,7 @@ class DFlashDrafter(Drafter):
                  tree_nodes: int | None = None, top_k: int = 4, sampled_drafts: bool = True,
                  compress_to: int | None = None, block: int | None = None, draft_vocab=None,
                  lookup: int | None = None, lookup_alone: int | None = None, tree_cut: float | None = None,
-                 weights: str = "float"):
+                 weights: str = "float", reuse_block: int | None = None):
         check_target(net, target)
         if net.feature_branches != getattr(target, "feature_branches", 1):
             raise ValueError(f"this DFlash drafter reads {net.feature_branches} feature(s) per target layer but the "
@@ -154,6 +162,11 @@ class DFlashDrafter(Drafter):
             raise ValueError(f"tree_cut is the path probability below which a DDTree stops growing: it needs "
                              f"tree_nodes and 0 < tree_cut < 1, got tree_nodes={tree_nodes}, tree_cut={tree_cut!r}")
         self.tree_cut = None if tree_cut is None else float(tree_cut)
+        if reuse_block is not None and (isinstance(reuse_block, bool) or not isinstance(reuse_block, int)
+                                        or not 1 <= reuse_block <= slots):
+            raise ValueError(f"reuse_block is the fewest slots left of the last block that a step drafts from without "
+                             f"a drafter forward: 1..{slots}, got {reuse_block!r}")
+        self.reuse_block = reuse_block
         self._cut = -math.inf if tree_cut is None else math.log(tree_cut)
         self.net = net.eval()
         self.embed = target.get_input_embeddings()
@@ -288,6 +301,7 @@ class DFlashDrafter(Drafter):
         if run.cache is not None:
             run.cache.select_rows(rows)
         run.features = run.features.index_select(0, rows)
+        run.block, run.block_fresh = None, False
         return run
 
     def observe(self, context: DraftContext, run: DFlashRun, tree: DraftTree, result: AcceptResult,
@@ -364,14 +378,33 @@ class DFlashDrafter(Drafter):
         h = net.block(x, cos, sin, keys_values, mask, context=ctx, int8=self.int8)
         if ctx is not None:
             cache.extend_committed(added, new)
+        if self.reuse_block is not None:
+            run.block, run.block_fresh = (h[:, 1:], (state.lengths - state.prompt_length).to(dev)), True
         return h[:, 1: 1 + self.num_tokens]
+
+    def _slots(self, context: DraftContext, run: DFlashRun) -> torch.Tensor:
+        """[B, n, H] the slot states a step drafts from: the last forward's slots past each row's new root when
+        ``reuse_block`` allows (right after that forward, at least ``reuse_block`` left), else a forward's
+        (:meth:`slot_hidden`)."""
+        if self.reuse_block is None or not run.block_fresh:
+            return self.slot_hidden(context, run)
+        h, first = run.block
+        run.block_fresh = False
+        state = context.state
+        ahead = (state.lengths - state.prompt_length).to(first.device) - first  # slots the rows moved past
+        left = h.shape[1] - int(ahead.max())
+        if left < self.reuse_block:
+            return self.slot_hidden(context, run)
+        n = min(left, self.num_tokens)
+        at = (ahead[:, None] + torch.arange(n, device=h.device)).clamp(max=h.shape[1] - 1)
+        return h.gather(1, at[..., None].expand(*at.shape, h.shape[-1]))
 
     @torch.no_grad()
     def propose(self, context: DraftContext, run: DFlashRun) -> DraftTree:
         state = context.state
         sampling = state.sampling
         if sampling.gumbel:
-            return self._coupled(state, self.slot_hidden(context, run))
+            return self._coupled(state, self._slots(context, run))
         if sampling.do_sample and not self.sampled_drafts:
             # the greedy block under sampling: deterministic drafts (no q), each verified as a point mass — accepted
             # with the target's probability of it, the residual p without it: lossless all the same
@@ -380,13 +413,15 @@ class DFlashDrafter(Drafter):
             # the full branch (the largest size's): the lone step's, else grafted onto the tree, looked up once
             branches = self._branches(state, self.lookup) if self.lookup is not None else None
             alone = self._lookup_alone(state, branches) if self.lookup_alone is not None else None
+            if alone is not None:
+                run.block_fresh = False  # (the next step's slots would be two steps old)
             conts = None if branches is None else branches[0]
             return alone if alone is not None else self.propose_sized(context, run, [0], conts)[0]
         roots = state.roots.to(self.net.device)
         if self.tree_nodes is not None:  # (sampling here: a greedy tree returned above)
-            return self._ddtree(roots, self.head(self.slot_hidden(context, run)), sampling, state.generator,
+            return self._ddtree(roots, self.head(self._slots(context, run)), sampling, state.generator,
                                 self.tree_nodes)
-        return self._chain(roots, self.slot_hidden(context, run), state, sampling)
+        return self._chain(roots, self._slots(context, run), state, sampling)
 
     @staticmethod
     def _branches(state, length: int) -> tuple[list[list[int]], list[int]]:
@@ -419,7 +454,7 @@ class DFlashDrafter(Drafter):
         state = context.state
         sizes = [self._budgets[i] for i in which]
         nodes = max(n for n, _ in sizes)
-        logits, ids = self.greedy_logits(self.slot_hidden(context, run))
+        logits, ids = self.greedy_logits(self._slots(context, run))
         tokens, parents = self._greedy_rows(state.roots.tolist(), logits, nodes, ids)
         longest = max(L for _, L in sizes)
         if longest and branches is None:
