@@ -56,6 +56,9 @@ def refuse_other_kind(args, kind: str) -> None:
                              + (f" ({ZOO_IMAGE})" if other == "zoo" else "") + f" only; --model {args.model} is "
                              f"{KINDS[kind]}" + (" (it takes --prompt TEXT or --prompts-file FILE)"
                                                  if kind == "janus" else " (it takes --classes)"))
+    if kind == "janus" and getattr(args, "coupling", "rejection") != "rejection":
+        raise ValueError(f"--coupling {args.coupling} applies to {ZOO_IMAGE}; a Janus model samples with p/q "
+                         "rejection")
     if kind == "janus" and args.drafter in ZOO_DRAFTERS:
         raise ValueError(f"--drafter {args.drafter} names a drafter of {ZOO_IMAGE}; a Janus model drafts with a "
                          "smaller Janus checkpoint sharing its codebook: give its directory")

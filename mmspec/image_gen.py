@@ -177,7 +177,8 @@ class ImageGenerator:
     def _guided(self, model, cfg_scale: float) -> CFGModel:
         return guided_on_codes(model, self.layout, cfg_scale)
 
-    def _drafter(self, kind: str, cfg_scale: float, tree, num_tokens: int, guided_target: CFGModel | None = None):
+    def _drafter(self, kind: str, cfg_scale: float, tree, num_tokens: int, guided_target: CFGModel | None = None,
+                 coupling: str = "rejection"):
         """The named drafter (``ar`` / ``feature`` / ``sar``, or ``none``: the loop's own plain sampling) built for
         one call."""
         if kind == NO_DRAFTER:
@@ -192,7 +193,7 @@ class ImageGenerator:
             raise ValueError(f"no {kind} drafter loaded: build it (`mmspec zoo build --only "
                              f"{IMAGE_DRAFTER_MODELS[kind]}`) or train one ({how}) and pass it as {kind}_drafter=")
         guided_target = guided_target or self._feature_target(kind, cfg_scale)
-        return image_drafter(net=net, guided_target=guided_target, tree=tree, num_tokens=num_tokens)
+        return image_drafter(net=net, guided_target=guided_target, tree=tree, num_tokens=num_tokens, coupling=coupling)
 
     def drafting(self, drafter: str, method: str, tree, num_tokens: int | None, lam: float | None) -> tuple:
         """``(tree, num_tokens, lam)`` a call with ``drafter`` applies: the drafter's own defaults for what is unset
@@ -247,6 +248,8 @@ class ImageGenerator:
         # drafter's name is not: it picks among the generator's drafters, and plain AR simply uses none)
         settings = dict(cfg_scale=cfg_scale, temperature=temperature, tree=tree, num_tokens=num_tokens, seed=seed,
                         measure_output_tv=measure_output_tv or None)
+        if coupling != "rejection":  # (a drafting method it does not apply to is refused by name)
+            settings["coupling"] = coupling
         check_image_call(settings, method, where="ImageGenerator.generate")
         tree, num_tokens, lam = self.drafting(drafter, method, tree, num_tokens, lam)
         class_ids = as_class_ids(class_ids)
@@ -268,7 +271,8 @@ class ImageGenerator:
         else:
             relax = self.relaxation(**bound) if bound else None
             guided = self._feature_target(drafter, cfg_scale)  # the engine's and the drafter's
-            engine = SpeculativeGenerator(guided, self._drafter(drafter, cfg_scale, tree, num_tokens, guided),
+            engine = SpeculativeGenerator(guided, self._drafter(drafter, cfg_scale, tree, num_tokens, guided,
+                                                                coupling if temperature > 0 else "rejection"),
                                           relaxation=relax, measure_output_tv=measure_output_tv)
             ids = self.layout.class_tokens(class_ids)[:, None].to(self.target.device)
             out = engine.generate(ids, max_new_tokens=self.layout.num_codes, do_sample=temperature > 0,
@@ -280,7 +284,7 @@ class ImageGenerator:
         seconds = time.perf_counter() - t0 - (stats.output_tv_time if stats is not None else 0.0)
         images = decode_codes(self.vq, codes, self.layout.grid)
         config = dict(method=method, cfg_scale=cfg_scale, temperature=temperature, seed=seed, class_ids=class_ids)
-        if coupling != "rejection":
+        if coupling != "rejection" and temperature > 0:  # (greedy: a sampling setting not applied)
             config["coupling"] = coupling
         if method != "ar":  # only what this method applied, bounds resolved to their defaults
             config.update(drafter=drafter, tree=str(tree_label(tree)), **bound)

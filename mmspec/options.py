@@ -162,6 +162,8 @@ GENERATE = table(
     Option("seed", int, help="seed of the call's torch.Generator"),
     Option("stop_at_eos", bool, none=False, help="stop a row at EOS"),
     Option("method", str, help="the method for this call"),
+    Option("coupling", str, choices=("rejection", "gumbel"), none=False, sampling=True,
+           help="sampling: p/q rejection, or the Gumbel-max coupling (the same tokens as plain sampling for a seed)"),
 )
 
 
@@ -262,6 +264,8 @@ IMAGE = table(
     Option("measure_output_tv", object, methods=IMAGE_SPEC),
     Option("method", str),
     Option("decode", bool, none=False),
+    Option("coupling", str, choices=("rejection", "gumbel"), none=False, methods=("ar", "spec"),
+           help="sampling: p/q rejection, or the Gumbel-max coupling (spec gives plain AR's very picture for a seed)"),
 )
 ROUTE_OPTIONS["image"] = {**{k: IMAGE[k] for k in ("cfg_scale", "temperature", "lantern_k", "delta", "lam", "tree",
                                                   "num_tokens")},

@@ -120,6 +120,10 @@ DFLASH_LOOKUP_ALONE = dict(DFLASH_TREE_LOOKUP, lookup_alone=4)
 # routes/zoo_defaults.py): HumanEval 1.57x against 1.54x without the cut, the suite 3.28x against 3.29x
 DFLASH_LOOKUP_CUT = dict(DFLASH_LOOKUP_ALONE, tree_cut=0.03)
 IMAGE_DFLASH_TREE = dict(tree_nodes=16, top_k=4)  # the same on the image target (tree="ddtree")
+# ... and under the Gumbel coupling, where a step right after a drafter forward drafts from its leftover slots
+# (2026-11-28, docs/runs/2026-11-28-cpu/gumbel/ab-1.json: 1.44x -> 1.50x plain AR, tau 2.83 -> 2.74; under p/q
+# rejection the same reuse measured 1.27x -> 1.28x, so the rejection DDTree keeps its forward every step)
+IMAGE_DFLASH_GUMBEL_TREE = dict(IMAGE_DFLASH_TREE, reuse_block=6)
 # what a DFlash or feature drafter built here computes its products with: int8 weight-only products where the device has the
 # kernel (a CPU; mmspec.kernels.int8_linear) and the drafter is large enough to fall out of the cache between steps
 # (int8_linear.AUTO_INT8_BYTES: of the zoo's, code-dflash and code-eagle), else float. Side by side on this 2-core CPU (2026-11-28,
@@ -431,11 +435,13 @@ def tree_options(tree, num_tokens: int, top_k: int, num_nodes: int, sar: int = 1
 
 
 def image_drafter(guided_drafter=None, *, net: FeatureDraftModel | DFlashDraftModel | None = None, guided_target=None,
-                  tree="static", num_tokens: int | None = 4, top_k: int = 4, num_nodes: int = 24) -> Drafter:
+                  tree="static", num_tokens: int | None = 4, top_k: int = 4, num_nodes: int = 24,
+                  coupling: str = "rejection") -> Drafter:
     """The drafter of the image methods (spec / lantern / lantern++): a small AR model already wrapped for CFG
     (``guided_drafter``), or a feature drafter ``net`` reading the guided target's features (a DFlash block
     drafter: ``tree="chain"``, its first ``num_tokens`` slots from a block of ``num_tokens`` + 1 positions, None: the
-    whole block; ``"static"`` or ``"ddtree"``, the DDTree of its slot marginals, ``IMAGE_DFLASH_TREE``)."""
+    whole block; ``"static"`` or ``"ddtree"``, the DDTree of its slot marginals, ``IMAGE_DFLASH_TREE``, under the Gumbel
+    ``coupling`` ``IMAGE_DFLASH_GUMBEL_TREE``)."""
     if isinstance(net, DFlashDraftModel):
         if tree not in DFLASH_IMAGE_TREES:
             raise ValueError(f"the DFlash drafter drafts tree='chain' (its block) or 'ddtree' (a best-first tree of "
@@ -446,7 +452,8 @@ def image_drafter(guided_drafter=None, *, net: FeatureDraftModel | DFlashDraftMo
             # drafter's cost is its ops' fixed cost, so c_d stayed 0.38, a block of 9 spares compute elsewhere)
             return DFlashDrafter(net, guided_target, num_tokens=num_tokens, weights=DRAFT_WEIGHTS,
                                  block=None if num_tokens is None else min(num_tokens + 1, net.block_size))
-        return DFlashDrafter(net, guided_target, weights=DRAFT_WEIGHTS, **IMAGE_DFLASH_TREE)
+        tree_settings = IMAGE_DFLASH_GUMBEL_TREE if coupling == "gumbel" else IMAGE_DFLASH_TREE
+        return DFlashDrafter(net, guided_target, weights=DRAFT_WEIGHTS, **tree_settings)
     if net is not None:
         return FeatureDrafter(net, guided_target, **tree_options(tree, num_tokens, top_k, num_nodes,
                                                                  net.config.sar_tokens))
@@ -459,7 +466,7 @@ def check_image_method(method: str) -> None:
 
 
 __all__ = ["METHODS", "TEXT_METHODS", "VLM_METHODS", "IMAGE_METHODS", "CAUSAL_METHODS", "DIFFUSION_METHODS",
-           "FEATURE_METHODS", "BLOCK_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "IMAGE_DRAFTER_MODELS", "DFLASH_IMAGE_TREES", "DRAFT_TOKENS", "CHAIN_CONFIDENCE", "CONFIDENT_CHAIN_TOKENS", "draft_length", "DYNAMIC_TREE", "DFLASH_TREE", "DFLASH_TREE_LOOKUP", "DFLASH_LOOKUP_ALONE", "DFLASH_LOOKUP_CUT", "IMAGE_DFLASH_TREE", "DRAFT_WEIGHTS", "CPS_LAMBDA", "ZOO_ADL",
+           "FEATURE_METHODS", "BLOCK_METHODS", "NO_MODEL_METHODS", "IMAGE_DRAFTERS", "IMAGE_DRAFTER_MODELS", "DFLASH_IMAGE_TREES", "DRAFT_TOKENS", "CHAIN_CONFIDENCE", "CONFIDENT_CHAIN_TOKENS", "draft_length", "DYNAMIC_TREE", "DFLASH_TREE", "DFLASH_TREE_LOOKUP", "DFLASH_LOOKUP_ALONE", "DFLASH_LOOKUP_CUT", "IMAGE_DFLASH_TREE", "IMAGE_DFLASH_GUMBEL_TREE", "DRAFT_WEIGHTS", "CPS_LAMBDA", "ZOO_ADL",
            "BOUND_DEFAULTS", "LANTERN_TREE", "OPTIONS", "IMAGE_TREE", "IMAGE_CHAIN_TOKENS", "IMAGE_DRAFTER_DEFAULTS", "image_defaults", "take_options", "options_set", "check_applies", "wrong_method",
            "drafter_kind", "check_vocab", "check_feature", "causal_method", "NEEDS", "build_drafter", "zoo_diffuspec",
            "engine", "lattice_tree", "resolve_bound", "tree_options", "image_drafter", "check_image_method"]

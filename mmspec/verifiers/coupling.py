@@ -99,13 +99,13 @@ def gumbel_pick(scores: torch.Tensor, noise: torch.Tensor) -> torch.LongTensor:
 
 
 def check_coupling(coupling: str, do_sample: bool, relaxed: bool = False) -> str:
-    """``coupling`` checked: one of :data:`COUPLINGS`; the Gumbel coupling is a way of sampling (greedy decoding
-    has no noise to couple) and of lossless verification (LANTERN's relaxation moves mass between candidates,
-    which a fixed-noise argmax cannot)."""
+    """``coupling`` checked: one of :data:`COUPLINGS`. It is a sampling setting: under greedy decoding (no noise
+    to couple) it is ignored as the other sampling settings are, and "rejection" comes back. The Gumbel coupling
+    verifies losslessly: LANTERN's relaxation moves mass between candidates, which a fixed-noise argmax cannot."""
     if coupling not in COUPLINGS:
         raise ValueError(f"coupling must be one of {COUPLINGS}, got {coupling!r}")
-    if coupling == "gumbel" and not do_sample:
-        raise ValueError("coupling='gumbel' couples sampled tokens: it needs do_sample=True (greedy has no noise)")
+    if not do_sample:
+        return "rejection"
     if coupling == "gumbel" and relaxed:
         raise ValueError("coupling='gumbel' verifies losslessly; LANTERN / LANTERN++ relaxed acceptance needs "
                          "coupling='rejection'")

@@ -27,7 +27,8 @@ ap.add_argument("--rows", default=",".join(ROWS)); ap.add_argument("--out", requ
 a = ap.parse_args()
 torch.set_num_threads(2)
 g = ImageGenerator.from_zoo()
-base = dict(registry.IMAGE_DFLASH_TREE)
+base = dict(registry.IMAGE_DFLASH_TREE)  # (the rejection DDTree's settings: each row sets its own reuse)
+shipped = {d: dict(getattr(registry, d)) for d in ("IMAGE_DFLASH_TREE", "IMAGE_DFLASH_GUMBEL_TREE")}
 mismatches = []
 
 
@@ -36,11 +37,13 @@ def row(name, kw):
     reuse, nodes = kw.pop("reuse", None), kw.pop("nodes", base["tree_nodes"])
 
     def call(c, s):
-        registry.IMAGE_DFLASH_TREE.clear()
-        registry.IMAGE_DFLASH_TREE.update(base, tree_nodes=nodes, **({"reuse_block": reuse} if reuse else {}))
+        for d in shipped:  # both DDTree settings (rejection and Gumbel) set to the row's
+            getattr(registry, d).clear()
+            getattr(registry, d).update(base, tree_nodes=nodes, **({"reuse_block": reuse} if reuse else {}))
         out = g.generate([c], method="spec", drafter="dflash", seed=s, **kw)
-        registry.IMAGE_DFLASH_TREE.clear()
-        registry.IMAGE_DFLASH_TREE.update(base)
+        for d, settings in shipped.items():
+            getattr(registry, d).clear()
+            getattr(registry, d).update(settings)
         if kw.get("coupling") == "gumbel":
             produced[(name, c, s)] = out.codes  # checked against plain AR after the timing
         return out
