@@ -27,6 +27,8 @@ from .image_quality import class_fidelity, fd_against_spread, features, frechet_
 
 MAIN_METHODS = [
     ("plain AR", "ar", {}),
+    # the same sampler under the Gumbel coupling (mmspec.verifiers.coupling): every Gumbel row must give its pictures
+    ("plain AR, Gumbel coupling", "ar", dict(coupling="gumbel")),
     ("spec chain (same drafter)", "spec", dict(tree="chain")),
     ("spec static tree", "spec", dict(tree="static")),
     ("LANTERN δ=0.1 chain", "lantern", dict(delta=0.1, lantern_k=8, tree="chain")),
@@ -71,6 +73,12 @@ FEATURE_METHODS = [
     ("dflash: LANTERN++ λ=50 k=16 chain of 8", "lantern++", dict(lam=50.0, lantern_k=16, tree="chain", num_tokens=8,
                                                                  drafter="dflash")),
     ("dflash: spec ddtree", "spec", dict(tree="ddtree", drafter="dflash")),
+    # lossless under the Gumbel coupling: drafts by log q + the position's noise, kept iff they are the target's own
+    # Gumbel-max codes (the DDTree with reuse_block: registry.IMAGE_DFLASH_GUMBEL_TREE)
+    ("dflash: spec ddtree, Gumbel coupling", "spec", dict(tree="ddtree", drafter="dflash", coupling="gumbel")),
+    ("dflash: spec chain of 8, Gumbel coupling", "spec", dict(tree="chain", num_tokens=8, drafter="dflash",
+                                                               coupling="gumbel")),
+    ("eagle: spec chain, Gumbel coupling", "spec", dict(tree="chain", drafter="feature", coupling="gumbel")),
     ("dflash: LANTERN δ=0.2 k=64 chain", "lantern", dict(delta=0.2, lantern_k=64, tree="chain", drafter="dflash")),
     ("dflash: LANTERN++ λ=10 k=16 chain", "lantern++", dict(lam=10.0, lantern_k=16, tree="chain", drafter="dflash")),
     ("dflash: LANTERN++ λ=10 k=16 ddtree", "lantern++", dict(lam=10.0, lantern_k=16, tree="ddtree",

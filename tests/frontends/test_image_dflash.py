@@ -51,3 +51,33 @@ def test_image_cli_runs_the_dflash_drafter(tmp_path):
                  "--temperature", "0", "--out", str(out)]) == 0
     stats = json.loads((out / "stats.json").read_text())
     assert stats["drafter"] == "dflash" and stats["tree"] == "ddtree" and stats["tau"] > 1.0
+
+
+def test_gumbel_coupling_gives_plain_ar_pictures(pipe):
+    """Under the Gumbel coupling every drafter gives plain AR's codes for a seed (CFG-guided target, T = 1), and the
+    block drafter's slots are accepted (drafted by log q + the position's noise)."""
+    ref = pipe.generate([4], method="ar", seed=1, coupling="gumbel")
+    assert ref.config["coupling"] == "gumbel"
+    for kw in (dict(tree="ddtree"), dict(tree="chain", num_tokens=8), dict(drafter="feature", tree="chain")):
+        out = pipe.generate([4], seed=1, coupling="gumbel", **kw)
+        assert torch.equal(out.codes, ref.codes), kw
+        assert out.config["coupling"] == "gumbel" and out.stats.mean_accepted_tokens > 1.0
+    assert not torch.equal(pipe.generate([4], method="ar", seed=1).codes, ref.codes)  # p/q rejection: other draws
+    with pytest.raises(ValueError, match="coupling"):
+        pipe.generate([4], method="lantern++", coupling="gumbel", seed=1)
+    greedy = pipe.generate([4], seed=1, temperature=0, coupling="gumbel")  # greedy: the coupling is not applied
+    assert "coupling" not in greedy.config
+
+
+def test_image_cli_samples_under_the_gumbel_coupling(tmp_path):
+    from mmspec.cli import main
+
+    outs = {}
+    for method in ("ar", "spec"):
+        out = tmp_path / method
+        assert main(["image", "--method", method, "--coupling", "gumbel", "--classes", "3", "--seed", "2",
+                     "--out", str(out)] + (["--drafter", "dflash", "--tree", "ddtree"] if method == "spec" else [])) == 0
+        outs[method] = json.loads((out / "stats.json").read_text())
+        assert outs[method]["coupling"] == "gumbel"
+    assert outs["spec"]["tau"] > 1.0
+    assert (tmp_path / "ar" / "grid.png").read_bytes() == (tmp_path / "spec" / "grid.png").read_bytes()

@@ -69,6 +69,7 @@ def test_image_pipeline_names_its_drafter_and_refuses_a_chain_length_for_a_tree(
     (["eval", "--suite", "code", "--classes", "0,1"], "applies to the image suite"),
     (["image", "--classes", "0", "--method", "ar", "--measure-tv"], "--measure-tv measures how far a relaxed"),
     (["image", "--classes", "", "--method", "ar"], "--classes takes a comma list of class ids"),
+    (["image", "--classes", "0", "--method", "lantern++", "--coupling", "gumbel"], "--coupling gumbel samples losslessly"),
     (["zoo", "record-hashes", "--home", "{tmp}/none"], "holds no zoo model"),
     (["zoo", "build", "--only", "nope", "--home", "{tmp}/zh"], "unknown zoo models"),
 ])
