@@ -12,7 +12,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from mmspec import SpeculativeGenerator  # noqa: E402
+from mmspec import SpeculativeGenerator, TreeTemplate  # noqa: E402
 from mmspec.drafters import AutoregressiveDrafter, NoDrafter, PromptLookupDrafter  # noqa: E402
 from mmspec.drafters.dflash import DFlashDrafter  # noqa: E402
 from mmspec.drafters.dflash_model import DFlashDraftModel, make_config  # noqa: E402
@@ -76,7 +76,7 @@ def _eagle(target, **kw):
 
 DRAFTERS = {
     "ar chain": lambda t, d: AutoregressiveDrafter(d, num_tokens=4),
-    "ar static tree": lambda t, d: AutoregressiveDrafter(d, tree="static"),
+    "ar static tree": lambda t, d: AutoregressiveDrafter(d, tree=TreeTemplate.full((2, 2, 1))),
     "ar dynamic tree": lambda t, d: AutoregressiveDrafter(d, tree="dynamic", num_tokens=4, top_k=3, num_nodes=10),
     "prompt lookup": lambda t, d: PromptLookupDrafter(num_tokens=4),
     "dflash chain": lambda t, d: _dflash(t, num_tokens=5),
