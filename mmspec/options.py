@@ -184,7 +184,9 @@ def check_generate(where: str, **values) -> dict:
     """A text or VLM ``generate`` call's settings (:data:`GENERATE`) checked; under greedy the sampling settings
     come back as None, which is what the output's config records (not applied)."""
     sampling = {k: values.pop(k) for k in ("do_sample", "temperature", "top_k", "top_p") if k in values}
-    out = check_options(GENERATE, values, where=where)
+    # (the other sampling settings, the coupling, are None under greedy as well)
+    out = check_options(GENERATE, values, where=where, **({"do_sample": sampling["do_sample"]}
+                                                          if "do_sample" in sampling else {}))
     if sampling:
         out.update(check_sampling(where=where, **sampling))
     return out

@@ -132,15 +132,21 @@ class VLMGenerator:
     def generate(self, images=None, prompts: list[str] | str = (), max_new_tokens: int = 64, do_sample: bool = False,
                  temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
                  generator: torch.Generator | None = None, seed: int | None = None, stop_at_eos: bool = True,
-                 method: str | None = None, streamer=None, **unknown) -> TextOutput:
+                 method: str | None = None, streamer=None, coupling: str = "rejection", **unknown) -> TextOutput:
         """``streamer``: HF's streamer protocol (``TextStreamer(gen.tokenizer, skip_prompt=True)``, ...), fed each
-        step's committed tokens as they are verified; one prompt per call."""
+        step's committed tokens as they are verified; one prompt per call. ``coupling``: as the text pipeline's
+        (plain decoding through the target's own generate takes ``"rejection"`` only)."""
         reject_unknown(unknown, VLMGenerator.generate, "VLMGenerator.generate")
         checked = check_generate("VLMGenerator.generate", max_new_tokens=max_new_tokens, do_sample=do_sample,
                                  temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                                 stop_at_eos=stop_at_eos, method=method)  # greedy: sampling settings -> None
+                                 stop_at_eos=stop_at_eos, method=method, coupling=coupling)  # greedy: sampling -> None
         temperature, top_k, top_p = checked["temperature"], checked["top_k"], checked["top_p"]
+        coupling = checked["coupling"] or "rejection"
         spec = self._engine_for(method)
+        if spec is None and coupling != "rejection":
+            raise ValueError("plain decoding runs the target's own generate, which samples without the Gumbel "
+                             "coupling: use method='mmspec-plain' (mmspec's loop without drafts) for plain sampling "
+                             "under it")
         inputs = self.prepare(images, prompts)
         ids, mask = inputs.pop("input_ids"), inputs.pop("attention_mask")
         check_streamer(streamer, ids)
@@ -160,12 +166,14 @@ class VLMGenerator:
             out = spec.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=do_sample,
                                 temperature=temperature, top_k=top_k, top_p=top_p, generator=rng,
                                 eos_token_id=engine_eos(eos), pad_token_id=self.tokenizer.pad_token_id,
-                                streamer=streamer, **inputs)
+                                streamer=streamer, coupling=coupling, **inputs)
             seqs, stats = out.sequences, out.stats
         seconds = time.perf_counter() - t0
         texts = self.tokenizer.batch_decode(seqs[:, ids.shape[1]:], skip_special_tokens=True)
         config = dict(method=method or self.method, max_new_tokens=max_new_tokens, do_sample=do_sample,
                       temperature=temperature, top_k=top_k, top_p=top_p, stop_at_eos=stop_at_eos, seed=seed)
+        if coupling != "rejection":
+            config["coupling"] = coupling
         count = stats.new_tokens if stats is not None else generated_count(seqs[:, ids.shape[1]:], eos)
         return TextOutput([t.strip() for t in texts], seqs, stats, seconds, config, count)
 

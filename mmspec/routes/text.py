@@ -151,14 +151,17 @@ class TextPipeline:
                  do_sample: bool = False, temperature: float = 1.0, top_k: int | None = None,
                  top_p: float | None = None, generator: torch.Generator | None = None, seed: int | None = None,
                  stop_at_eos: bool = True, method: str | None = None, streamer=None, images=None,
-                 pixel_values=None, class_ids=None, **unknown) -> TextOutput:
+                 pixel_values=None, class_ids=None, coupling: str = "rejection", **unknown) -> TextOutput:
         """``streamer``: HF's streamer protocol (e.g. ``TextIteratorStreamer(pipe.tokenizer, skip_prompt=True)``),
-        fed each step's committed tokens as they are verified; one prompt per call."""
+        fed each step's committed tokens as they are verified; one prompt per call. ``coupling`` (sampling):
+        ``"rejection"`` or ``"gumbel"`` (:mod:`mmspec.verifiers.coupling`: the same tokens as ``mmspec-plain``
+        under the coupling for a seed, whatever the drafter)."""
         reject_unknown(unknown, type(self).generate, "the text pipeline's generate")
         checked = check_generate("the text pipeline's generate", max_new_tokens=max_new_tokens, do_sample=do_sample,
                                  temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                                 stop_at_eos=stop_at_eos, method=method)  # greedy: sampling settings -> None
+                                 stop_at_eos=stop_at_eos, method=method, coupling=coupling)  # greedy: sampling -> None
         temperature, top_k, top_p = checked["temperature"], checked["top_k"], checked["top_p"]
+        coupling = checked["coupling"] or "rejection"
         if images is not None or pixel_values is not None:
             raise ValueError(f"images given, but {self.target.name} ({type(self.model).__name__}) is a text-only "
                              "target; use a LLaVA-class target for images")
@@ -175,6 +178,10 @@ class TextPipeline:
         pad = self._pad_id()
         rng = call_generator(generator, seed, dev)
         t0 = time.perf_counter()
+        if spec is None and coupling != "rejection":
+            raise ValueError(f"method {method!r} is Hugging Face's own generate, which samples without the Gumbel "
+                             "coupling: use method='mmspec-plain' (mmspec's loop without drafts) for plain sampling "
+                             "under it")
         if spec is None:
             check_positions(self.model, ids.shape[1], max_new_tokens)
             kw = dict(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p) if do_sample else \
@@ -186,7 +193,7 @@ class TextPipeline:
         else:
             out = spec.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=do_sample,
                                 temperature=temperature, top_k=top_k, top_p=top_p, eos_token_id=engine_eos(eos),
-                                pad_token_id=pad, generator=rng, streamer=streamer)
+                                pad_token_id=pad, generator=rng, streamer=streamer, coupling=coupling)
             seqs, stats = out.sequences, out.stats
         seconds = time.perf_counter() - t0
         texts = None
@@ -194,6 +201,8 @@ class TextPipeline:
             texts = self.tokenizer.batch_decode(seqs[:, ids.shape[1]:], skip_special_tokens=True)
         config = dict(method=method, max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature,
                       top_k=top_k, top_p=top_p, stop_at_eos=stop_at_eos, seed=seed)
+        if checked["coupling"] not in (None, "rejection"):
+            config["coupling"] = checked["coupling"]
         count = stats.new_tokens if stats is not None else generated_count(seqs[:, ids.shape[1]:], eos)
         return TextOutput(texts, seqs, stats, seconds, config, count)
 

@@ -161,3 +161,20 @@ def test_a_bigger_tiny_target_keeps_the_coupling_exact():
     out = SpeculativeGenerator(target, _dflash(target, tree_nodes=9, top_k=3, reuse_block=2)).generate(
         ids, generator=torch.Generator().manual_seed(9), **kw)
     assert torch.equal(out.sequences, ref.sequences)
+
+
+def test_the_text_pipeline_takes_the_coupling():
+    """zoo:code-target's pipeline: its block drafter under the coupling gives mmspec-plain's tokens for a seed; HF's
+    own generate (method "plain") has no coupling and refuses it; greedy leaves it unapplied."""
+    import mmspec
+
+    pipe = mmspec.pipeline("zoo:code-target", method="dflash")
+    kw = dict(max_new_tokens=24, do_sample=True, seed=3, coupling="gumbel")
+    out = pipe.generate("def parse_args(argv):\n", **kw)
+    ref = pipe.generate("def parse_args(argv):\n", method="mmspec-plain", **kw)
+    assert torch.equal(out.sequences, ref.sequences) and out.config["coupling"] == "gumbel"
+    with pytest.raises(ValueError, match="mmspec-plain"):
+        pipe.generate("def f(x):\n", method="plain", **kw)
+    with pytest.raises(ValueError, match="coupling must be one of"):
+        pipe.generate("def f(x):\n", do_sample=True, coupling="exact")
+    assert "coupling" not in pipe.generate("def f(x):\n", max_new_tokens=4, coupling="gumbel").config
