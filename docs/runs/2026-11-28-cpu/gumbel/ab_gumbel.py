@@ -20,6 +20,10 @@ ROWS = {
     "gumbel ddtree reuse8": dict(tree="ddtree", coupling="gumbel", reuse=8),
     "gumbel ddtree24 reuse6": dict(tree="ddtree", coupling="gumbel", reuse=6, nodes=24),
     "gumbel chain 8": dict(tree="chain", num_tokens=8, coupling="gumbel"),
+    "gumbel ddtree4 reuse6": dict(tree="ddtree", coupling="gumbel", reuse=6, nodes=4),
+    "gumbel ddtree6 reuse6": dict(tree="ddtree", coupling="gumbel", reuse=6, nodes=6),
+    "gumbel ddtree8 reuse6": dict(tree="ddtree", coupling="gumbel", reuse=6, nodes=8),
+    "gumbel ddtree12 reuse6": dict(tree="ddtree", coupling="gumbel", reuse=6, nodes=12),
 }
 ap = argparse.ArgumentParser()
 ap.add_argument("--rounds", type=int, default=3); ap.add_argument("--pictures", type=int, default=4)
