@@ -70,9 +70,9 @@ class DFlashRun:
     cache: SpecKVCache | None = None
     shift: int = 0  # token-buffer positions the context does not hold one entry each for (compressed pictures)
     # the last drafter forward's slot states [B, block - 1, H] and the generated index of each row's first slot
-    # [B] (``reuse_block``), and whether the last step drafted from that forward
+    # [B] (``reuse_block``), and how many more steps may draft from them (0: the next step runs a forward)
     block: tuple[torch.Tensor, torch.LongTensor] | None = None
-    block_fresh: bool = False
+    block_uses: int = 0
 
 
 def check_target(net: DFlashDraftModel, target) -> None:
@@ -119,7 +119,7 @@ class DFlashDrafter(Drafter):
     forward drafts, without a forward, from that forward's slots past its new root when at least this many are
     left (a slot is a proposal for its position, whichever step verifies it; on the zoo's image target a slot's
     overlap with the target hardly depends on how far ahead it drafts, so the slots after the accepted ones are
-    still good drafts, and every other step saves the drafter's forward)."""
+    still good drafts, and those steps save the drafter's forward); ``reuse_steps`` such steps in a row at most."""
 
     needs_target_hidden = True
     drops_rows = True  # select_rows narrows the feature buffer and the context cache
@@ -129,7 +129,7 @@ class DFlashDrafter(Drafter):
                  tree_nodes: int | None = None, top_k: int = 4, sampled_drafts: bool = True,
                  compress_to: int | None = None, block: int | None = None, draft_vocab=None,
                  lookup: int | None = None, lookup_alone: int | None = None, tree_cut: float | None = None,
-                 weights: str = "float", reuse_block: int | None = None):
+                 weights: str = "float", reuse_block: int | None = None, reuse_steps: int = 1):
         check_target(net, target)
         if net.feature_branches != getattr(target, "feature_branches", 1):
             raise ValueError(f"this DFlash drafter reads {net.feature_branches} feature(s) per target layer but the "
@@ -166,7 +166,11 @@ class DFlashDrafter(Drafter):
                                         or not 1 <= reuse_block <= slots):
             raise ValueError(f"reuse_block is the fewest slots left of the last block that a step drafts from without "
                              f"a drafter forward: 1..{slots}, got {reuse_block!r}")
-        self.reuse_block = reuse_block
+        if reuse_block is not None and (isinstance(reuse_steps, bool) or not isinstance(reuse_steps, int)
+                                        or reuse_steps < 1):
+            raise ValueError(f"reuse_steps is how many steps in a row draft from one forward's slots: >= 1, got "
+                             f"{reuse_steps!r}")
+        self.reuse_block, self.reuse_steps = reuse_block, reuse_steps
         self._cut = -math.inf if tree_cut is None else math.log(tree_cut)
         self.net = net.eval()
         self.embed = target.get_input_embeddings()
@@ -301,7 +305,7 @@ class DFlashDrafter(Drafter):
         if run.cache is not None:
             run.cache.select_rows(rows)
         run.features = run.features.index_select(0, rows)
-        run.block, run.block_fresh = None, False
+        run.block, run.block_uses = None, 0
         return run
 
     def observe(self, context: DraftContext, run: DFlashRun, tree: DraftTree, result: AcceptResult,
@@ -379,17 +383,17 @@ class DFlashDrafter(Drafter):
         if ctx is not None:
             cache.extend_committed(added, new)
         if self.reuse_block is not None:
-            run.block, run.block_fresh = (h[:, 1:], (state.lengths - state.prompt_length).to(dev)), True
+            run.block, run.block_uses = (h[:, 1:], (state.lengths - state.prompt_length).to(dev)), self.reuse_steps
         return h[:, 1: 1 + self.num_tokens]
 
     def _slots(self, context: DraftContext, run: DFlashRun) -> torch.Tensor:
         """[B, n, H] the slot states a step drafts from: the last forward's slots past each row's new root when
-        ``reuse_block`` allows (right after that forward, at least ``reuse_block`` left), else a forward's
-        (:meth:`slot_hidden`)."""
-        if self.reuse_block is None or not run.block_fresh:
+        ``reuse_block`` allows (within ``reuse_steps`` steps of that forward, at least ``reuse_block`` left), else a
+        forward's (:meth:`slot_hidden`)."""
+        if self.reuse_block is None or run.block_uses <= 0:
             return self.slot_hidden(context, run)
         h, first = run.block
-        run.block_fresh = False
+        run.block_uses -= 1
         state = context.state
         ahead = (state.lengths - state.prompt_length).to(first.device) - first  # slots the rows moved past
         left = h.shape[1] - int(ahead.max())
@@ -414,7 +418,7 @@ class DFlashDrafter(Drafter):
             branches = self._branches(state, self.lookup) if self.lookup is not None else None
             alone = self._lookup_alone(state, branches) if self.lookup_alone is not None else None
             if alone is not None:
-                run.block_fresh = False  # (the next step's slots would be two steps old)
+                run.block_uses = 0  # (the next step's slots would be older than a step drafted from them)
             conts = None if branches is None else branches[0]
             return alone if alone is not None else self.propose_sized(context, run, [0], conts)[0]
         roots = state.roots.to(self.net.device)

@@ -24,6 +24,11 @@ ROWS = {
     "gumbel ddtree6 reuse6": dict(tree="ddtree", coupling="gumbel", reuse=6, nodes=6),
     "gumbel ddtree8 reuse6": dict(tree="ddtree", coupling="gumbel", reuse=6, nodes=8),
     "gumbel ddtree12 reuse6": dict(tree="ddtree", coupling="gumbel", reuse=6, nodes=12),
+    "gumbel ddtree4 reuse3x4": dict(tree="ddtree", coupling="gumbel", reuse=3, steps=4, nodes=4),
+    "gumbel ddtree6 reuse4x3": dict(tree="ddtree", coupling="gumbel", reuse=4, steps=3, nodes=6),
+    "gumbel ddtree8 reuse4x3": dict(tree="ddtree", coupling="gumbel", reuse=4, steps=3, nodes=8),
+    "gumbel ddtree12 reuse5x2": dict(tree="ddtree", coupling="gumbel", reuse=5, steps=2, nodes=12),
+    "gumbel ddtree16 reuse6x2": dict(tree="ddtree", coupling="gumbel", reuse=6, steps=2, nodes=16),
 }
 ap = argparse.ArgumentParser()
 ap.add_argument("--rounds", type=int, default=3); ap.add_argument("--pictures", type=int, default=4)
@@ -38,12 +43,13 @@ mismatches = []
 
 def row(name, kw):
     kw = dict(kw)
-    reuse, nodes = kw.pop("reuse", None), kw.pop("nodes", base["tree_nodes"])
+    reuse, nodes, steps = kw.pop("reuse", None), kw.pop("nodes", base["tree_nodes"]), kw.pop("steps", 1)
 
     def call(c, s):
         for d in shipped:  # both DDTree settings (rejection and Gumbel) set to the row's
             getattr(registry, d).clear()
-            getattr(registry, d).update(base, tree_nodes=nodes, **({"reuse_block": reuse} if reuse else {}))
+            getattr(registry, d).update(base, tree_nodes=nodes,
+                                        **({"reuse_block": reuse, "reuse_steps": steps} if reuse else {}))
         out = g.generate([c], method="spec", drafter="dflash", seed=s, **kw)
         for d, settings in shipped.items():
             getattr(registry, d).clear()
