@@ -12,14 +12,11 @@ where the block drafter runs teacher-forced:
 - ``gumbel_templates``: the accepted depth for rank templates (sets of rank sequences under log q_j + g_j).
 
     python gumbel_bound.py [--pictures 8] [--noises 24] [--block 12] [--anchors 6] [--drafter DIR] --out F"""
-import argparse, json, os
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import argparse, json
 import torch
+from image_setup import ImageSetup
 from mmspec.guidance import DEFAULT_CFG_SCALE
-from mmspec.image_codes import guided_on_codes, layout_of
-from mmspec.drafters.dflash_io import load_dflash
 from mmspec.drafters.dflash_model import teacher_forced_logits
-from mmspec.zoo import load
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--pictures", type=int, default=8); ap.add_argument("--noises", type=int, default=24)
@@ -27,19 +24,8 @@ ap.add_argument("--block", type=int, default=12); ap.add_argument("--anchors", t
 ap.add_argument("--cfg", type=float, default=DEFAULT_CFG_SCALE); ap.add_argument("--out", required=True)
 ap.add_argument("--drafter", default=None)
 a = ap.parse_args()
-torch.set_num_threads(2)
-gen = torch.Generator().manual_seed(0)
-model = load("image-target").model.float().eval()
-layout = layout_of(model)
-guided = guided_on_codes(model, layout, a.cfg)
-off, V = layout.code_offset, layout.codebook_size
-net = (load_dflash(a.drafter) if a.drafter else load("image-dflash").model).float().eval()
-featured = guided_on_codes(model, layout, a.cfg, net.hidden_entries)
-
-
-def gumbel(*shape):
-    u = torch.rand(*shape, generator=gen).clamp(1e-20, 1 - 1e-7)
-    return -torch.log(-torch.log(u))
+S = ImageSetup(a.cfg, a.drafter)
+model, layout, off, V, net, featured, gumbel, logp = S.model, S.layout, S.off, S.V, S.net, S.featured, S.gumbel, S.logp
 
 
 @torch.no_grad()
@@ -48,11 +34,6 @@ def drafter_logq(picture, anchors):
     logits = teacher_forced_logits(net, model.get_input_embeddings(), model.get_output_embeddings(), picture,
                                    feats, torch.tensor([anchors]))[0]
     return torch.log_softmax(logits.float()[..., off: off + V], -1)
-
-
-@torch.no_grad()
-def logp(ids):
-    return torch.log_softmax(guided(input_ids=ids).logits.float()[..., off: off + V], -1)
 
 
 @torch.no_grad()

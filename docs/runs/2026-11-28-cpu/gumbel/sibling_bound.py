@@ -6,36 +6,17 @@ argmax(log r + g_2) with the target's code X_2 = argmax(log p(. | ctx, X_1) + g_
 sibling's distribution, which a verify forward computed) and for r = the block drafter's slot q at X_1.
 
     python sibling_bound.py [--pictures 4] [--anchors 24] --out F"""
-import argparse, json, os
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import argparse, json
 import torch
-from mmspec.guidance import DEFAULT_CFG_SCALE
-from mmspec.image_codes import guided_on_codes, layout_of
+from image_setup import ImageSetup
 from mmspec.drafters.dflash_model import teacher_forced_logits
-from mmspec.zoo import load
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--pictures", type=int, default=4); ap.add_argument("--anchors", type=int, default=24)
 ap.add_argument("--out", required=True)
 a = ap.parse_args()
-torch.set_num_threads(2)
-gen = torch.Generator().manual_seed(0)
-model = load("image-target").model.float().eval()
-layout = layout_of(model)
-guided = guided_on_codes(model, layout, DEFAULT_CFG_SCALE)
-off, V = layout.code_offset, layout.codebook_size
-net = load("image-dflash").model.float().eval()
-featured = guided_on_codes(model, layout, DEFAULT_CFG_SCALE, net.hidden_entries)
-
-
-def gumbel(*shape):
-    u = torch.rand(*shape, generator=gen).clamp(1e-20, 1 - 1e-7)
-    return -torch.log(-torch.log(u))
-
-
-@torch.no_grad()
-def logp(ids):
-    return torch.log_softmax(guided(input_ids=ids).logits.float()[..., off: off + V], -1)
+S = ImageSetup()
+model, layout, off, V, net, featured, gumbel, logp = S.model, S.layout, S.off, S.V, S.net, S.featured, S.gumbel, S.logp
 
 
 @torch.no_grad()
