@@ -320,6 +320,8 @@ class SpeculativeGenerator:
         stats.record_forward(int(state.active.sum()))
         stats.record_relaxation(check.result, state.active)
         self._commit(call, verified, check.result)
+        if noise is not None and state.active.any():  # the noise of positions every generating row has passed
+            state.noise.release_before(int((state.lengths - state.prompt_length)[state.active].min()))
         if state.active.any():
             with timed(stats, "draft_time"):
                 hidden = None if check.hidden_states is None else self.drafter.target_features(check.hidden_states)

@@ -40,8 +40,10 @@ class GumbelNoise:
         self.vocab_size, self.generator, self.device = vocab_size, generator, device
         self.rows = torch.arange(batch_size, device=device)  # the call's rows still held, in the batch's order
         self.batch_size = batch_size
-        self.drawn = torch.empty(batch_size, 0, vocab_size, device=device)  # [B_call, positions drawn, V]
+        self.drawn = torch.empty(batch_size, 0, vocab_size, device=device)  # [B_call, positions kept, V]
         self.held = self.drawn  # the rows held
+        self.base = 0  # the generated index of drawn[:, 0] (chunks every row has passed are released)
+        self.chunks = 0  # chunks drawn so far
 
     @classmethod
     def for_call(cls, batch_size: int, vocab_size: int, generator: torch.Generator | None, device) -> "GumbelNoise":
@@ -53,15 +55,25 @@ class GumbelNoise:
         return cls(batch_size, vocab_size, torch.Generator(device=gen_device).manual_seed(seed), device)
 
     def at(self, index: torch.LongTensor) -> torch.Tensor:
-        """Noise [B, n, V] at the generated indices ``index`` [B, n] of the rows held."""
+        """Noise [B, n, V] at the generated indices ``index`` [B, n] of the rows held (an index before the released
+        positions, a finished row's, reads the first position kept: nothing it reads is emitted)."""
         last = int(index.max())
-        if last >= self.drawn.shape[1]:
-            more = (last + 1 - self.drawn.shape[1] + _CHUNK - 1) // _CHUNK * _CHUNK
+        if last >= self.chunks * _CHUNK:
+            n = (last + 1 - self.chunks * _CHUNK + _CHUNK - 1) // _CHUNK
             chunks = [gumbel_like((self.batch_size, _CHUNK, self.vocab_size), self.generator, self.device)
-                      for _ in range(more // _CHUNK)]  # one chunk per draw: the same noise however far a call reaches
-            self.drawn = torch.cat([self.drawn, *chunks], 1)
+                      for _ in range(n)]  # one chunk per draw: the same noise however far a call reaches
+            self.drawn, self.chunks = torch.cat([self.drawn, *chunks], 1), self.chunks + n
             self.held = self.drawn[self.rows]
-        return self.held.gather(1, index[..., None].expand(*index.shape, self.vocab_size))
+        at = (index - self.base).clamp(min=0)
+        return self.held.gather(1, at[..., None].expand(*at.shape, self.vocab_size))
+
+    def release_before(self, index: int) -> None:
+        """Drop the chunks wholly before generated index ``index`` (every row still generating is past them): a
+        long call over a large vocabulary holds a few chunks, not its whole length."""
+        drop = min((index - self.base) // _CHUNK * _CHUNK, self.drawn.shape[1])  # (chunks not drawn yet stay due)
+        if drop > 0:
+            self.drawn, self.base = self.drawn[:, drop:], self.base + drop
+            self.held = self.drawn[self.rows]
 
     def select_rows(self, keep: torch.LongTensor) -> None:
         """Keep rows ``keep`` of those held (the loop dropped finished rows)."""

@@ -178,3 +178,17 @@ def test_the_text_pipeline_takes_the_coupling():
     with pytest.raises(ValueError, match="coupling must be one of"):
         pipe.generate("def f(x):\n", do_sample=True, coupling="exact")
     assert "coupling" not in pipe.generate("def f(x):\n", max_new_tokens=4, coupling="gumbel").config
+
+
+def test_released_noise_keeps_the_rest():
+    """Chunks every generating row has passed are dropped; the positions kept read what they read before."""
+    a = GumbelNoise.for_call(2, 7, torch.Generator().manual_seed(1), "cpu")
+    b = GumbelNoise.for_call(2, 7, torch.Generator().manual_seed(1), "cpu")
+    idx = torch.tensor([[100, 101], [130, 131]])
+    ref = a.at(idx)
+    b.at(torch.tensor([[5], [6]]))
+    b.release_before(99)
+    assert b.base == 32 and b.drawn.shape[1] == 0  # (only what was drawn is dropped: the stream stays in order)
+    assert torch.equal(b.at(idx), ref)
+    b.release_before(130)
+    assert b.base == 128 and torch.equal(b.at(idx)[1], ref[1])
