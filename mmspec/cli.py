@@ -38,6 +38,7 @@ from .guidance import DEFAULT_CFG_SCALE
 from .options import BENCH, check_args
 from .pipeline import pipeline
 from .registry import IMAGE_DRAFTERS, draft_length
+from .verifiers.coupling import COUPLINGS
 from .zoo.image_data import image_grid
 from .zoo.integrity import changed_since_commit, record_file_hashes, status
 
@@ -382,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
     img.add_argument("--measure-tv", action="store_true", help="lantern / lantern++: also measure the exact "
                      "output TV per step (first token; costs more than the decoding, excluded from 'seconds', "
                      "included in 'wall_seconds'); off by default")
-    img.add_argument("--coupling", choices=["rejection", "gumbel"], default="rejection", help="zoo model, --method ar "
+    img.add_argument("--coupling", choices=list(COUPLINGS), default="rejection", help="zoo model, --method ar "
                      "or spec: how codes are sampled. rejection (p/q rejection, the default) or gumbel: every code is "
                      "the guided target's Gumbel-max draw under noise fixed per position by --seed, drafts are kept "
                      "iff they equal it (--method spec then gives --method ar's very pictures; the fastest lossless "

@@ -94,5 +94,14 @@ def engine_eos(eos: int | list[int] | None) -> int | list[int]:
     return [] if eos is None else eos
 
 
+def refuse_hf_coupling(coupling: str, method: str) -> None:
+    """Plain decoding through the model's own ``generate`` samples by multinomial draws: it has no Gumbel
+    coupling to apply, so a call asking for one is pointed at ``mmspec-plain``."""
+    if coupling != "rejection":
+        raise ValueError(f"method {method!r} is the model's own generate, which samples without the Gumbel coupling: "
+                         "use method='mmspec-plain' (mmspec's loop without drafts) for plain sampling under it")
+
+
 __all__ = ["TextOutput", "ImageOutput", "generated_count", "DEFAULT_SEED", "call_generator", "hf_sampling_rng", "eos_token_id",
+           "refuse_hf_coupling",
            "engine_eos"]

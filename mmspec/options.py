@@ -18,6 +18,8 @@ import numbers
 import os
 from dataclasses import dataclass
 
+from .verifiers.coupling import COUPLINGS
+
 _UNSET = object()
 
 
@@ -162,7 +164,7 @@ GENERATE = table(
     Option("seed", int, help="seed of the call's torch.Generator"),
     Option("stop_at_eos", bool, none=False, help="stop a row at EOS"),
     Option("method", str, help="the method for this call"),
-    Option("coupling", str, choices=("rejection", "gumbel"), none=False, sampling=True,
+    Option("coupling", str, choices=COUPLINGS, none=False, sampling=True,
            help="sampling: p/q rejection, or the Gumbel-max coupling (the same tokens as plain sampling for a seed)"),
 )
 
@@ -266,7 +268,7 @@ IMAGE = table(
     Option("measure_output_tv", object, methods=IMAGE_SPEC),
     Option("method", str),
     Option("decode", bool, none=False),
-    Option("coupling", str, choices=("rejection", "gumbel"), none=False, methods=("ar", "spec"),
+    Option("coupling", str, choices=COUPLINGS, none=False, methods=("ar", "spec"),
            help="sampling: p/q rejection, or the Gumbel-max coupling (spec gives plain AR's very picture for a seed)"),
 )
 ROUTE_OPTIONS["image"] = {**{k: IMAGE[k] for k in ("cfg_scale", "temperature", "lantern_k", "delta", "lam", "tree",

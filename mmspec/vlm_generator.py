@@ -24,7 +24,8 @@ import torch
 from PIL import Image
 
 from .arguments import reject_unknown
-from .frontend import TextOutput, call_generator, engine_eos, generated_count, eos_token_id, hf_sampling_rng
+from .frontend import TextOutput, call_generator, engine_eos, generated_count, eos_token_id, hf_sampling_rng, \
+    refuse_hf_coupling
 from .generator import check_streamer
 from .loading import load_drafter, load_target
 from .options import check_generate
@@ -143,10 +144,8 @@ class VLMGenerator:
         temperature, top_k, top_p = checked["temperature"], checked["top_k"], checked["top_p"]
         coupling = checked["coupling"] or "rejection"
         spec = self._engine_for(method)
-        if spec is None and coupling != "rejection":
-            raise ValueError("plain decoding runs the target's own generate, which samples without the Gumbel "
-                             "coupling: use method='mmspec-plain' (mmspec's loop without drafts) for plain sampling "
-                             "under it")
+        if spec is None:
+            refuse_hf_coupling(coupling, method or self.method)
         inputs = self.prepare(images, prompts)
         ids, mask = inputs.pop("input_ids"), inputs.pop("attention_mask")
         check_streamer(streamer, ids)

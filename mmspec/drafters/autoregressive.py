@@ -225,7 +225,7 @@ class AutoregressiveDrafter(Drafter):
             return layout.tree(tokens, torch.cat(qs, 1), "without_replacement")
         return layout.tree(tokens)
 
-    def _dynamic_tree(self, run: AutoregressiveRun, roots, root_logits, sampling=None) -> DraftTree:
+    def _dynamic_tree(self, run: AutoregressiveRun, roots, root_logits, sampling) -> DraftTree:
         """EAGLE-2: expand the ``top_k`` best frontier nodes by cumulative log-probability, ``top_k`` children
         each, then keep the ``num_nodes`` best nodes overall (deterministic children; under the Gumbel coupling
         scored by the log-softmax of log q + the depth's noise)."""
@@ -239,8 +239,7 @@ class AutoregressiveDrafter(Drafter):
         frontier_logits = root_logits[:, None]
         n_nodes, n_pending = 1, 0
         for d in range(1, self.depth + 1):
-            scored = frontier_logits if sampling is None or not sampling.gumbel else \
-                sampling.perturbed(frontier_logits, d - 1)
+            scored = sampling.perturbed(frontier_logits, d - 1) if sampling.gumbel else frontier_logits
             logp = torch.log_softmax(scored, -1)
             F = frontier.shape[1]
             top_lp, top_tok = logp.topk(self.top_k, dim=-1)  # [B, F, k]

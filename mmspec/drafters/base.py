@@ -58,8 +58,8 @@ def coupled_view(state, depth: int, device):
     :class:`~mmspec.verifiers.coupling.CoupledDraws` holding the noise of the ``depth`` positions after each root."""
     if not state.sampling.gumbel:
         return state.sampling
-    B = state.batch_size
-    depths = torch.arange(max(depth, 1), device=state.lengths.device).expand(B, max(depth, 1))
+    depth = max(depth, 1)
+    depths = torch.arange(depth, device=state.lengths.device).expand(state.batch_size, depth)
     return CoupledDraws(state.sampling, state.noise_after_root(depths).to(device))
 
 

@@ -8,7 +8,8 @@ import time
 import torch
 
 from ..arguments import reject_unknown
-from ..frontend import TextOutput, call_generator, engine_eos, generated_count, eos_token_id, hf_sampling_rng
+from ..frontend import TextOutput, call_generator, engine_eos, generated_count, eos_token_id, hf_sampling_rng, \
+    refuse_hf_coupling
 from ..drafters.adaptive import unwrap
 from ..generator import check_streamer
 from ..loading import load_drafter
@@ -178,10 +179,8 @@ class TextPipeline:
         pad = self._pad_id()
         rng = call_generator(generator, seed, dev)
         t0 = time.perf_counter()
-        if spec is None and coupling != "rejection":
-            raise ValueError(f"method {method!r} is Hugging Face's own generate, which samples without the Gumbel "
-                             "coupling: use method='mmspec-plain' (mmspec's loop without drafts) for plain sampling "
-                             "under it")
+        if spec is None:
+            refuse_hf_coupling(coupling, method)
         if spec is None:
             check_positions(self.model, ids.shape[1], max_new_tokens)
             kw = dict(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p) if do_sample else \
@@ -201,8 +200,8 @@ class TextPipeline:
             texts = self.tokenizer.batch_decode(seqs[:, ids.shape[1]:], skip_special_tokens=True)
         config = dict(method=method, max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature,
                       top_k=top_k, top_p=top_p, stop_at_eos=stop_at_eos, seed=seed)
-        if checked["coupling"] not in (None, "rejection"):
-            config["coupling"] = checked["coupling"]
+        if coupling != "rejection":
+            config["coupling"] = coupling
         count = stats.new_tokens if stats is not None else generated_count(seqs[:, ids.shape[1]:], eos)
         return TextOutput(texts, seqs, stats, seconds, config, count)
 

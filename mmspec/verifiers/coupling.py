@@ -92,9 +92,6 @@ class CoupledDraws:
     def __init__(self, sampling, noise: torch.Tensor):
         self.sampling, self.noise = sampling, noise
 
-    def probs(self, logits: torch.Tensor) -> torch.Tensor:
-        return self.sampling.probs(logits)
-
     def perturbed(self, logits: torch.Tensor, depth: int) -> torch.Tensor:
         """log q + g at ``depth`` for logits [B, V] or [B, F, V] (F nodes at that depth)."""
         g = self.noise[:, depth]
