@@ -143,24 +143,23 @@ class CFGModel(nn.Module):
         entries = self.feature_entries if output_hidden_states else None
         direct = direct_logits(self.model, both, mask, pos, cache, return_hidden="all" if entries else True) \
             if ours else None
-        if direct is not None:
-            hidden = direct[1] if entries else (direct[1],)
-            out = CausalLMOutputWithPast(logits=direct[0], hidden_states=hidden if output_hidden_states else None,
-                                         **output_kwargs(cache))
+        if direct is not None:  # (no model output object in between: building one costs more than the guidance)
+            raw, states = direct[0], (direct[1] if entries else (direct[1],)) if output_hidden_states else None
         else:
             out = self.model(input_ids=both, attention_mask=mask, position_ids=pos, use_cache=use_cache,
                              output_hidden_states=output_hidden_states, **cache_kwargs(self.model, cache), **kwargs)
-        logits = out.logits.float()
+            raw, states = out.logits, out.hidden_states
+        logits = raw.float()
         cond, unc = logits[:B], logits[B:]
         guided = unc + self.scale * (cond - unc)
         guided = guided.masked_fill(self.disallowed, float("-inf"))
         hidden = None
-        if output_hidden_states and out.hidden_states:
+        if output_hidden_states and states:
             # the last layer's *guided* feature h_u + s (h_c - h_u): the LM head is linear, so it maps this
             # feature to the guided logits, and a feature drafter trained on it drafts under guidance with
             # one row per image instead of two
             # (with feature_entries, the same for each entry named: every other inner entry is left out, None)
-            *inner, last = out.hidden_states
+            *inner, last = states
             if entries:
                 hidden = tuple(self._feature(h, B) if i in entries else None for i, h in enumerate(inner))
             else:

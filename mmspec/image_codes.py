@@ -177,7 +177,7 @@ def _sample_codes(target, ids, cache, root, real, keep, layout, b, guided, cfg_s
     noise = None
     with torch.no_grad():
         for step in range(layout.num_codes):
-            logits = tree_forward(target, cache, ids, root, real).logits[:, -1].float()
+            logits = tree_forward(target, cache, ids, root, real, direct=True).logits[:, -1].float()
             cache.commit_first(keep)
             if gumbel and noise is None:  # over the whole vocabulary, as the speculative loop's (the same draws)
                 noise = GumbelNoise.for_call(b, logits.shape[-1], generator, logits.device)

@@ -50,7 +50,8 @@ class TreeVerifier:
         # direct: a Llama-class target runs its modules in order, without the model-level wrappers (the same
         # arithmetic; a quarter of a millisecond a step on a small model, which is what the loop's overhead is)
         out = tree_forward(model, cache, tree.tokens, tree.parents, tree.valid,
-                           output_hidden_states=output_hidden_states, ancestors=tree.ancestor_mask, direct=True)
+                           output_hidden_states=output_hidden_states, ancestors=tree.ancestor_mask,
+                           depth=None if tree.is_root_only else tree.depth, direct=True)
         logits = out.logits
         result = self.accept(tree, logits, generator, noise)
         return Verification(result, logits, out.hidden_states if output_hidden_states else None)
