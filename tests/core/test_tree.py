@@ -178,3 +178,56 @@ def test_kept_prefix_keeps_node_indices():
     assert kept.is_chain and kept.ancestor_mask.shape == (2, 3, 3)
     root_kept, _ = chain.kept(torch.zeros(2, 4, dtype=torch.bool))  # the root is always kept
     assert root_kept.tokens.tolist() == [[5], [6]]
+
+
+def _random_rows(gen: torch.Generator, rows: int, vocab: int):
+    """Random trees as lists (a chain now and then), rows of different sizes: padding in all but the longest."""
+    tokens, parents = [], []
+    for _ in range(rows):
+        n = int(torch.randint(1, 18, (1,), generator=gen))
+        if bool(torch.rand(1, generator=gen) < 0.3):
+            par = [-1] + list(range(n - 1))
+        else:
+            par = [-1] + [int(torch.randint(0, i, (1,), generator=gen)) for i in range(1, n)]
+        parents.append(par)
+        tokens.append(torch.randint(0, vocab, (n,), generator=gen).tolist())
+    return tokens, parents
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_trees_from_lists_carry_the_views_their_tensors_give(seed):
+    """from_rows computes the ancestor mask, depth, max depth and chain flag from its lists: each must be what the
+    tree's tensors give (padding nodes included, which hang off the root)."""
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(20):
+        tokens, parents = _random_rows(gen, int(torch.randint(1, 5, (1,), generator=gen)), 50)
+        tree = DraftTree.from_rows(tokens, parents)
+        plain = DraftTree(tree.tokens, tree.parents, tree.valid)  # the same tensors, views computed from them
+        assert torch.equal(tree.ancestor_mask, plain.ancestor_mask)
+        assert torch.equal(tree.depth, plain.depth)
+        assert tree.max_depth == plain.max_depth and tree.is_chain == plain.is_chain
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_greedy_walk_on_lists_equals_the_tensor_rule(seed):
+    """A tree from lists is accepted by a Python walk over them on a CPU: the same path lengths, bonus tokens and
+    paths (up to each length) as the tensor rule on the same tree, over a small vocabulary where long accepted
+    paths and sibling ties are common."""
+    from mmspec.verifiers.acceptance import greedy_accept
+
+    gen = torch.Generator().manual_seed(100 + seed)
+    lengths = set()
+    for _ in range(30):
+        tokens, parents = _random_rows(gen, int(torch.randint(1, 5, (1,), generator=gen)), 3)
+        tree = DraftTree.from_rows(tokens, parents)
+        if tree.is_root_only:
+            continue
+        logits = torch.randn(tree.batch_size, tree.num_nodes, 3, generator=gen)
+        walked = greedy_accept(tree, logits)
+        plain = greedy_accept(DraftTree(tree.tokens, tree.parents, tree.valid), logits)
+        assert torch.equal(walked.path_lengths, plain.path_lengths)
+        assert torch.equal(walked.bonus, plain.bonus)
+        for b, n in enumerate(walked.path_lengths.tolist()):
+            assert walked.paths[b, :n].tolist() == plain.paths[b, :n].tolist()
+            lengths.add(n)
+    assert len(lengths) > 3  # the walk went deep as well as shallow

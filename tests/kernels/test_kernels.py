@@ -131,6 +131,23 @@ def test_compaction_gathers_before_scattering():
     assert torch.equal(values, -keys)
 
 
+def test_compaction_of_rows_moving_alike_is_the_rowwise_one():
+    """Rows that all move the same slots (a lone row's classifier-free-guidance copies) take one indexed copy:
+    the same buffer as the row-wise gather and scatter, a read slot written too and padding on the scratch slot."""
+    gen = torch.Generator().manual_seed(3)
+    keys = torch.randn(2, 3, 12, 4, generator=gen)
+    src = torch.tensor([[5, 6, 9, 11, 11]]).repeat(2, 1)
+    dst = torch.tensor([[5, 6, 7, 11, 11]]).repeat(2, 1)
+    expected = keys.clone()
+    for b in range(2):
+        moved = expected[b, :, src[b]].clone()
+        expected[b, :, dst[b]] = moved
+    values = -keys
+    compact_kv_(keys, values, src, dst)
+    assert torch.equal(keys, expected)
+    assert torch.equal(values, -expected)
+
+
 def _random_tree(seed: int, chain: bool):
     gen = torch.Generator().manual_seed(seed)
     B, N, V = 4, 12, 30

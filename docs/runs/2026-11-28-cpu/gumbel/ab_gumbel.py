@@ -29,6 +29,9 @@ ROWS = {
     "gumbel ddtree8 reuse4x3": dict(tree="ddtree", coupling="gumbel", reuse=4, steps=3, nodes=8),
     "gumbel ddtree12 reuse5x2": dict(tree="ddtree", coupling="gumbel", reuse=5, steps=2, nodes=12),
     "gumbel ddtree16 reuse6x2": dict(tree="ddtree", coupling="gumbel", reuse=6, steps=2, nodes=16),
+    "gumbel ddtree16 reuse5x2": dict(tree="ddtree", coupling="gumbel", reuse=5, steps=2, nodes=16),
+    "gumbel ddtree16 reuse4x3": dict(tree="ddtree", coupling="gumbel", reuse=4, steps=3, nodes=16),
+    "gumbel ddtree20 reuse6x2": dict(tree="ddtree", coupling="gumbel", reuse=6, steps=2, nodes=20),
 }
 ap = argparse.ArgumentParser()
 ap.add_argument("--rounds", type=int, default=3); ap.add_argument("--pictures", type=int, default=4)
