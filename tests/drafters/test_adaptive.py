@@ -258,6 +258,10 @@ def test_a_call_after_one_where_drafting_won_measures_drafting_afresh(code, monk
     policy = AdaptiveDrafter(inner)
     ids = code_prompts(code.tokenizer, 1)[0]
     gen = SpeculativeGenerator(code.model, policy)
+    # a clock that ticks 1 ms a reading makes every step's measured time the same, a drafted step 3 ms and a plain
+    # one 2 ms: the policy's choices depend on the tokens per step alone, not on how busy the machine is
+    clock = iter(range(10**9))
+    monkeypatch.setattr(adaptive, "time", SimpleNamespace(perf_counter=lambda: next(clock) * 1e-3))
     gen.generate(ids, max_new_tokens=48, eos_token_id=[])
     assert policy._memory[1]["won"] is True  # this chain beats plain steps on the suite's prompts
     lost = dict(drafting=False, since_switch=3, probe_every=MAX_PROBE_EVERY, arms=[[(1.0, [1])] * 8],
@@ -275,10 +279,7 @@ def test_a_call_after_one_where_drafting_won_measures_drafting_afresh(code, monk
     assert out.stats.accept_lengths[0] == [1] * 12 and drafted == []
 
     # drafting lost, but the last call's first drafted step beat plain steps: the call drafts its first step (the
-    # block that often holds a known answer whole), outside the windows. A clock that ticks 1 ms a reading makes every
-    # step's measured time the same: a drafted step 3 ms, a plain one 2 ms
-    clock = iter(range(10**9))
-    monkeypatch.setattr(adaptive, "time", SimpleNamespace(perf_counter=lambda: next(clock) * 1e-3))
+    # block that often holds a known answer whole), outside the windows
     policy._memory[1].update(lost, won=False, won_before=(), opening_won=True)
     drafted.clear()
     out = gen.generate(ids, max_new_tokens=24, eos_token_id=[])
