@@ -147,7 +147,8 @@ class DraftTree:
         tree.q, tree.sibling_rule, tree._cache = None, "deterministic", {}
         sizes = [len(t) for t in tokens]
         tree._cache.update(_views_from_lists(padded, sizes, device))
-        tree._cache["rows"] = (tokens, parents, sizes)  # each row's lists as given (a verifier's walk reads them)
+        # each row's lists (a verifier's walk reads them), copied: the caller's lists may go on changing
+        tree._cache["rows"] = ([list(t) for t in tokens], [list(p) for p in parents], sizes)
         return tree
 
     def kept(self, keep: torch.BoolTensor) -> tuple["DraftTree", torch.LongTensor | None]:

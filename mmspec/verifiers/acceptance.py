@@ -9,7 +9,8 @@
   Deterministic children use q_i = point mass; siblings drawn without replacement use q_i = q with the
   already drawn siblings removed and renormalised.
 
-Both rules are vectorised over the batch; the only Python loops run over tree depth and sibling rank.
+Both rules are vectorised over the batch; the only Python loops run over tree depth and sibling rank, except the
+greedy rule on a CPU tree built from lists (a DDTree's), which walks those lists (cheaper than any tensor op there).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ row's over all pictures, and the spread of per-picture ratios. Every row's codes
 under the same coupling and seed (the AR call of that picture): they must be identical.
 
 A row sets the Gumbel DDTree's settings (``mmspec.registry.IMAGE_DFLASH_GUMBEL_TREE``): ``nodes`` (tree_nodes),
-``reuse`` (reuse_block) and ``steps`` (reuse_steps), written ``n16 r6x2``.
+``reuse`` (reuse_block) and ``steps`` (reuse_steps), written ``n16 r6x2`` (``n16 r6x2 t1``: on one intra-op thread).
 
     python ab_pictures.py [--pictures 8] [--rounds 2] [--first 0] [--rows "n16 r6x1,n16 r6x2"] --out F.json"""
 import argparse, json, re, statistics, time
@@ -24,16 +24,24 @@ shipped = dict(registry.IMAGE_DFLASH_GUMBEL_TREE)
 
 
 def settings(row: str) -> dict:
-    n, r, k = map(int, re.fullmatch(r"n(\d+) r(\d+)x(\d+)", row).groups())
+    n, r, k = map(int, re.match(r"n(\d+) r(\d+)x(\d+)", row).groups())
     return dict(shipped, tree_nodes=n, reuse_block=r, reuse_steps=k)
+
+
+def threads(row: str) -> int:
+    """A row ending in `` t1`` runs on one intra-op thread (plain AR always runs on two)."""
+    found = re.search(r" t(\d+)$", row)
+    return int(found.group(1)) if found else 2
 
 
 def spec(row, c, s):
     registry.IMAGE_DFLASH_GUMBEL_TREE.clear()
     registry.IMAGE_DFLASH_GUMBEL_TREE.update(settings(row))
+    torch.set_num_threads(threads(row))
     try:
         return g.generate([c], method="spec", drafter="dflash", tree="ddtree", coupling="gumbel", seed=s)
     finally:
+        torch.set_num_threads(2)
         registry.IMAGE_DFLASH_GUMBEL_TREE.clear()
         registry.IMAGE_DFLASH_GUMBEL_TREE.update(shipped)
 
