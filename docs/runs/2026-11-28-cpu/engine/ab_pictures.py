@@ -5,7 +5,8 @@ row's over all pictures, and the spread of per-picture ratios. Every row's codes
 under the same coupling and seed (the AR call of that picture): they must be identical.
 
 A row sets the Gumbel DDTree's settings (``mmspec.registry.IMAGE_DFLASH_GUMBEL_TREE``): ``nodes`` (tree_nodes),
-``reuse`` (reuse_block) and ``steps`` (reuse_steps), written ``n16 r6x2`` (``n16 r6x2 t1``: on one intra-op thread).
+``reuse`` (reuse_block) and ``steps`` (reuse_steps), written ``n16 r6x2`` (``n16 r6x2 k8``: each slot's top 8 codes searched instead of the registry's top_k;
+``n16 r6x2 t1``: on one intra-op thread).
 
     python ab_pictures.py [--pictures 8] [--rounds 2] [--first 0] [--rows "n16 r6x1,n16 r6x2"] --out F.json"""
 import argparse, json, re, statistics, time
@@ -25,7 +26,8 @@ shipped = dict(registry.IMAGE_DFLASH_GUMBEL_TREE)
 
 def settings(row: str) -> dict:
     n, r, k = map(int, re.match(r"n(\d+) r(\d+)x(\d+)", row).groups())
-    return dict(shipped, tree_nodes=n, reuse_block=r, reuse_steps=k)
+    top = re.search(r" k(\d+)", row)
+    return dict(shipped, tree_nodes=n, reuse_block=r, reuse_steps=k, **({"top_k": int(top.group(1))} if top else {}))
 
 
 def threads(row: str) -> int:
