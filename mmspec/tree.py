@@ -110,6 +110,12 @@ class DraftTree:
         return tree
 
     @property
+    def row_lists(self) -> tuple[list[list[int]], list[list[int]], list[int]] | None:
+        """(tokens, parents, sizes) of each row as the lists :meth:`from_rows` built the tree from (unpadded), or
+        None for a tree built from tensors."""
+        return self._cache.get("rows")
+
+    @property
     def is_root_only(self) -> bool:
         """One node per row (what a plain step verifies)."""
         return self.tokens.shape[1] == 1

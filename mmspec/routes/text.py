@@ -181,7 +181,6 @@ class TextPipeline:
         t0 = time.perf_counter()
         if spec is None:
             refuse_hf_coupling(coupling, method)
-        if spec is None:
             check_positions(self.model, ids.shape[1], max_new_tokens)
             kw = dict(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p) if do_sample else \
                 dict(do_sample=False)

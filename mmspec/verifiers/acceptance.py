@@ -78,7 +78,7 @@ def greedy_accept(tree: DraftTree, logits: torch.Tensor) -> AcceptResult:
         depth = tree.num_nodes - 1 if tree.is_chain else tree.max_depth
         return AcceptResult(*greedy_tree_accept(logits, tree.tokens, tree.parents, tree.valid, depth))
     argmax = logits.argmax(-1)  # [B, N]
-    if "rows" in tree._cache and argmax.device.type == "cpu":
+    if tree.row_lists is not None and argmax.device.type == "cpu":
         return _walk_rows(tree, argmax.tolist(), argmax.device)
     if tree.is_chain:
         # chain fast path: the accepted prefix is the run of drafts equal to the previous node's argmax
@@ -99,7 +99,7 @@ def _walk_rows(tree: DraftTree, argmax: list[list[int]], device) -> AcceptResult
     Python: the same first deepest node whose ancestry the target accepts, its root-first path (padded with 0 to
     the tree's depth + 1) and the bonus. A 17-node tree's walk is a few microseconds, where the tensor ops over
     [B, N, N] cost a CPU step about 0.2 ms."""
-    tokens, parents, sizes = tree._cache["rows"]
+    tokens, parents, sizes = tree.row_lists
     width = tree.max_depth + 1
     paths, lengths, bonus = [], [], []
     for tok, par, n, best_of in zip(tokens, parents, sizes, argmax):
